@@ -1,0 +1,32 @@
+// kernels/convert.h: element-wise conversion between any two dtypes, with
+// round-to-nearest-even or reproducible stochastic rounding. The math is
+// kernels/convert_math.h; the CPU loop and the CUDA kernel both call it, so
+// the two give identical bits.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace mp {
+
+enum class Rounding : uint8_t { kNearestEven = 0, kStochastic = 1 };
+
+struct ConvertOptions {
+  Rounding rounding = Rounding::kNearestEven;
+  // Stochastic rounding draws element i's random word from
+  // philox_u32(seed, step, index_offset + i): give a shard its global offset
+  // and the result does not depend on how the data was sharded.
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint64_t index_offset = 0;
+};
+
+// dst[i] = round(src[i]) for every element. src and dst: same device, same
+// element count, any dtypes. Stochastic rounding needs a bf16, fp16 or fp32
+// destination. CPU tensors are converted on the calling thread; CUDA tensors
+// on `stream`, which must then be a CUDA stream on their device.
+void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options = {},
+             Stream* stream = nullptr);
+
+}  // namespace mp

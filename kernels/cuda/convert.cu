@@ -1,0 +1,53 @@
+// kernels/cuda/convert.cu: element-wise dtype conversion on CUDA devices.
+// One grid-stride kernel per (source, destination, rounding) triple; the
+// element math is math::convert_element, shared with the CPU loop.
+#include "kernels/convert_loop.h"
+#include "kernels/cuda/convert_cuda.h"
+#include "runtime/error_cuda.h"
+
+namespace mp {
+namespace {
+
+// ---- kernels ----------------------------------------------------------------
+
+template <class Src, class Dst, bool kStochastic>
+__global__ void convert_elements_kernel(const Src* src, Dst* dst, int64_t n, uint64_t seed,
+                                        uint64_t step, uint64_t index_offset) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    math::convert_element<Src, Dst, kStochastic>(src, dst, i, seed, step, index_offset);
+  }
+}
+
+// ---- launchers --------------------------------------------------------------
+
+template <class Src, class Dst, bool kStochastic>
+void launch_convert(const void* src, void* dst, int64_t n, const ConvertOptions& o,
+                    cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kMaxBlocks = 65535;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
+  convert_elements_kernel<Src, Dst, kStochastic><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      static_cast<const Src*>(src), static_cast<Dst*>(dst), n, o.seed, o.step, o.index_offset);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
+void convert_cuda(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+                  const ConvertOptions& options, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool stochastic = options.rounding == Rounding::kStochastic;
+  dispatch_dtype(src_dtype, [&](auto s) {
+    dispatch_dtype(dst_dtype, [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      if constexpr (math::kHasStochasticRounding<D>) {
+        if (stochastic) return launch_convert<S, D, true>(src, dst, n, options, stream);
+      }
+      launch_convert<S, D, false>(src, dst, n, options, stream);
+    });
+  });
+}
+
+}  // namespace mp

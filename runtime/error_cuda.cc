@@ -1,0 +1,62 @@
+#include "runtime/error_cuda.h"
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+#if MP_WITH_NCCL
+#include <nccl.h>
+#endif
+
+static_assert(cudaSuccess == 0 && CUBLAS_STATUS_SUCCESS == 0, "check macros compare against 0");
+#if MP_WITH_NCCL
+static_assert(ncclSuccess == 0 && ncclInProgress == 7, "MP_CHECK_NCCL compares against 0 and 7");
+#endif
+
+namespace mp::detail {
+namespace {
+
+const char* cublas_status_name(int status) {
+  switch (status) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "unknown cuBLAS status";
+  }
+}
+
+}  // namespace
+
+void throw_cuda_error(const char* call, int code, const char* file, int line) {
+  const auto err = static_cast<cudaError_t>(code);
+  int device = -1;
+  std::string where;
+  // cudaGetDevice itself fails without a driver; only name a device we have.
+  if (err != cudaErrorInsufficientDriver && err != cudaErrorNoDevice &&
+      cudaGetDevice(&device) == cudaSuccess) {
+    where = str(" [device ", device, "]");
+  }
+  throw CudaError(file, line,
+                  str("Call to ", call, " failed: ", cudaGetErrorName(err), " (",
+                      cudaGetErrorString(err), ")", where));
+}
+
+void throw_cublas_error(const char* call, int status, const char* file, int line) {
+  throw CudaError(file, line, str("Call to ", call, " failed: ", cublas_status_name(status),
+                                  " (cuBLAS status ", status, ")"));
+}
+
+#if MP_WITH_NCCL
+void throw_nccl_error(const char* call, int result, const char* file, int line) {
+  throw CudaError(file, line,
+                  str("Call to ", call, " failed: ",
+                      ncclGetErrorString(static_cast<ncclResult_t>(result)), " (NCCL result ",
+                      result, ")"));
+}
+#endif
+
+}  // namespace mp::detail

@@ -1,0 +1,45 @@
+// runtime/error_cuda.h: one check macro per CUDA library. Each throws
+// CudaError naming the call, the library's error name and text, file:line and
+// rank. Only for builds with MP_WITH_CUDA; cuBLASLt statuses are named here
+// without linking cuBLASLt (it is loaded at run time).
+#pragma once
+
+#include "mp/config.h"
+#include "runtime/error.h"
+
+#if !MP_WITH_CUDA
+#error "runtime/error_cuda.h is only for CUDA builds (MP_WITH_CUDA)"
+#endif
+
+namespace mp::detail {
+[[noreturn]] void throw_cuda_error(const char* call, int code, const char* file, int line);
+[[noreturn]] void throw_cublas_error(const char* call, int status, const char* file, int line);
+#if MP_WITH_NCCL
+[[noreturn]] void throw_nccl_error(const char* call, int result, const char* file, int line);
+#endif
+}  // namespace mp::detail
+
+#define MP_CHECK_CUDA(call)                                                              \
+  do {                                                                                   \
+    const int mp_cuda_rc_ = static_cast<int>(call);                                      \
+    if (mp_cuda_rc_ != 0 /* cudaSuccess */) {                                            \
+      ::mp::detail::throw_cuda_error(#call, mp_cuda_rc_, __FILE__, __LINE__);            \
+    }                                                                                    \
+  } while (0)
+
+#define MP_CHECK_CUBLAS(call)                                                            \
+  do {                                                                                   \
+    const int mp_cublas_rc_ = static_cast<int>(call);                                    \
+    if (mp_cublas_rc_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                \
+      ::mp::detail::throw_cublas_error(#call, mp_cublas_rc_, __FILE__, __LINE__);        \
+    }                                                                                    \
+  } while (0)
+
+#define MP_CHECK_NCCL(call)                                                              \
+  do {                                                                                   \
+    const int mp_nccl_rc_ = static_cast<int>(call);                                      \
+    /* ncclInProgress (7) is not an error for non-blocking communicators */              \
+    if (mp_nccl_rc_ != 0 /* ncclSuccess */ && mp_nccl_rc_ != 7 /* ncclInProgress */) {   \
+      ::mp::detail::throw_nccl_error(#call, mp_nccl_rc_, __FILE__, __LINE__);            \
+    }                                                                                    \
+  } while (0)

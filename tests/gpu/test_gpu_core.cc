@@ -1,0 +1,117 @@
+// GPU tests (CTest label "gpu"): skipped when no CUDA device is present.
+// The CUDA conversion kernel must give the same bits as the CPU loop, since
+// both call the same MP_HD element function; plus CUDA streams, events and
+// the accounting allocator on the device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kernels/convert.h"
+#include "kernels/convert_math.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace mp {
+namespace {
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaInfo info = cuda_info();
+    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.unavailable_reason;
+    set_current_device(Device::cuda(0));
+  }
+};
+
+std::vector<float> test_inputs(size_t n) {
+  std::vector<float> v;
+  std::mt19937 rng(3);
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f800001u,
+                        0x00000001u, 0x3f808000u, 0x477ff000u, 0x43e80000u, 0x7f7fffffu}) {
+    v.push_back(math::f32_from_bits(bits));
+  }
+  while (v.size() < n) {
+    const uint32_t r = static_cast<uint32_t>(rng());
+    v.push_back(v.size() % 2 ? math::f32_from_bits(r)
+                             : std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                                          static_cast<int>(r % 40) - 25));
+  }
+  return v;
+}
+
+TEST_F(Gpu, ConvertMatchesCpuBitForBitForEveryDtypePair) {
+  constexpr int64_t n = (1 << 20) + 3;
+  const auto input = test_inputs(n);
+  Allocator host, device(Device::cuda(0));
+  CudaStream stream(Device::cuda(0), "test");
+  for (int s = 0; s < kNumDTypes; ++s) {
+    for (int d = 0; d < kNumDTypes; ++d) {
+      for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
+        const auto st = static_cast<DType>(s), dt = static_cast<DType>(d);
+        if (rounding == Rounding::kStochastic && is_fp8(dt)) continue;
+        // Source in its dtype on the host, from the fp32 inputs.
+        Tensor src_h = Tensor::empty(host, st, {n}, MemCategory::kOther);
+        convert(Tensor::wrap(const_cast<float*>(input.data()), Device::cpu(), DType::kF32, {n}), src_h);
+        ConvertOptions o;
+        o.rounding = rounding;
+        o.seed = 1234;
+        o.step = 5;
+        o.index_offset = 77;
+        Tensor want = Tensor::empty(host, dt, {n}, MemCategory::kOther);
+        convert(src_h, want, o);
+
+        Tensor src_d = Tensor::empty(device, st, {n}, MemCategory::kOther);
+        Tensor dst_d = Tensor::empty(device, dt, {n}, MemCategory::kOther);
+        copy_tensor(src_d, src_h, &stream);
+        convert(src_d, dst_d, o, &stream);
+        Tensor got = Tensor::empty(host, dt, {n}, MemCategory::kOther);
+        copy_tensor(got, dst_d, &stream);
+        stream.synchronize();
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size_bytes()), 0)
+            << dtype_name(st) << " -> " << dtype_name(dt) << (rounding == Rounding::kStochastic ? " stochastic" : "");
+      }
+    }
+  }
+  EXPECT_EQ(device.stats().total_current_bytes, 0u);
+}
+
+TEST_F(Gpu, StreamsOrderWorkThroughEvents) {
+  CudaStream a(Device::cuda(0), "a"), b(Device::cuda(0), "b");
+  Allocator device(Device::cuda(0)), host;
+  constexpr int64_t n = 1 << 22;
+  std::vector<float> ones(n, 1.5f);
+  Tensor x = Tensor::empty(device, DType::kF32, {n}, MemCategory::kActivations);
+  Tensor y = Tensor::empty(device, DType::kBF16, {n}, MemCategory::kActivations);
+  copy_tensor(x, Tensor::wrap(ones.data(), Device::cpu(), DType::kF32, {n}), &a);
+  b.wait(a.record());
+  convert(x, y, {}, &b);  // on b, after a's copy
+  Tensor back = Tensor::empty(host, DType::kBF16, {n}, MemCategory::kOther);
+  copy_tensor(back, y, &b);
+  const Event done = b.record();
+  done.synchronize();
+  EXPECT_TRUE(done.query());
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(back.data_as<bf16>()[i].bits, 0x3fc0) << i;
+  EXPECT_EQ(device.stats().current(MemCategory::kActivations), static_cast<size_t>(n) * 6);
+
+  CpuStream cpu("cpu");
+  cpu.wait(done);  // a CPU stream may wait for a CUDA event
+  cpu.synchronize();
+  bool release = false;
+  cpu.submit([&] {
+    while (!__atomic_load_n(&release, __ATOMIC_ACQUIRE)) std::this_thread::yield();
+  });
+  EXPECT_THROW(a.wait(cpu.record()), EnforceError) << "a CUDA stream must not block on an unfinished CPU event";
+  __atomic_store_n(&release, true, __ATOMIC_RELEASE);
+  cpu.synchronize();
+}
+
+TEST_F(Gpu, DeviceOutOfMemoryIsATypedError) {
+  Allocator device(Device::cuda(0));
+  EXPECT_THROW(device.allocate(size_t{1} << 50, MemCategory::kGatheredParams), OutOfMemoryError);
+  EXPECT_EQ(device.stats().total_current_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace mp

@@ -1,0 +1,105 @@
+// CPU streams and events: ordering, real concurrency, waits, failures.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/stream.h"
+
+namespace mp {
+namespace {
+
+TEST(CpuStream, RunsTasksInOrder) {
+  CpuStream s("order");
+  std::vector<int> seen;
+  for (int i = 0; i < 100; ++i) s.submit([&seen, i] { seen.push_back(i); });
+  s.synchronize();
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TEST(CpuStream, TwoStreamsRunConcurrently) {
+  // Each task waits for the other to start: only concurrent execution finishes.
+  CpuStream a("a"), b("b");
+  std::atomic<int> started{0};
+  auto rendezvous = [&] {
+    started.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < 2) {
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no overlap");
+      std::this_thread::yield();
+    }
+  };
+  a.submit(rendezvous);
+  b.submit(rendezvous);
+  EXPECT_NO_THROW(a.synchronize());
+  EXPECT_NO_THROW(b.synchronize());
+}
+
+TEST(CpuStream, WaitOrdersWorkAcrossStreams) {
+  CpuStream producer("producer"), consumer("consumer");
+  std::atomic<bool> release{false};
+  int value = 0;
+  producer.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+    value = 42;
+  });
+  const Event produced = producer.record();
+  consumer.wait(produced);
+  int seen = -1;
+  consumer.submit([&] { seen = value; });
+  const Event consumed = consumer.record();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(produced.query());
+  EXPECT_FALSE(consumed.query()) << "the consumer must wait for the producer's event";
+  release = true;
+  consumed.synchronize();
+  EXPECT_TRUE(produced.query());
+  EXPECT_EQ(seen, 42);
+}
+
+TEST(CpuStream, FailurePoisonsLaterWorkAndWaiters) {
+  CpuStream s("failing"), downstream("downstream");
+  const Event before = s.record();
+  s.submit([] { MP_THROW(IoError, "disk on fire"); });
+  bool ran_after = false;
+  s.submit([&] { ran_after = true; });
+  const Event after = s.record();
+  EXPECT_NO_THROW(before.synchronize());
+  EXPECT_THROW(after.synchronize(), IoError);
+  EXPECT_THROW(s.synchronize(), IoError);
+  EXPECT_FALSE(ran_after);
+  downstream.wait(after);
+  bool downstream_ran = false;
+  downstream.submit([&] { downstream_ran = true; });
+  try {
+    downstream.synchronize();
+    FAIL() << "the waiting stream did not fail";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("disk on fire"), std::string::npos);
+  }
+  EXPECT_FALSE(downstream_ran);
+}
+
+TEST(CpuStream, DestructorRunsSubmittedWork) {
+  int done = 0;
+  {
+    CpuStream s("drain");
+    for (int i = 0; i < 10; ++i) s.submit([&] { ++done; });
+  }
+  EXPECT_EQ(done, 10);
+}
+
+TEST(Stream, CreateGivesACpuStreamForTheCpu) {
+  auto s = Stream::create(Device::cpu(), "made");
+  EXPECT_EQ(s->device(), Device::cpu());
+  EXPECT_EQ(s->name(), "made");
+  EXPECT_TRUE(Event().query());
+  s->wait(Event());
+  s->synchronize();
+}
+
+}  // namespace
+}  // namespace mp
