@@ -14,6 +14,8 @@ enum class Rounding : uint8_t { kNearestEven = 0, kStochastic = 1 };
 
 struct ConvertOptions {
   Rounding rounding = Rounding::kNearestEven;
+  // dst[i] = round(src[i] / divisor), divided in fp64 and rounded once.
+  double divisor = 1.0;
   // Stochastic rounding draws element i's random word from
   // philox_u32(seed, step, index_offset + i): give a shard its global offset
   // and the result does not depend on how the data was sharded.
@@ -22,10 +24,12 @@ struct ConvertOptions {
   uint64_t index_offset = 0;
 };
 
-// dst[i] = round(src[i]) for every element. src and dst: same device, same
-// element count, any dtypes. Stochastic rounding needs a bf16, fp16 or fp32
-// destination. CPU tensors are converted on the calling thread; CUDA tensors
-// on `stream`, which must then be a CUDA stream on their device.
+// dst[i] = round(src[i] / divisor) for every element. src and dst: same
+// device, same element count, any dtypes; dst may alias src exactly (in
+// place). Stochastic rounding needs a bf16, fp16 or fp32 destination.
+// CPU tensors: converted on the calling thread, or, given a CPU stream,
+// submitted to it (in order with its other work). CUDA tensors: on `stream`,
+// which must then be a CUDA stream on their device.
 void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options = {},
              Stream* stream = nullptr);
 

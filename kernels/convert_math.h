@@ -53,11 +53,11 @@ MP_HD float f32_from_bits(uint32_t u) {
 
 MP_HD uint16_t f32_to_bf16_bits(float f) {
   const uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload
-    const uint32_t r = u >> 16;
-    return static_cast<uint16_t>((r & 0x7fu) ? r : (r | 0x40u));
-  }
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  // NaN: keep sign and top payload (set the quiet bit if that would be Inf).
+  const uint32_t nan = (u >> 16) | (((u >> 16) & 0x7fu) ? 0u : 0x40u);
+  // A select, not a branch, so CPU loops vectorize.
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 MP_HD uint16_t f32_to_bf16_bits_stochastic(float f, uint32_t rand) {

@@ -1,5 +1,7 @@
 #include "runtime/cuda_stream.h"
 
+#include <thread>
+
 #include "runtime/error_cuda.h"
 
 namespace mp {
@@ -37,6 +39,15 @@ class CudaEvent final : public EventImpl {
     return true;
   }
   void synchronize() override { MP_CHECK_CUDA(cudaEventSynchronize(event_)); }
+  bool wait_for(std::chrono::nanoseconds timeout) override {
+    // Polls: cudaEventSynchronize has no timeout.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!query()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
   cudaEvent_t handle() const { return event_; }
 
  private:

@@ -23,6 +23,13 @@ class CpuStream::CpuEvent final : public EventImpl {
     if (error_) std::rethrow_exception(error_);
   }
 
+  bool wait_for(std::chrono::nanoseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
   void complete(std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mu_);

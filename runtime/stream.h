@@ -20,6 +20,7 @@
 //   work. CUDA errors surface from the CUDA call that reports them.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -39,6 +40,9 @@ class EventImpl {
   virtual Device device() const = 0;
   virtual bool query() = 0;        // true once complete (failed counts as complete)
   virtual void synchronize() = 0;  // blocks; rethrows a failure
+  // Blocks at most `timeout`: true once complete (rethrowing a failure),
+  // false if still pending.
+  virtual bool wait_for(std::chrono::nanoseconds timeout) = 0;
 };
 
 // A shared handle; a default-constructed Event is already complete.
@@ -50,6 +54,7 @@ class Event {
   void synchronize() const {
     if (impl_) impl_->synchronize();
   }
+  bool wait_for(std::chrono::nanoseconds timeout) const { return !impl_ || impl_->wait_for(timeout); }
   EventImpl* impl() const { return impl_.get(); }
 
  private:

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
+#include "kernels/convert.h"
 #include "kernels/convert_math.h"
 #include "tests/reference_float.h"
 
@@ -193,6 +195,43 @@ TEST(ConvertMath, Bf16IsExhaustivelyCorrectOnEveryFp32WithTopBitsSampled) {
     }
   }
   EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace mp
+
+namespace mp {
+namespace {
+
+TEST(ConvertMath, DivisorQuotientIsRoundedOnce) {
+  // Every power-of-two and other divisor, including quotients in fp32's
+  // subnormal range (where a fast fp32 product would round twice).
+  std::mt19937 rng(11);
+  std::vector<float> xs;
+  for (int i = 0; i < 20000; ++i) {
+    const int e = static_cast<int>(rng() % 300) - 150;
+    float x = std::ldexp(1.0f + static_cast<float>(rng() >> 9) * 0x1p-23f, e);
+    xs.push_back((rng() & 1) ? -x : x);
+  }
+  xs.push_back(0.0f);
+  xs.push_back(-0.0f);
+  xs.push_back(std::numeric_limits<float>::infinity());
+  const Tensor src = Tensor::wrap(xs.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(xs.size())});
+  for (double divisor : {2.0, 4.0, 1024.0, 0.5, 3.0, 6.0, 1.5}) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+      std::vector<uint8_t> packed(xs.size() * dtype_size(dt));
+      const Tensor pdst = Tensor::wrap(packed.data(), Device::cpu(), dt, {static_cast<int64_t>(xs.size())});
+      convert(src, pdst, ConvertOptions{.divisor = divisor});
+      const RefRounder ref(dt == DType::kBF16 ? testing::kRefBF16 : testing::kRefFP16);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const double q = static_cast<double>(xs[i]) / divisor;
+        uint32_t got = 0;
+        std::memcpy(&got, packed.data() + i * dtype_size(dt), dtype_size(dt));
+        const uint32_t want = dt == DType::kF32 ? f32_bits(static_cast<float>(q)) : ref.round(q);
+        ASSERT_EQ(got, want) << xs[i] << " / " << divisor << " to " << dtype_name(dt);
+      }
+    }
+  }
 }
 
 }  // namespace

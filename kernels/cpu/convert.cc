@@ -2,7 +2,10 @@
 // CUDA launcher for CUDA tensors.
 #include "kernels/convert.h"
 
+#include <type_traits>
+
 #include "kernels/convert_loop.h"
+#include "runtime/stream.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/convert_cuda.h"
@@ -17,9 +20,35 @@ void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) 
   const Src* s = static_cast<const Src*>(src.data());
   Dst* d = static_cast<Dst*>(dst.data());
   const int64_t n = src.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    math::convert_element<Src, Dst, kStochastic>(s, d, i, o.seed, o.step, o.index_offset);
+  const math::ConvertParams p = math::make_convert_params(o.seed, o.step, o.index_offset, o.divisor);
+  // The common cases get loops of their own, so that they vectorize.
+  if (p.divisor == 1.0 && !kStochastic) {
+    for (int64_t i = 0; i < n; ++i) d[i] = math::from_f32<Dst>(math::to_f32(s[i]));
+    return;
   }
+  if (!kStochastic && p.exact_inverse != 0.0f) {
+    const float inv = p.exact_inverse;
+    if constexpr (std::is_same_v<Dst, float>) {
+      // A power-of-two divisor: the fp32 product is the quotient rounded once.
+      for (int64_t i = 0; i < n; ++i) d[i] = math::to_f32(s[i]) * inv;
+      return;
+    } else if (static_cast<const void*>(s) != static_cast<const void*>(d)) {
+      // Narrow outputs: exact unless a product is subnormal in fp32; then
+      // the whole tensor is redone element by element (convert_element).
+      uint32_t inexact = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = math::to_f32(s[i]);
+        const float q = x * inv;
+        d[i] = math::from_f32<Dst>(q);
+        // Zero or subnormal product of a nonzero x (conservative), in integer
+        // operations so the loop vectorizes.
+        const uint32_t bq = math::f32_bits(q), bx = math::f32_bits(x);
+        inexact |= static_cast<uint32_t>((bq & 0x7f800000u) == 0u) & static_cast<uint32_t>((bx & 0x7fffffffu) != 0u);
+      }
+      if (inexact == 0) return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) math::convert_element<Src, Dst, kStochastic>(s, d, i, p);
 }
 
 }  // namespace
@@ -30,6 +59,7 @@ void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options
              ": element counts differ");
   MP_ENFORCE(src.device() == dst.device(), "convert from ", src.describe(), " to ",
              dst.describe(), ": devices differ");
+  MP_ENFORCE(options.divisor != 0.0, "convert with divisor 0");
   const bool stochastic = options.rounding == Rounding::kStochastic;
   if (stochastic && dst.dtype() != DType::kF32 && dst.dtype() != DType::kBF16 &&
       dst.dtype() != DType::kF16) {
@@ -45,17 +75,23 @@ void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options
     MP_THROW(ConfigError, "convert on ", src.device(), ": mp was built without CUDA");
 #endif
   }
-  (void)stream;
-  dispatch_dtype(src.dtype(), [&](auto s) {
-    dispatch_dtype(dst.dtype(), [&](auto d) {
-      using S = decltype(s);
-      using D = decltype(d);
-      if constexpr (math::kHasStochasticRounding<D>) {
-        if (stochastic) return convert_cpu<S, D, true>(src, dst, options);
-      }
-      convert_cpu<S, D, false>(src, dst, options);
+  auto run = [src, dst, options, stochastic] {
+    dispatch_dtype(src.dtype(), [&](auto s) {
+      dispatch_dtype(dst.dtype(), [&](auto d) {
+        using S = decltype(s);
+        using D = decltype(d);
+        if constexpr (math::kHasStochasticRounding<D>) {
+          if (stochastic) return convert_cpu<S, D, true>(src, dst, options);
+        }
+        convert_cpu<S, D, false>(src, dst, options);
+      });
     });
-  });
+  };
+  if (stream == nullptr) return run();
+  auto* cpu = dynamic_cast<CpuStream*>(stream);
+  MP_ENFORCE(cpu != nullptr, "convert of CPU tensors on ", to_string(stream->device()), " stream '",
+             stream->name(), "'");
+  cpu->submit(run);
 }
 
 }  // namespace mp

@@ -11,11 +11,10 @@ namespace {
 // ---- kernels ----------------------------------------------------------------
 
 template <class Src, class Dst, bool kStochastic>
-__global__ void convert_elements_kernel(const Src* src, Dst* dst, int64_t n, uint64_t seed,
-                                        uint64_t step, uint64_t index_offset) {
+__global__ void convert_elements_kernel(const Src* src, Dst* dst, int64_t n, math::ConvertParams p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    math::convert_element<Src, Dst, kStochastic>(src, dst, i, seed, step, index_offset);
+    math::convert_element<Src, Dst, kStochastic>(src, dst, i, p);
   }
 }
 
@@ -28,7 +27,8 @@ void launch_convert(const void* src, void* dst, int64_t n, const ConvertOptions&
   constexpr int64_t kMaxBlocks = 65535;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
   convert_elements_kernel<Src, Dst, kStochastic><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const Src*>(src), static_cast<Dst*>(dst), n, o.seed, o.step, o.index_offset);
+      static_cast<const Src*>(src), static_cast<Dst*>(dst), n,
+      math::make_convert_params(o.seed, o.step, o.index_offset, o.divisor));
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
