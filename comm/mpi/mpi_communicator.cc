@@ -1,0 +1,352 @@
+#include "comm/mpi/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/convert.h"
+#include "kernels/cpu/reduce.h"
+#include "runtime/error.h"
+#include "runtime/error_mpi.h"
+
+namespace mp {
+namespace {
+
+constexpr int kChunkTag = 9001;
+// Large all-reduces and broadcasts go in pieces of at most 16 MiB. MPI
+// counts are ints, and Open MPI's temporary buffers for larger messages are
+// fresh pages on every call (measured: a 64 MiB fp32 all_reduce faulted
+// 8194 pages per call and took 3x as long as four 16 MiB pieces).
+constexpr size_t kPieceBytes = size_t{16} << 20;
+int64_t piece_elements(DType t) { return static_cast<int64_t>(kPieceBytes / dtype_size(t)); }
+
+uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step: ids derived from lineage
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h += 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+math::ElementOp element_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return math::ElementOp::kSum;
+    case ReduceOp::kMax: return math::ElementOp::kMax;
+    case ReduceOp::kMin: return math::ElementOp::kMin;
+  }
+  MP_THROW(EnforceError, "invalid ReduceOp ", static_cast<int>(op));
+}
+
+// The total divisor of a reduction: size() for avg, times divide_factor.
+double divisor_of(const ReduceOptions& o, int size) {
+  MP_ENFORCE(o.divide_factor > 0, "divide_factor must be positive, got ", o.divide_factor);
+  return (o.op == ReduceOp::kAvg ? size : 1) * o.divide_factor;
+}
+
+void check_cpu(const Tensor& t, const char* what) {
+  MP_ENFORCE(t.defined(), what, " is undefined");
+  MP_ENFORCE(t.device().is_cpu(), "the MPI communicator needs CPU tensors; ", what, " is ", t.describe());
+}
+
+void check_reducible(DType t) {
+  if (is_fp8(t)) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
+}
+
+int to_int_count(int64_t n, const char* what) {
+  MP_ENFORCE(n <= INT_MAX, what, ": ", n, " elements per rank exceed MPI's int count (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+char* byte_ptr(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.data()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// Stable small codes for fingerprints.
+int64_t op_code(const std::string& op) {
+  static const char* const kOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                     "all_to_all", "barrier", "split"};
+  for (int i = 0; i < 7; ++i) {
+    if (op == kOps[i]) return i;
+  }
+  return 100;
+}
+
+}  // namespace
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(const std::string& name,
+                                                               CommOptions options) {
+  auto ctx = std::make_shared<MpiContext>();
+  MPI_Comm comm = MPI_COMM_NULL;
+  MP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(std::move(ctx), comm, mix(0x6d70, 1), name, options));
+}
+
+MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id,
+                                 std::string name, CommOptions options)
+    : Communicator(std::move(name), options),
+      ctx_(std::move(ctx)),
+      comm_(comm),
+      id_(id),
+      progress_(std::make_shared<CommProgress>()),
+      stream_("comm:" + this->name()) {
+  MP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MP_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  MP_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MP_CHECK_MPI(MPI_Comm_group(comm_, &group));
+  MP_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> members(size_);
+  for (int i = 0; i < size_; ++i) members[i] = i;
+  world_ranks_.resize(size_);
+  MP_CHECK_MPI(MPI_Group_translate_ranks(group, size_, members.data(), world, world_ranks_.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  ctx_->register_comm(id_, progress_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  try {
+    stream_.synchronize();  // no collective may still use comm_ when it is freed
+  } catch (...) {
+    // The failure was reported through the Work that carried it.
+  }
+  ctx_->unregister_comm(id_);
+  MPI_Comm_free(&comm_);
+}
+
+Work::Diagnose MpiCommunicator::diagnoser() const {
+  return [ctx = ctx_, id = id_, members = world_ranks_,
+          reply = options().diagnose_timeout](const CollectiveInfo& info) {
+    return ctx->diagnose(id, info.sequence, members, reply);
+  };
+}
+
+WorkPtr MpiCommunicator::issue(CollectiveInfo info, std::function<void()> body) {
+  info.sequence = progress_->issued.load() + 1;
+  progress_->issued.store(info.sequence);
+  stream_.submit([this, info, body = std::move(body)] {
+    progress_->started.store(info.sequence);
+    if (options().check_fingerprints) check_fingerprint(info);
+    body();
+  });
+  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
+}
+
+void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
+  const int64_t mine[4] = {op_code(info.op), static_cast<int64_t>(info.dtype), info.count,
+                           static_cast<int64_t>(info.sequence)};
+  std::vector<int64_t> all(4 * static_cast<size_t>(size_));
+  MP_CHECK_MPI(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_));
+  bool same = true;
+  for (int r = 0; r < size_; ++r) same = same && std::equal(mine, mine + 4, &all[4 * r]);
+  if (same) return;
+  static const char* const kOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                     "all_to_all", "barrier", "split"};
+  std::ostringstream os;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* f = &all[4 * r];
+    os << (r ? "; " : "") << "rank " << r << ": "
+       << (f[0] >= 0 && f[0] < 7 ? kOps[f[0]] : "other") << " #" << f[3] << " ("
+       << dtype_name(static_cast<DType>(f[1])) << " x " << f[2] << ")";
+  }
+  MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
+           ": the ranks called different collectives: ", os.str());
+}
+
+WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_cpu(input, "all_gather input");
+  check_cpu(output, "all_gather output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_gather from ", input.describe(), " to ", output.describe());
+  const int64_t n = input.numel();
+  MP_ENFORCE_EQ(output.numel(), n * size_, "all_gather output must hold size() x input elements");
+  const int count = to_int_count(n, "all_gather");
+  const bool in_place = n > 0 && input.data() == byte_ptr(output, rank_ * n);
+  return issue({"all_gather", 0, input.dtype(), n}, [=, this] {
+    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    MP_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(),
+                               count, type, comm_));
+  });
+}
+
+WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_cpu(input, "reduce_scatter input");
+  check_cpu(output, "reduce_scatter output");
+  check_reducible(input.dtype());
+  const int64_t n = output.numel();
+  MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
+  const bool in_place = n > 0 && output.data() == byte_ptr(input, rank_ * n);
+  const double divisor = divisor_of(o, size_);
+  const math::ElementOp op = element_op(o.op);
+  if (o.accumulate == ReduceAccumulate::kFp32) {
+    MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
+               "in-place reduce_scatter needs equal input and output dtypes");
+    std::vector<int64_t> offsets(size_), counts(size_, n);
+    for (int j = 0; j < size_; ++j) offsets[j] = j * n;
+    return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
+      accumulate_chunks(input, offsets, counts, output, op, divisor);
+    });
+  }
+  MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
+             input.describe(), " to ", output.describe(), ": dtypes must be equal");
+  const int count = to_int_count(n, "reduce_scatter");
+  return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
+    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    if (in_place) {
+      // MPI leaves the result at the start of the buffer; move it to our slice.
+      MP_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, input.data(), count, type,
+                                            ctx_->op(input.dtype(), op), comm_));
+      std::memmove(output.data(), input.data(), output.size_bytes());
+    } else {
+      MP_CHECK_MPI(MPI_Reduce_scatter_block(input.data(), output.data(), count, type,
+                                            ctx_->op(input.dtype(), op), comm_));
+    }
+    if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
+  });
+}
+
+void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  const MPI_Datatype type = ctx_->datatype(input.dtype());
+  const MPI_Op op = ctx_->op(input.dtype(), element_op(o.op));
+  const bool in_place = input.numel() > 0 && input.data() == output.data();
+  const int64_t piece = piece_elements(input.dtype());
+  for (int64_t begin = 0; begin < input.numel(); begin += piece) {
+    const int count = static_cast<int>(std::min(piece, input.numel() - begin));
+    MP_CHECK_MPI(MPI_Allreduce(in_place ? MPI_IN_PLACE : byte_ptr(input, begin),
+                               byte_ptr(output, begin), count, type, op, comm_));
+  }
+  const double divisor = divisor_of(o, size_);
+  if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
+}
+
+WorkPtr MpiCommunicator::all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_cpu(input, "all_reduce input");
+  check_cpu(output, "all_reduce output");
+  check_reducible(input.dtype());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
+  divisor_of(o, size_);  // validates
+  const int64_t n = input.numel();
+  if (o.accumulate == ReduceAccumulate::kWire) {
+    MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
+               input.describe(), " to ", output.describe(), ": dtypes must be equal");
+    return issue({"all_reduce", 0, input.dtype(), n}, [=, this] { wire_all_reduce(input, output, o); });
+  }
+  MP_ENFORCE(n == 0 || input.data() != output.data() || input.dtype() == output.dtype(),
+             "in-place all_reduce needs equal input and output dtypes");
+  // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter),
+  // then every rank gathers every chunk.
+  const int64_t chunk = (n + size_ - 1) / std::max(size_, 1);
+  std::vector<int64_t> offsets(size_), counts(size_);
+  std::vector<int> gather_counts(size_), gather_offsets(size_);
+  for (int j = 0; j < size_; ++j) {
+    offsets[j] = std::min(j * chunk, n);
+    counts[j] = std::min(chunk, n - offsets[j]);
+    gather_counts[j] = to_int_count(counts[j], "all_reduce");
+    gather_offsets[j] = to_int_count(offsets[j], "all_reduce");
+  }
+  const double divisor = divisor_of(o, size_);
+  const math::ElementOp op = element_op(o.op);
+  return issue({"all_reduce", 0, input.dtype(), n}, [=, this] {
+    accumulate_chunks(input, offsets, counts, output.flat(offsets[rank_], counts[rank_]), op, divisor);
+    MP_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data(), gather_counts.data(),
+                                gather_offsets.data(), ctx_->datatype(output.dtype()), comm_));
+  });
+}
+
+void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
+                                        const std::vector<int64_t>& counts, const Tensor& out,
+                                        math::ElementOp op, double divisor) {
+  const size_t elem = dtype_size(input.dtype());
+  const int64_t piece = std::max<int64_t>(
+      1, static_cast<int64_t>(options().accumulate_chunk_bytes / (elem * static_cast<size_t>(size_))));
+  const int64_t mine = counts[rank_];
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  if (longest == 0) return;
+  const int64_t scratch_elements = piece * size_;
+  if (!scratch_.defined() || scratch_.dtype() != input.dtype() || scratch_.numel() < scratch_elements) {
+    scratch_ = Tensor();  // release first: at most one scratch buffer at a time
+    scratch_ = Tensor::empty(allocator_, input.dtype(), {scratch_elements}, MemCategory::kCommScratch);
+  }
+  const MPI_Datatype type = ctx_->datatype(input.dtype());
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(2 * static_cast<size_t>(size_));
+  // Every rank loops over the longest chunk so the rounds match everywhere.
+  for (int64_t begin = 0; begin < longest; begin += piece) {
+    const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
+    reqs.clear();
+    for (int j = 0; j < size_; ++j) {
+      const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
+      char* dst = byte_ptr(scratch_, j * piece);
+      if (j == rank_) {
+        if (recv > 0) std::memcpy(dst, byte_ptr(input, offsets[rank_] + begin), recv * elem);
+        continue;
+      }
+      if (recv > 0) {
+        reqs.emplace_back();
+        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type, j, kChunkTag, comm_, &reqs.back()));
+      }
+      if (send > 0) {
+        reqs.emplace_back();
+        MP_CHECK_MPI(MPI_Isend(byte_ptr(input, offsets[j] + begin), static_cast<int>(send), type, j,
+                               kChunkTag, comm_, &reqs.back()));
+      }
+    }
+    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    if (recv > 0) {
+      accumulate_rank_chunks_cpu(scratch_.data(), input.dtype(), size_, piece, recv,
+                                 byte_ptr(out, begin), out.dtype(), op, divisor);
+    }
+  }
+}
+
+WorkPtr MpiCommunicator::broadcast(const Tensor& tensor, int root) {
+  check_cpu(tensor, "broadcast tensor");
+  MP_ENFORCE(root >= 0 && root < size_, "broadcast root ", root, " outside [0, ", size_, ")");
+  return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this] {
+    const MPI_Datatype type = ctx_->datatype(tensor.dtype());
+    const int64_t piece = piece_elements(tensor.dtype());
+    for (int64_t begin = 0; begin < tensor.numel(); begin += piece) {
+      const int count = static_cast<int>(std::min(piece, tensor.numel() - begin));
+      MP_CHECK_MPI(MPI_Bcast(byte_ptr(tensor, begin), count, type, root, comm_));
+    }
+  });
+}
+
+WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
+  check_cpu(input, "all_to_all input");
+  check_cpu(output, "all_to_all output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all from ", input.describe(), " to ", output.describe());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
+  MP_ENFORCE_EQ(input.numel() % size_, 0, "all_to_all needs size() equal chunks");
+  const int64_t n = input.numel() / size_;
+  const int count = to_int_count(n, "all_to_all");
+  const bool in_place = n > 0 && input.data() == output.data();
+  return issue({"all_to_all", 0, input.dtype(), n}, [=, this] {
+    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    MP_CHECK_MPI(MPI_Alltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count,
+                              type, comm_));
+  });
+}
+
+WorkPtr MpiCommunicator::barrier() {
+  return issue({"barrier", 0, DType::kF32, 0}, [this] { MP_CHECK_MPI(MPI_Barrier(comm_)); });
+}
+
+WorkPtr MpiCommunicator::fence(const std::string& what) {
+  CollectiveInfo info{what, progress_->issued.load(), DType::kF32, 0};
+  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+  auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  issue({"split", 0, DType::kF32, 0}, [this, child, color, key] {
+    MP_CHECK_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, child.get()));
+  })->wait();
+  const uint64_t id = mix(mix(id_, ++splits_), static_cast<uint64_t>(color));
+  if (*child == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(new MpiCommunicator(ctx_, *child, id, name, options()));
+}
+
+}  // namespace mp

@@ -1,0 +1,72 @@
+// comm/mpi/mpi_communicator.h: the Communicator for CPU memory over MPI.
+// Collectives run in issue order on the communicator's own communication
+// thread (a CpuStream), so the caller's thread computes while they run.
+// MPI must be initialized with MPI_THREAD_MULTIPLE (launch/mpi_world.h).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi/mpi_context.h"
+#include "runtime/allocator.h"
+
+namespace mp {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Collective over MPI_COMM_WORLD: a communicator over all ranks, with a
+  // new context (datatypes, ops, peer monitor) that its splits share.
+  static std::unique_ptr<MpiCommunicator> create_world(const std::string& name, CommOptions options);
+
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return Device::cpu(); }
+  Stream& stream() override { return stream_; }
+
+  WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
+  WorkPtr all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
+  WorkPtr broadcast(const Tensor& tensor, int root) override;
+  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
+  WorkPtr barrier() override;
+  WorkPtr fence(const std::string& what) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+  // Bytes of scratch held for reduce_accumulate kFp32 (comm_scratch category).
+  MemStats memory() const { return allocator_.stats(); }
+
+ private:
+  MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id, std::string name,
+                  CommOptions options);
+
+  // Issues `body` on the communication thread as collective `info`.
+  WorkPtr issue(CollectiveInfo info, std::function<void()> body);
+  void check_fingerprint(const CollectiveInfo& info);
+  Work::Diagnose diagnoser() const;
+
+  // fp64 accumulation of rank chunks: rank r reduces the elements
+  // [offsets[r], offsets[r] + counts[r]) of every rank's input into out.
+  void accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
+                         const std::vector<int64_t>& counts, const Tensor& out,
+                         math::ElementOp op, double divisor);
+  void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o);
+
+  std::shared_ptr<MpiContext> ctx_;
+  MPI_Comm comm_;  // owned; used only on the communication thread after construction
+  uint64_t id_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> world_ranks_;  // member -> MPI_COMM_WORLD rank
+  std::shared_ptr<CommProgress> progress_;
+  uint64_t splits_ = 0;
+  Allocator allocator_;
+  Tensor scratch_;  // kFp32 accumulation chunks, allocated on first use
+  CpuStream stream_;  // last: its thread stops first
+};
+
+}  // namespace mp

@@ -1,0 +1,191 @@
+#include "comm/mpi/mpi_context.h"
+
+#include <sstream>
+
+#include "kernels/cpu/reduce.h"
+#include "runtime/error.h"
+#include "runtime/error_mpi.h"
+
+namespace mp {
+namespace {
+
+constexpr int kQueryTag = 7001;
+constexpr int kReplyTag = 7002;
+
+// MPI user op: inout[i] = inout[i] (op) in[i] in storage type T.
+template <class T, math::ElementOp kOp>
+void user_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_pair_cpu(in, inout, *len, dtype_of_v<T>, kOp);
+}
+
+template <class T>
+void create_ops(MPI_Op (&ops)[3], bool builtin_sum) {
+  if (builtin_sum) {
+    ops[0] = MPI_SUM;
+  } else {
+    MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kSum>, 1, &ops[0]));
+  }
+  MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMax>, 1, &ops[1]));
+  MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMin>, 1, &ops[2]));
+}
+
+}  // namespace
+
+MpiContext::MpiContext() {
+  MP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  MP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &side_));
+  MP_CHECK_MPI(MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN));
+  // Distinct handles for bf16 and fp16, so a datatype names its format.
+  MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_));
+  MP_CHECK_MPI(MPI_Type_commit(&bf16_type_));
+  MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &fp16_type_));
+  MP_CHECK_MPI(MPI_Type_commit(&fp16_type_));
+  create_ops<float>(ops_[0], /*builtin_sum=*/true);
+  create_ops<bf16>(ops_[1], false);
+  create_ops<fp16>(ops_[2], false);
+  responder_ = std::thread([this] { respond_loop(); });
+}
+
+MpiContext::~MpiContext() {
+  stop_ = true;
+  responder_.join();
+  for (auto& row : ops_) {
+    for (MPI_Op& op : row) {
+      if (op != MPI_SUM && op != MPI_OP_NULL) MPI_Op_free(&op);
+    }
+  }
+  MPI_Type_free(&bf16_type_);
+  MPI_Type_free(&fp16_type_);
+  MPI_Comm_free(&side_);
+}
+
+MPI_Datatype MpiContext::datatype(DType t) const {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16: return bf16_type_;
+    case DType::kF16: return fp16_type_;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: return MPI_UINT8_T;
+  }
+  MP_THROW(EnforceError, "invalid DType ", static_cast<int>(t));
+}
+
+MPI_Op MpiContext::op(DType t, math::ElementOp op) const {
+  const int row = t == DType::kF32 ? 0 : t == DType::kBF16 ? 1 : t == DType::kF16 ? 2 : -1;
+  if (row < 0) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
+  return ops_[row][static_cast<int>(op)];
+}
+
+void MpiContext::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comms_[id] = std::move(progress);
+}
+
+void MpiContext::unregister_comm(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comms_.erase(id);
+}
+
+// Query: {comm id, nonce}. Reply: {nonce, known (0/1), issued, started}.
+void MpiContext::respond_loop() {
+  uint64_t query[2] = {};
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Irecv(query, 2, MPI_UINT64_T, MPI_ANY_SOURCE, kQueryTag, side_, &req);
+  while (!stop_.load()) {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Test(&req, &arrived, &status);
+    if (!arrived) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    uint64_t reply[4] = {query[1], 0, 0, 0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = comms_.find(query[0]);
+      if (it != comms_.end()) {
+        reply[1] = 1;
+        reply[2] = it->second->issued.load();
+        reply[3] = it->second->started.load();
+      }
+    }
+    // Four words go eagerly: this does not wait for the asker.
+    MPI_Send(reply, 4, MPI_UINT64_T, status.MPI_SOURCE, kReplyTag, side_);
+    MPI_Irecv(query, 2, MPI_UINT64_T, MPI_ANY_SOURCE, kQueryTag, side_, &req);
+  }
+  MPI_Cancel(&req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+std::string MpiContext::diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
+                                 std::chrono::milliseconds reply_timeout) {
+  std::lock_guard<std::mutex> lock(diagnose_mu_);
+  const uint64_t nonce = ++nonce_ | (static_cast<uint64_t>(world_rank_) << 40);
+  struct Peer {
+    int member;  // rank in the communicator
+    int world;   // rank in the side channel
+    uint64_t reply[4] = {};
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool answered = false;
+  };
+  std::vector<Peer> peers;
+  for (int m = 0; m < static_cast<int>(members.size()); ++m) {
+    if (members[m] != world_rank_) peers.push_back(Peer{m, members[m]});
+  }
+  const uint64_t query[2] = {id, nonce};
+  for (Peer& p : peers) {
+    MP_CHECK_MPI(MPI_Irecv(p.reply, 4, MPI_UINT64_T, p.world, kReplyTag, side_, &p.req));
+    MP_CHECK_MPI(MPI_Send(query, 2, MPI_UINT64_T, p.world, kQueryTag, side_));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + reply_timeout;
+  size_t pending = peers.size();
+  while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (Peer& p : peers) {
+      if (p.answered) continue;
+      int done = 0;
+      MP_CHECK_MPI(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE));
+      if (!done) continue;
+      if (p.reply[0] != nonce) {  // a late answer to an earlier diagnosis
+        MP_CHECK_MPI(MPI_Irecv(p.reply, 4, MPI_UINT64_T, p.world, kReplyTag, side_, &p.req));
+        continue;
+      }
+      p.answered = true;
+      --pending;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::ostringstream behind, unknown, silent;
+  std::string all_arrived_note;
+  int behind_count = 0;
+  for (Peer& p : peers) {
+    if (!p.answered) {
+      MPI_Cancel(&p.req);
+      MPI_Wait(&p.req, MPI_STATUS_IGNORE);
+      silent << (silent.tellp() > 0 ? ", " : "") << "rank " << p.member;
+      continue;
+    }
+    const uint64_t issued = p.reply[2], started = p.reply[3];
+    if (p.reply[1] == 0) {
+      unknown << (unknown.tellp() > 0 ? ", " : "") << "rank " << p.member;
+    } else if (issued < sequence) {
+      ++behind_count;
+      behind << (behind.tellp() > 0 ? "; " : "") << "rank " << p.member << " (has issued up to #"
+             << issued << ")";
+    } else if (started < sequence) {
+      ++behind_count;
+      behind << (behind.tellp() > 0 ? "; " : "") << "rank " << p.member << " (issued #" << sequence
+             << " but its communication thread is still in #" << started << ")";
+    }
+  }
+  std::ostringstream out;
+  if (behind_count > 0) out << "Not arrived: " << behind.str() << ". ";
+  if (silent.tellp() > 0) {
+    out << "No answer within " << reply_timeout.count() << " ms (dead, or stuck outside MPI): "
+        << silent.str() << ". ";
+  }
+  if (unknown.tellp() > 0) out << "Communicator not (or no longer) present on: " << unknown.str() << ". ";
+  if (out.tellp() == 0) out << "Every rank has started it; the transport is stalled.";
+  return out.str();
+}
+
+}  // namespace mp

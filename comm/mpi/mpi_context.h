@@ -1,0 +1,80 @@
+// comm/mpi/mpi_context.h: what all MPI communicators of a job share: MPI
+// datatypes and reduction ops for 16-bit floats, and the peer monitor, a
+// side channel that tells a timed-out rank where every other rank is.
+//
+// Note [Peer monitor]
+// Each communicator publishes, per communicator id, the sequence number of
+// the last collective its host issued and the last one its communication
+// thread started. A responder thread per process answers queries for these
+// on a private duplicate of MPI_COMM_WORLD. It answers even while the
+// process's main thread computes and its communication thread is blocked
+// inside a collective. A rank whose wait() times out asks every member.
+// Members behind the sequence number "did not arrive"; members that do not
+// answer within the diagnosis timeout are dead or stuck outside MPI.
+// Communicator ids are derived from lineage (hash of the parent id, the
+// parent's split count and the color), so they agree on every member.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/reduce_math.h"
+#include "runtime/dtype.h"
+
+namespace mp {
+
+// Progress of one communicator on this rank, read by the responder thread.
+struct CommProgress {
+  std::atomic<uint64_t> issued{0};   // last sequence number issued by the host
+  std::atomic<uint64_t> started{0};  // last sequence number its comm thread started
+};
+
+class MpiContext {
+ public:
+  // Collective over MPI_COMM_WORLD (duplicates it for the side channel).
+  MpiContext();
+  ~MpiContext();
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+
+  MPI_Datatype datatype(DType t) const;
+  // Reduction op for dtype t; fp32 sum is MPI_SUM, the rest are ours.
+  MPI_Op op(DType t, math::ElementOp op) const;
+
+  void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
+  void unregister_comm(uint64_t id);
+
+  // Asks each world rank in `members` (except this one) for its progress on
+  // communicator `id`, and describes those not at `sequence` yet.
+  std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
+                       std::chrono::milliseconds reply_timeout);
+
+  int world_rank() const { return world_rank_; }
+
+ private:
+  void respond_loop();
+
+  int world_rank_ = 0;
+  MPI_Comm side_ = MPI_COMM_NULL;
+  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
+  MPI_Datatype fp16_type_ = MPI_DATATYPE_NULL;
+  MPI_Op ops_[3][3] = {};  // [fp32, bf16, fp16][sum, max, min]
+
+  std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;
+  std::mutex diagnose_mu_;  // one diagnosis at a time per process
+  uint64_t nonce_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread responder_;
+};
+
+}  // namespace mp

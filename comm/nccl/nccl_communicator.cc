@@ -1,0 +1,541 @@
+#include "comm/nccl/nccl_communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "comm/nccl/nccl_state.h"
+#include "kernels/convert.h"
+#include "kernels/cuda/reduce_cuda.h"
+#include "runtime/error.h"
+#include "runtime/error_cuda.h"
+#include "runtime/error_mpi.h"
+
+namespace mp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+
+static_assert(ncclFloat8e4m3 == 10 && ncclFloat8e5m2 == 11, "NCCL 2.24+ with fp8 types is required");
+
+// The NCCL type of a dtype, for reductions (fp8 is rejected before this).
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kF8E4M3: return ncclFloat8e4m3;
+    case DType::kF8E5M2: return ncclFloat8e5m2;
+  }
+  MP_THROW(EnforceError, "invalid DType ", static_cast<int>(t));
+}
+
+// The type data moves as in copies (all_gather, broadcast, all_to_all,
+// send/recv). fp8 moves as bytes: identical bits, and NCCL 2.27+ is reported
+// to refuse its fp8 types below sm_90 even for gathers, while this build
+// targets sm_80 too.
+ncclDataType_t nccl_copy_type(DType t) { return is_fp8(t) ? ncclUint8 : nccl_type(t); }
+
+math::ElementOp element_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return math::ElementOp::kSum;
+    case ReduceOp::kMax: return math::ElementOp::kMax;
+    case ReduceOp::kMin: return math::ElementOp::kMin;
+  }
+  MP_THROW(EnforceError, "invalid ReduceOp ", static_cast<int>(op));
+}
+
+// The total divisor of a reduction: size() for avg, times divide_factor.
+double divisor_of(const ReduceOptions& o, int size) {
+  MP_ENFORCE(o.divide_factor > 0, "divide_factor must be positive, got ", o.divide_factor);
+  return (o.op == ReduceOp::kAvg ? size : 1) * o.divide_factor;
+}
+
+void check_reducible(DType t) {
+  if (is_fp8(t)) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
+}
+
+char* byte_ptr(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.data()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+char* byte_ptr(const Buffer& b, size_t offset_bytes) { return static_cast<char*>(b.data()) + offset_bytes; }
+
+size_t count_of(int64_t n) { return static_cast<size_t>(n); }
+
+uint64_t id_of(const ncclUniqueId& uid) {  // FNV-1a: the same on every member
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : uid.internal) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+struct Fingerprint {
+  char op[24];
+  int64_t dtype;
+  int64_t count;
+  int64_t sequence;
+};
+
+}  // namespace
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm bootstrap, Device device,
+                                                           const std::string& name, CommOptions options,
+                                                           std::shared_ptr<MpiContext> monitor) {
+  MP_ENFORCE(device.is_cuda(), "the NCCL communicator '", name, "' needs a CUDA device, got ", device);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MP_CHECK_MPI(MPI_Comm_dup(bootstrap, &comm));
+  std::unique_ptr<NcclCommunicator> c;
+  try {
+    c.reset(new NcclCommunicator(comm, device, name, options, std::move(monitor)));
+  } catch (...) {
+    MPI_Comm_free(&comm);
+    throw;
+  }
+  c->init_nccl();  // on failure the destructor frees what was made
+  return c;
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, Device device, std::string name,
+                                   CommOptions options, std::shared_ptr<MpiContext> monitor)
+    : Communicator(std::move(name), options),
+      bootstrap_(bootstrap),
+      device_(device),
+      monitor_(std::move(monitor)),
+      state_(std::make_shared<NcclState>(this->name(), options.timeout, options.diagnose_timeout)),
+      allocator_(device),
+      stream_(device, "nccl:" + this->name()) {
+  MP_CHECK_MPI(MPI_Comm_set_errhandler(bootstrap_, MPI_ERRORS_RETURN));
+  MP_CHECK_MPI(MPI_Comm_rank(bootstrap_, &rank_));
+  MP_CHECK_MPI(MPI_Comm_size(bootstrap_, &size_));
+  if (monitor_) {
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MP_CHECK_MPI(MPI_Comm_group(bootstrap_, &group));
+    MP_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> members(size_);
+    for (int i = 0; i < size_; ++i) members[i] = i;
+    world_ranks_.resize(size_);
+    const int rc = MPI_Group_translate_ranks(group, size_, members.data(), world, world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    MP_CHECK_MPI(rc);
+  }
+}
+
+void NcclCommunicator::init_nccl() {
+  CudaDeviceGuard guard(device_);
+  struct IdMessage {
+    ncclUniqueId id;
+    int32_t result;
+  } msg{};
+  if (rank_ == 0) msg.result = ncclGetUniqueId(&msg.id);
+  // Everyone learns whether rank 0 got an id, so no rank waits in init alone.
+  MP_CHECK_MPI(MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, bootstrap_));
+  if (msg.result != ncclSuccess) {
+    MP_THROW(CommError, "rank 0 of communicator '", name(), "' could not create an NCCL unique id: ",
+             ncclGetErrorString(static_cast<ncclResult_t>(msg.result)));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; we poll ncclCommGetAsyncError
+  config.commName = name().c_str();
+  std::lock_guard<std::timed_mutex> lock(state_->mutex());
+  const ncclResult_t rc = ncclCommInitRankConfig(state_->comm_slot(), size_, msg.id, rank_, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    state_->abort_locked("initialization failed");
+    MP_CHECK_NCCL(rc);
+  }
+  state_->wait_ready_locked(detail::str("NCCL initialization (", size_, " ranks, ", device_, ")"));
+  if (monitor_) {
+    // The unique id is the same on every member and new for every communicator.
+    monitor_id_ = id_of(msg.id);
+    state_->set_monitor(monitor_, monitor_id_, world_ranks_);
+    monitor_->register_comm(monitor_id_, state_->progress_ptr());
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  try {
+    CudaDeviceGuard guard(device_);
+    bool drained = false;
+    try {
+      drained = stream_.record().wait_for(options().timeout);
+    } catch (const Error&) {
+      // A CUDA error; the Work that carried it reported it.
+    }
+    std::lock_guard<std::timed_mutex> lock(state_->mutex());
+    state_->close_locked(drained);
+  } catch (...) {
+    // Destructors do not throw; there is nothing left to clean up on error.
+  }
+  if (monitor_id_ != 0) monitor_->unregister_comm(monitor_id_);
+  MPI_Comm_free(&bootstrap_);
+}
+
+bool NcclCommunicator::aborted() const {
+  std::lock_guard<std::timed_mutex> lock(state_->mutex());
+  return state_->aborted_locked();
+}
+
+void NcclCommunicator::abort(const std::string& reason) {
+  std::lock_guard<std::timed_mutex> lock(state_->mutex());
+  state_->abort_locked(reason);
+}
+
+Work::Diagnose NcclCommunicator::diagnoser() const {
+  return [state = state_](const CollectiveInfo& info) { return state->diagnose(info); };
+}
+
+void NcclCommunicator::check_tensor(const Tensor& t, const char* what) const {
+  MP_ENFORCE(t.defined(), what, " is undefined");
+  MP_ENFORCE(t.device() == device_, "the NCCL communicator '", name(), "' on ", device_,
+             " needs tensors on that device; ", what, " is ", t.describe());
+}
+
+WorkPtr NcclCommunicator::issue(CollectiveInfo info, const std::function<void()>& enqueue) {
+  NcclState& s = *state_;
+  {
+    std::lock_guard<std::timed_mutex> lock(s.mutex());
+    s.throw_if_aborted_locked();
+  }
+  info.sequence = s.progress().issued.load() + 1;
+  s.progress().issued.store(info.sequence);
+  if (options().check_fingerprints) check_fingerprint(info);
+  CudaDeviceGuard guard(device_);
+  std::lock_guard<std::timed_mutex> lock(s.mutex());
+  s.throw_if_aborted_locked();
+  s.wait_ready_locked("the state check before " + info.describe());  // async errors
+  try {
+    enqueue();
+  } catch (const CommError&) {
+    throw;  // wait_ready_locked has aborted already
+  } catch (...) {
+    // This rank is now out of step with the others: refuse further use.
+    s.abort_locked("issuing " + info.describe() + " failed");
+    throw;
+  }
+  s.progress().started.store(info.sequence);
+  Event done = stream_.record();
+  s.track_locked(info.sequence, done);
+  return std::make_shared<Work>(info, std::move(done), name(), options().timeout, diagnoser());
+}
+
+void NcclCommunicator::check_fingerprint(const CollectiveInfo& info) {
+  // Heap buffers: after a timeout MPI may still write them, so they are then
+  // deliberately leaked (the communicator is aborted; this happens once).
+  auto mine = std::make_unique<Fingerprint>();
+  std::memset(mine.get(), 0, sizeof(Fingerprint));
+  std::memcpy(mine->op, info.op.data(), std::min(info.op.size(), sizeof(mine->op) - 1));
+  mine->dtype = static_cast<int64_t>(info.dtype);
+  mine->count = info.count;
+  mine->sequence = static_cast<int64_t>(info.sequence);
+  auto all = std::make_unique<Fingerprint[]>(static_cast<size_t>(size_));
+  const int bytes = static_cast<int>(sizeof(Fingerprint));
+  MPI_Request req = MPI_REQUEST_NULL;
+  MP_CHECK_MPI(MPI_Iallgather(mine.get(), bytes, MPI_BYTE, all.get(), bytes, MPI_BYTE, bootstrap_, &req));
+  const auto deadline = Clock::now() + options().timeout;
+  for (int done = 0; !done;) {
+    MP_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (Clock::now() >= deadline) {
+      (void)mine.release();
+      (void)all.release();
+      abort("fingerprint exchange timed out");
+      MP_THROW(CommError, "the fingerprint exchange before ", info.describe(), " on communicator '",
+               name(), "' did not complete within ", seconds(options().timeout),
+               " s: some rank has not issued it. The communicator was aborted.");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  bool same = true;
+  for (int r = 0; r < size_; ++r) same = same && std::memcmp(&all[r], mine.get(), sizeof(Fingerprint)) == 0;
+  if (same) return;
+  std::ostringstream os;
+  for (int r = 0; r < size_; ++r) {
+    const Fingerprint& f = all[r];
+    const bool valid = f.dtype >= 0 && f.dtype < kNumDTypes;
+    os << (r ? "; " : "") << "rank " << r << ": " << std::string(f.op, strnlen(f.op, sizeof(f.op)))
+       << " #" << f.sequence << " (" << (valid ? dtype_name(static_cast<DType>(f.dtype)) : "?")
+       << " x " << f.count << ")";
+  }
+  abort("collective mismatch");
+  MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
+           ": the ranks called different collectives: ", os.str());
+}
+
+size_t NcclCommunicator::ensure_scratch() {
+  if (scratch_.data() == nullptr) {
+    // At least one element of the widest dtype per rank, so a round moves something.
+    const size_t bytes = std::max(options().accumulate_chunk_bytes, 4 * static_cast<size_t>(size_));
+    scratch_ = allocator_.allocate(bytes, MemCategory::kCommScratch);
+  }
+  return scratch_.size_bytes();
+}
+
+void NcclCommunicator::post_divide(const Tensor& output, double divisor) {
+  if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor}, &stream_);
+}
+
+WorkPtr NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor(input, "all_gather input");
+  check_tensor(output, "all_gather output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_gather from ", input.describe(), " to ", output.describe());
+  const int64_t n = input.numel();
+  MP_ENFORCE_EQ(output.numel(), n * size_, "all_gather output must hold size() x input elements");
+  // In place when input is output's rank slice: NCCL's convention too.
+  return issue({"all_gather", 0, input.dtype(), n}, [&] {
+    if (n == 0) return;
+    MP_NCCL_ENQUEUE(*state_, ncclAllGather(input.data(), output.data(), count_of(n),
+                                            nccl_copy_type(input.dtype()), state_->comm(), stream_.handle()));
+  });
+}
+
+WorkPtr NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_tensor(input, "reduce_scatter input");
+  check_tensor(output, "reduce_scatter output");
+  check_reducible(input.dtype());
+  const int64_t n = output.numel();
+  MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
+  const bool in_place = output.data() == byte_ptr(input, rank_ * n);
+  const double divisor = divisor_of(o, size_);
+  const math::ElementOp op = element_op(o.op);
+  if (o.accumulate == ReduceAccumulate::kWire) {
+    MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
+               input.describe(), " to ", output.describe(), ": dtypes must be equal");
+  }
+  if (o.accumulate == ReduceAccumulate::kFp32 || op != math::ElementOp::kSum) {
+    MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
+               "in-place reduce_scatter needs equal input and output dtypes");
+    std::vector<int64_t> offsets(size_), counts(size_, n);
+    for (int j = 0; j < size_; ++j) offsets[j] = j * n;
+    return issue({"reduce_scatter", 0, input.dtype(), n},
+                 [&] { accumulate_chunks(input, offsets, counts, output, op, divisor); });
+  }
+  return issue({"reduce_scatter", 0, input.dtype(), n}, [&] {
+    if (n == 0) return;
+    MP_NCCL_ENQUEUE(*state_, ncclReduceScatter(input.data(), output.data(), count_of(n),
+                                                nccl_type(input.dtype()), ncclSum, state_->comm(),
+                                                stream_.handle()));
+    post_divide(output, divisor);
+  });
+}
+
+WorkPtr NcclCommunicator::all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_tensor(input, "all_reduce input");
+  check_tensor(output, "all_reduce output");
+  check_reducible(input.dtype());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
+  const double divisor = divisor_of(o, size_);
+  const math::ElementOp op = element_op(o.op);
+  const int64_t n = input.numel();
+  if (o.accumulate == ReduceAccumulate::kWire) {
+    MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
+               input.describe(), " to ", output.describe(), ": dtypes must be equal");
+  }
+  if (o.accumulate == ReduceAccumulate::kWire && op == math::ElementOp::kSum) {
+    return issue({"all_reduce", 0, input.dtype(), n}, [&] {
+      if (n == 0) return;
+      MP_NCCL_ENQUEUE(*state_, ncclAllReduce(input.data(), output.data(), count_of(n),
+                                              nccl_type(input.dtype()), ncclSum, state_->comm(),
+                                              stream_.handle()));
+      post_divide(output, divisor);
+    });
+  }
+  MP_ENFORCE(input.data() != output.data() || input.dtype() == output.dtype(),
+             "in-place all_reduce needs equal input and output dtypes");
+  // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter
+  // or empty), then every rank gathers every chunk.
+  const int64_t chunk = (n + size_ - 1) / size_;
+  std::vector<int64_t> offsets(size_), counts(size_);
+  for (int j = 0; j < size_; ++j) {
+    offsets[j] = std::min(j * chunk, n);
+    counts[j] = std::min(chunk, n - offsets[j]);
+  }
+  return issue({"all_reduce", 0, input.dtype(), n}, [&] {
+    accumulate_chunks(input, offsets, counts, output.flat(offsets[rank_], counts[rank_]), op, divisor);
+    gather_chunks(output, offsets, counts);
+  });
+}
+
+void NcclCommunicator::accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
+                                         const std::vector<int64_t>& counts, const Tensor& out,
+                                         math::ElementOp op, double divisor) {
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  if (longest == 0) return;
+  const size_t elem = dtype_size(input.dtype());
+  const int64_t piece = static_cast<int64_t>(ensure_scratch() / (elem * static_cast<size_t>(size_)));
+  const int64_t mine = counts[rank_];
+  const ncclDataType_t type = nccl_type(input.dtype());
+  const cudaStream_t stream = stream_.handle();
+  // Every rank loops over the longest chunk so the rounds match everywhere.
+  for (int64_t begin = 0; begin < longest; begin += piece) {
+    const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
+    if (recv > 0) {  // our own contribution, slot rank_
+      MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(scratch_, static_cast<size_t>(rank_ * piece) * elem),
+                                    byte_ptr(input, offsets[rank_] + begin), count_of(recv) * elem,
+                                    cudaMemcpyDeviceToDevice, stream));
+    }
+    if (size_ > 1) {
+      NcclGroup group;
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
+        if (recv > 0) {
+          MP_CHECK_NCCL(ncclRecv(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem), count_of(recv),
+                                 type, j, state_->comm(), stream));
+        }
+        if (send > 0) {
+          MP_CHECK_NCCL(ncclSend(byte_ptr(input, offsets[j] + begin), count_of(send), type, j,
+                                 state_->comm(), stream));
+        }
+      }
+      MP_NCCL_ENQUEUE(*state_, group.end());
+    }
+    if (recv > 0) {
+      accumulate_rank_chunks_cuda(scratch_.data(), input.dtype(), size_, piece, recv, byte_ptr(out, begin),
+                                  out.dtype(), op, divisor, stream);
+    }
+  }
+}
+
+void NcclCommunicator::gather_chunks(const Tensor& output, const std::vector<int64_t>& offsets,
+                                     const std::vector<int64_t>& counts) {
+  if (size_ == 1 || output.numel() == 0) return;
+  const ncclDataType_t type = nccl_copy_type(output.dtype());
+  const int64_t chunk = counts[0];  // the first chunk is the longest
+  if (chunk * size_ == output.numel()) {  // equal chunks: a ring all-gather, in place
+    MP_NCCL_ENQUEUE(*state_, ncclAllGather(byte_ptr(output, offsets[rank_]), output.data(), count_of(chunk),
+                                            type, state_->comm(), stream_.handle()));
+    return;
+  }
+  // Unequal chunks: every rank sends its chunk to every other, straight
+  // between the outputs; no padding, no scratch.
+  NcclGroup group;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    if (counts[rank_] > 0) {
+      MP_CHECK_NCCL(ncclSend(byte_ptr(output, offsets[rank_]), count_of(counts[rank_]), type, j,
+                             state_->comm(), stream_.handle()));
+    }
+    if (counts[j] > 0) {
+      MP_CHECK_NCCL(ncclRecv(byte_ptr(output, offsets[j]), count_of(counts[j]), type, j, state_->comm(),
+                             stream_.handle()));
+    }
+  }
+  MP_NCCL_ENQUEUE(*state_, group.end());
+}
+
+WorkPtr NcclCommunicator::broadcast(const Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast tensor");
+  MP_ENFORCE(root >= 0 && root < size_, "broadcast root ", root, " outside [0, ", size_, ")");
+  const int64_t n = tensor.numel();
+  return issue({"broadcast", 0, tensor.dtype(), n}, [&] {
+    if (n == 0) return;
+    MP_NCCL_ENQUEUE(*state_, ncclBroadcast(tensor.data(), tensor.data(), count_of(n),
+                                            nccl_copy_type(tensor.dtype()), root, state_->comm(),
+                                            stream_.handle()));
+  });
+}
+
+WorkPtr NcclCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
+  check_tensor(input, "all_to_all input");
+  check_tensor(output, "all_to_all output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all from ", input.describe(), " to ", output.describe());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
+  MP_ENFORCE_EQ(input.numel() % size_, 0, "all_to_all needs size() equal chunks");
+  const int64_t n = input.numel() / size_;
+  const bool in_place = input.data() == output.data();
+  return issue({"all_to_all", 0, input.dtype(), n}, [&] {
+    if (n == 0) return;
+    if (in_place) return all_to_all_in_place(output, n);
+    const size_t elem = dtype_size(input.dtype());
+    MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(output, rank_ * n), byte_ptr(input, rank_ * n), count_of(n) * elem,
+                                  cudaMemcpyDeviceToDevice, stream_.handle()));
+    if (size_ == 1) return;
+    const ncclDataType_t type = nccl_copy_type(input.dtype());
+    NcclGroup group;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      MP_CHECK_NCCL(ncclSend(byte_ptr(input, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
+      MP_CHECK_NCCL(ncclRecv(byte_ptr(output, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
+    }
+    MP_NCCL_ENQUEUE(*state_, group.end());
+  });
+}
+
+void NcclCommunicator::all_to_all_in_place(const Tensor& tensor, int64_t n) {
+  if (size_ == 1) return;  // our own chunk stays where it is
+  const size_t elem = dtype_size(tensor.dtype());
+  const int64_t piece = static_cast<int64_t>(ensure_scratch() / (elem * static_cast<size_t>(size_)));
+  const ncclDataType_t type = nccl_copy_type(tensor.dtype());
+  const cudaStream_t stream = stream_.handle();
+  // Round by round, stage elements [begin, begin + len) of every other
+  // chunk, then receive into exactly those elements: what a round
+  // overwrites was staged before, and later rounds read other elements.
+  for (int64_t begin = 0; begin < n; begin += piece) {
+    const int64_t len = std::min(piece, n - begin);
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem),
+                                    byte_ptr(tensor, j * n + begin), count_of(len) * elem,
+                                    cudaMemcpyDeviceToDevice, stream));
+    }
+    NcclGroup group;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      MP_CHECK_NCCL(ncclSend(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem), count_of(len), type, j,
+                             state_->comm(), stream));
+      MP_CHECK_NCCL(ncclRecv(byte_ptr(tensor, j * n + begin), count_of(len), type, j, state_->comm(), stream));
+    }
+    MP_NCCL_ENQUEUE(*state_, group.end());
+  }
+}
+
+WorkPtr NcclCommunicator::barrier() {
+  if (barrier_buffer_.data() == nullptr) {
+    CudaDeviceGuard guard(device_);
+    barrier_buffer_ = allocator_.allocate(sizeof(int32_t), MemCategory::kCommScratch);
+    MP_CHECK_CUDA(cudaMemsetAsync(barrier_buffer_.data(), 0, sizeof(int32_t), stream_.handle()));
+  }
+  return issue({"barrier", 0, DType::kF32, 0}, [&] {
+    // 0 + 0 + ... stays 0: the value never matters, only that every rank took part.
+    MP_NCCL_ENQUEUE(*state_, ncclAllReduce(barrier_buffer_.data(), barrier_buffer_.data(), 1, ncclInt32,
+                                            ncclSum, state_->comm(), stream_.handle()));
+  });
+}
+
+WorkPtr NcclCommunicator::fence(const std::string& what) {
+  CollectiveInfo info{what, state_->progress().issued.load(), DType::kF32, 0};
+  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
+  {
+    std::lock_guard<std::timed_mutex> lock(state_->mutex());
+    state_->throw_if_aborted_locked();
+  }
+  CollectiveInfo info{"split", state_->progress().issued.load() + 1, DType::kF32, 0};
+  state_->progress().issued.store(info.sequence);
+  if (options().check_fingerprints) check_fingerprint(info);
+  // Host-side only: the parent's GPU work is not waited for. See the header
+  // for why the child is a fresh NCCL init rather than ncclCommSplit.
+  MPI_Comm child = MPI_COMM_NULL;
+  MP_CHECK_MPI(MPI_Comm_split(bootstrap_, color < 0 ? MPI_UNDEFINED : color, key, &child));
+  state_->progress().started.store(info.sequence);
+  if (child == MPI_COMM_NULL) return nullptr;
+  try {
+    std::unique_ptr<Communicator> c = create(child, device_, name, options(), monitor_);
+    MPI_Comm_free(&child);
+    return c;
+  } catch (...) {
+    MPI_Comm_free(&child);
+    throw;
+  }
+}
+
+}  // namespace mp

@@ -1,0 +1,27 @@
+#include "comm/work.h"
+
+#include "runtime/error.h"
+
+namespace mp {
+
+std::string CollectiveInfo::describe() const {
+  return detail::str(op, " #", sequence, " (", dtype_name(dtype), " x ", count, ")");
+}
+
+Work::Work(CollectiveInfo info, Event done, std::string communicator_name,
+           std::chrono::milliseconds default_timeout, Diagnose diagnose)
+    : info_(std::move(info)),
+      done_(std::move(done)),
+      communicator_name_(std::move(communicator_name)),
+      default_timeout_(default_timeout),
+      diagnose_(std::move(diagnose)) {}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (done_.wait_for(timeout)) return;  // rethrows the collective's failure
+  const std::string diagnosis = diagnose_ ? diagnose_(info_) : std::string();
+  MP_THROW(CommError, info_.describe(), " on communicator '", communicator_name_,
+           "' did not complete within ", static_cast<double>(timeout.count()) / 1000.0, " s. ",
+           diagnosis);
+}
+
+}  // namespace mp
