@@ -1,0 +1,105 @@
+// bench/mp_bench.cc: the benchmark driver, one process per rank:
+//   launch/mprun -np 2 build/mp_bench comm [--sizes 64K,16M] [--iters N] [--warmup N] [--json-only]
+// Each measurement is one JSON line on rank 0's stdout (bench/bench.h).
+// Exit codes: 0 success, 2 bad suite, flag or option value, 1 runtime
+// failure (a wrong collective result included). Errors go to stderr
+// prefixed "[rank R]"; a failing rank then aborts the job so no other rank
+// waits for it forever.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "bench/suites.h"
+#include "launch/mpi_world.h"
+#include "runtime/error.h"
+
+namespace mp::bench {
+namespace {
+
+struct Suite {
+  const char* name;
+  void (*run)(const BenchContext&);
+  const char* what;
+};
+
+constexpr Suite kSuites[] = {
+    {"comm", run_comm_suite, "MpiCommunicator collectives vs raw MPI (run with -np 2 or more)"},
+    {"reduce_accuracy", run_reduce_accuracy_suite,
+     "bf16 reductions: kWire vs kFp32 error against the exact sum, at this world size and simulated rings"},
+};
+
+const Suite* find_suite(const std::string& name) {
+  for (const Suite& s : kSuites) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+std::string suite_list() {
+  std::string out;
+  for (const Suite& s : kSuites) out += detail::str("\n  ", s.name, ": ", s.what);
+  return out;
+}
+
+}  // namespace
+}  // namespace mp::bench
+
+int main(int argc, char** argv) {
+  namespace b = mp::bench;
+  CLI::App app{"mp_bench: benchmarks that print one JSON line per measurement, each against a "
+               "reference measured in the same run.\n"
+               "Launch with: launch/mprun -np 2 build/mp_bench SUITE [options]\nSuites:" +
+               b::suite_list()};
+  std::string suite_name;
+  std::vector<std::string> sizes;
+  b::BenchOptions options;
+  app.add_option("suite", suite_name, "The suite to run")->required();
+  app.add_option("--sizes", sizes,
+                 "Sizes to sweep, in bytes, with optional K, M or G (binary): 64K,16M or 65536 "
+                 "(default: the suite's sweep)")
+      ->delimiter(',');
+  app.add_option("--iters", options.iters, "Timed iterations per contender")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--warmup", options.warmup, "Untimed iterations per contender first")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_flag("--json-only", options.json_only, "Print only the JSON lines (no '# ' notes)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const b::Suite* suite = b::find_suite(suite_name);
+  if (suite == nullptr) {
+    std::cerr << "mp_bench: unknown suite '" << suite_name << "'; suites:" << b::suite_list() << std::endl;
+    return 2;
+  }
+  try {
+    for (const std::string& s : sizes) options.sizes_bytes.push_back(b::parse_size_bytes(s));
+  } catch (const mp::Error& e) {
+    std::cerr << "mp_bench: " << e.message() << std::endl;
+    return 2;
+  }
+
+  std::unique_ptr<mp::MpiWorld> world;
+  try {
+    world = std::make_unique<mp::MpiWorld>(&argc, &argv);
+    const b::Reporter reporter(suite->name, world->rank(), options.json_only);
+    suite->run(b::BenchContext{*world, options, reporter});
+    return 0;
+  } catch (const mp::Error& e) {
+    std::cerr << e.what() << std::endl;
+    const int code = dynamic_cast<const mp::ConfigError*>(&e) ? 2 : 1;
+    if (world && world->size() > 1) world->abort(code);
+    return code;
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << mp::error_rank() << "] mp_bench: " << e.what() << std::endl;
+    if (world && world->size() > 1) world->abort(1);
+    return 1;
+  }
+}
