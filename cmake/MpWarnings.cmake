@@ -3,6 +3,9 @@
 set(MP_WARNING_FLAGS -Wall -Wextra -Wundef -Wshadow -Wnon-virtual-dtor -Wcast-align)
 
 if(MP_SANITIZE)
+  # GCC's -Wmaybe-uninitialized gives false positives in libstdc++ (std::regex,
+  # std::function) when sanitizers instrument optimized code.
+  list(APPEND MP_WARNING_FLAGS -Wno-maybe-uninitialized)
   set(MP_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined
                         -fno-omit-frame-pointer)
   add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${MP_SANITIZE_FLAGS}>")
