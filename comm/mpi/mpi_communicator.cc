@@ -1,5 +1,7 @@
 #include "comm/mpi/mpi_communicator.h"
 
+#include "comm/backend_util.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -12,6 +14,11 @@
 
 namespace mp {
 namespace {
+
+using comm_detail::check_reducible;
+using comm_detail::element_op;
+using comm_detail::element_ptr;
+using comm_detail::reduction_divisor;
 
 constexpr int kChunkTag = 9001;
 // Large all-reduces and broadcasts go in pieces of at most 16 MiB. MPI
@@ -29,29 +36,9 @@ uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step: ids derived from lin
   return h ^ (h >> 31);
 }
 
-math::ElementOp element_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return math::ElementOp::kSum;
-    case ReduceOp::kMax: return math::ElementOp::kMax;
-    case ReduceOp::kMin: return math::ElementOp::kMin;
-  }
-  MP_THROW(EnforceError, "invalid ReduceOp ", static_cast<int>(op));
-}
-
-// The total divisor of a reduction: size() for avg, times divide_factor.
-double divisor_of(const ReduceOptions& o, int size) {
-  MP_ENFORCE(o.divide_factor > 0, "divide_factor must be positive, got ", o.divide_factor);
-  return (o.op == ReduceOp::kAvg ? size : 1) * o.divide_factor;
-}
-
 void check_cpu(const Tensor& t, const char* what) {
   MP_ENFORCE(t.defined(), what, " is undefined");
   MP_ENFORCE(t.device().is_cpu(), "the MPI communicator needs CPU tensors; ", what, " is ", t.describe());
-}
-
-void check_reducible(DType t) {
-  if (is_fp8(t)) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
 }
 
 int to_int_count(int64_t n, const char* what) {
@@ -59,18 +46,16 @@ int to_int_count(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-char* byte_ptr(const Tensor& t, int64_t element) {
-  return static_cast<char*>(t.data()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
-}
+// Fingerprints carry an op as its index here.
+constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                           "all_to_all", "barrier", "split"};
+constexpr int64_t kNumFingerprintOps = 7;
 
-// Stable small codes for fingerprints.
 int64_t op_code(const std::string& op) {
-  static const char* const kOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                     "all_to_all", "barrier", "split"};
-  for (int i = 0; i < 7; ++i) {
-    if (op == kOps[i]) return i;
+  for (int64_t i = 0; i < kNumFingerprintOps; ++i) {
+    if (op == kFingerprintOps[i]) return i;
   }
-  return 100;
+  return kNumFingerprintOps;  // "other"
 }
 
 }  // namespace
@@ -143,13 +128,11 @@ void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
   bool same = true;
   for (int r = 0; r < size_; ++r) same = same && std::equal(mine, mine + 4, &all[4 * r]);
   if (same) return;
-  static const char* const kOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                     "all_to_all", "barrier", "split"};
   std::ostringstream os;
   for (int r = 0; r < size_; ++r) {
     const int64_t* f = &all[4 * r];
     os << (r ? "; " : "") << "rank " << r << ": "
-       << (f[0] >= 0 && f[0] < 7 ? kOps[f[0]] : "other") << " #" << f[3] << " ("
+       << (f[0] >= 0 && f[0] < kNumFingerprintOps ? kFingerprintOps[f[0]] : "other") << " #" << f[3] << " ("
        << dtype_name(static_cast<DType>(f[1])) << " x " << f[2] << ")";
   }
   MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
@@ -163,7 +146,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   const int64_t n = input.numel();
   MP_ENFORCE_EQ(output.numel(), n * size_, "all_gather output must hold size() x input elements");
   const int count = to_int_count(n, "all_gather");
-  const bool in_place = n > 0 && input.data() == byte_ptr(output, rank_ * n);
+  const bool in_place = n > 0 && input.data() == element_ptr(output, rank_ * n);
   return issue({"all_gather", 0, input.dtype(), n}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(input.dtype());
     MP_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(),
@@ -177,8 +160,8 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
   check_reducible(input.dtype());
   const int64_t n = output.numel();
   MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
-  const bool in_place = n > 0 && output.data() == byte_ptr(input, rank_ * n);
-  const double divisor = divisor_of(o, size_);
+  const bool in_place = n > 0 && output.data() == element_ptr(input, rank_ * n);
+  const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   if (o.accumulate == ReduceAccumulate::kFp32) {
     MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
@@ -214,10 +197,10 @@ void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output,
   const int64_t piece = piece_elements(input.dtype());
   for (int64_t begin = 0; begin < input.numel(); begin += piece) {
     const int count = static_cast<int>(std::min(piece, input.numel() - begin));
-    MP_CHECK_MPI(MPI_Allreduce(in_place ? MPI_IN_PLACE : byte_ptr(input, begin),
-                               byte_ptr(output, begin), count, type, op, comm_));
+    MP_CHECK_MPI(MPI_Allreduce(in_place ? MPI_IN_PLACE : element_ptr(input, begin),
+                               element_ptr(output, begin), count, type, op, comm_));
   }
-  const double divisor = divisor_of(o, size_);
+  const double divisor = reduction_divisor(o, size_);
   if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
 }
 
@@ -226,7 +209,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& input, const Tensor& output, c
   check_cpu(output, "all_reduce output");
   check_reducible(input.dtype());
   MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
-  divisor_of(o, size_);  // validates
+  reduction_divisor(o, size_);  // validates
   const int64_t n = input.numel();
   if (o.accumulate == ReduceAccumulate::kWire) {
     MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
@@ -246,7 +229,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& input, const Tensor& output, c
     gather_counts[j] = to_int_count(counts[j], "all_reduce");
     gather_offsets[j] = to_int_count(offsets[j], "all_reduce");
   }
-  const double divisor = divisor_of(o, size_);
+  const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   return issue({"all_reduce", 0, input.dtype(), n}, [=, this] {
     accumulate_chunks(input, offsets, counts, output.flat(offsets[rank_], counts[rank_]), op, divisor);
@@ -278,9 +261,9 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
     reqs.clear();
     for (int j = 0; j < size_; ++j) {
       const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
-      char* dst = byte_ptr(scratch_, j * piece);
+      char* dst = element_ptr(scratch_, j * piece);
       if (j == rank_) {
-        if (recv > 0) std::memcpy(dst, byte_ptr(input, offsets[rank_] + begin), recv * elem);
+        if (recv > 0) std::memcpy(dst, element_ptr(input, offsets[rank_] + begin), recv * elem);
         continue;
       }
       if (recv > 0) {
@@ -289,14 +272,14 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
       }
       if (send > 0) {
         reqs.emplace_back();
-        MP_CHECK_MPI(MPI_Isend(byte_ptr(input, offsets[j] + begin), static_cast<int>(send), type, j,
+        MP_CHECK_MPI(MPI_Isend(element_ptr(input, offsets[j] + begin), static_cast<int>(send), type, j,
                                kChunkTag, comm_, &reqs.back()));
       }
     }
     MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
     if (recv > 0) {
       accumulate_rank_chunks_cpu(scratch_.data(), input.dtype(), size_, piece, recv,
-                                 byte_ptr(out, begin), out.dtype(), op, divisor);
+                                 element_ptr(out, begin), out.dtype(), op, divisor);
     }
   }
 }
@@ -309,7 +292,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& tensor, int root) {
     const int64_t piece = piece_elements(tensor.dtype());
     for (int64_t begin = 0; begin < tensor.numel(); begin += piece) {
       const int count = static_cast<int>(std::min(piece, tensor.numel() - begin));
-      MP_CHECK_MPI(MPI_Bcast(byte_ptr(tensor, begin), count, type, root, comm_));
+      MP_CHECK_MPI(MPI_Bcast(element_ptr(tensor, begin), count, type, root, comm_));
     }
   });
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/backend_util.h"
 #include "comm/nccl/nccl_state.h"
 #include "kernels/convert.h"
 #include "kernels/cuda/reduce_cuda.h"
@@ -18,6 +19,10 @@ namespace mp {
 
 namespace {
 
+using comm_detail::check_reducible;
+using comm_detail::element_op;
+using comm_detail::element_ptr;
+using comm_detail::reduction_divisor;
 using Clock = std::chrono::steady_clock;
 
 double seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
@@ -41,30 +46,6 @@ ncclDataType_t nccl_type(DType t) {
 // to refuse its fp8 types below sm_90 even for gathers, while this build
 // targets sm_80 too.
 ncclDataType_t nccl_copy_type(DType t) { return is_fp8(t) ? ncclUint8 : nccl_type(t); }
-
-math::ElementOp element_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return math::ElementOp::kSum;
-    case ReduceOp::kMax: return math::ElementOp::kMax;
-    case ReduceOp::kMin: return math::ElementOp::kMin;
-  }
-  MP_THROW(EnforceError, "invalid ReduceOp ", static_cast<int>(op));
-}
-
-// The total divisor of a reduction: size() for avg, times divide_factor.
-double divisor_of(const ReduceOptions& o, int size) {
-  MP_ENFORCE(o.divide_factor > 0, "divide_factor must be positive, got ", o.divide_factor);
-  return (o.op == ReduceOp::kAvg ? size : 1) * o.divide_factor;
-}
-
-void check_reducible(DType t) {
-  if (is_fp8(t)) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
-}
-
-char* byte_ptr(const Tensor& t, int64_t element) {
-  return static_cast<char*>(t.data()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
-}
 
 char* byte_ptr(const Buffer& b, size_t offset_bytes) { return static_cast<char*>(b.data()) + offset_bytes; }
 
@@ -301,8 +282,8 @@ WorkPtr NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& outp
   check_reducible(input.dtype());
   const int64_t n = output.numel();
   MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
-  const bool in_place = output.data() == byte_ptr(input, rank_ * n);
-  const double divisor = divisor_of(o, size_);
+  const bool in_place = output.data() == element_ptr(input, rank_ * n);
+  const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   if (o.accumulate == ReduceAccumulate::kWire) {
     MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
@@ -330,7 +311,7 @@ WorkPtr NcclCommunicator::all_reduce(const Tensor& input, const Tensor& output, 
   check_tensor(output, "all_reduce output");
   check_reducible(input.dtype());
   MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
-  const double divisor = divisor_of(o, size_);
+  const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   const int64_t n = input.numel();
   if (o.accumulate == ReduceAccumulate::kWire) {
@@ -377,7 +358,7 @@ void NcclCommunicator::accumulate_chunks(const Tensor& input, const std::vector<
     const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
     if (recv > 0) {  // our own contribution, slot rank_
       MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(scratch_, static_cast<size_t>(rank_ * piece) * elem),
-                                    byte_ptr(input, offsets[rank_] + begin), count_of(recv) * elem,
+                                    element_ptr(input, offsets[rank_] + begin), count_of(recv) * elem,
                                     cudaMemcpyDeviceToDevice, stream));
     }
     if (size_ > 1) {
@@ -390,14 +371,14 @@ void NcclCommunicator::accumulate_chunks(const Tensor& input, const std::vector<
                                  type, j, state_->comm(), stream));
         }
         if (send > 0) {
-          MP_CHECK_NCCL(ncclSend(byte_ptr(input, offsets[j] + begin), count_of(send), type, j,
+          MP_CHECK_NCCL(ncclSend(element_ptr(input, offsets[j] + begin), count_of(send), type, j,
                                  state_->comm(), stream));
         }
       }
       MP_NCCL_ENQUEUE(*state_, group.end());
     }
     if (recv > 0) {
-      accumulate_rank_chunks_cuda(scratch_.data(), input.dtype(), size_, piece, recv, byte_ptr(out, begin),
+      accumulate_rank_chunks_cuda(scratch_.data(), input.dtype(), size_, piece, recv, element_ptr(out, begin),
                                   out.dtype(), op, divisor, stream);
     }
   }
@@ -409,7 +390,7 @@ void NcclCommunicator::gather_chunks(const Tensor& output, const std::vector<int
   const ncclDataType_t type = nccl_copy_type(output.dtype());
   const int64_t chunk = counts[0];  // the first chunk is the longest
   if (chunk * size_ == output.numel()) {  // equal chunks: a ring all-gather, in place
-    MP_NCCL_ENQUEUE(*state_, ncclAllGather(byte_ptr(output, offsets[rank_]), output.data(), count_of(chunk),
+    MP_NCCL_ENQUEUE(*state_, ncclAllGather(element_ptr(output, offsets[rank_]), output.data(), count_of(chunk),
                                             type, state_->comm(), stream_.handle()));
     return;
   }
@@ -419,11 +400,11 @@ void NcclCommunicator::gather_chunks(const Tensor& output, const std::vector<int
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
     if (counts[rank_] > 0) {
-      MP_CHECK_NCCL(ncclSend(byte_ptr(output, offsets[rank_]), count_of(counts[rank_]), type, j,
+      MP_CHECK_NCCL(ncclSend(element_ptr(output, offsets[rank_]), count_of(counts[rank_]), type, j,
                              state_->comm(), stream_.handle()));
     }
     if (counts[j] > 0) {
-      MP_CHECK_NCCL(ncclRecv(byte_ptr(output, offsets[j]), count_of(counts[j]), type, j, state_->comm(),
+      MP_CHECK_NCCL(ncclRecv(element_ptr(output, offsets[j]), count_of(counts[j]), type, j, state_->comm(),
                              stream_.handle()));
     }
   }
@@ -454,15 +435,15 @@ WorkPtr NcclCommunicator::all_to_all(const Tensor& input, const Tensor& output) 
     if (n == 0) return;
     if (in_place) return all_to_all_in_place(output, n);
     const size_t elem = dtype_size(input.dtype());
-    MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(output, rank_ * n), byte_ptr(input, rank_ * n), count_of(n) * elem,
+    MP_CHECK_CUDA(cudaMemcpyAsync(element_ptr(output, rank_ * n), element_ptr(input, rank_ * n), count_of(n) * elem,
                                   cudaMemcpyDeviceToDevice, stream_.handle()));
     if (size_ == 1) return;
     const ncclDataType_t type = nccl_copy_type(input.dtype());
     NcclGroup group;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
-      MP_CHECK_NCCL(ncclSend(byte_ptr(input, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
-      MP_CHECK_NCCL(ncclRecv(byte_ptr(output, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
+      MP_CHECK_NCCL(ncclSend(element_ptr(input, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
+      MP_CHECK_NCCL(ncclRecv(element_ptr(output, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
     }
     MP_NCCL_ENQUEUE(*state_, group.end());
   });
@@ -482,7 +463,7 @@ void NcclCommunicator::all_to_all_in_place(const Tensor& tensor, int64_t n) {
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
       MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem),
-                                    byte_ptr(tensor, j * n + begin), count_of(len) * elem,
+                                    element_ptr(tensor, j * n + begin), count_of(len) * elem,
                                     cudaMemcpyDeviceToDevice, stream));
     }
     NcclGroup group;
@@ -490,7 +471,7 @@ void NcclCommunicator::all_to_all_in_place(const Tensor& tensor, int64_t n) {
       if (j == rank_) continue;
       MP_CHECK_NCCL(ncclSend(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem), count_of(len), type, j,
                              state_->comm(), stream));
-      MP_CHECK_NCCL(ncclRecv(byte_ptr(tensor, j * n + begin), count_of(len), type, j, state_->comm(), stream));
+      MP_CHECK_NCCL(ncclRecv(element_ptr(tensor, j * n + begin), count_of(len), type, j, state_->comm(), stream));
     }
     MP_NCCL_ENQUEUE(*state_, group.end());
   }
