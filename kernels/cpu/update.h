@@ -1,0 +1,48 @@
+// kernels/cpu/update.h: one fused optimizer step over a flat shard with an
+// fp32 master: reads the gradient in the dtype it arrived in (times the
+// gradient multiplier), updates master and moments in one pass, and writes
+// the low-precision parameter copy (the next all-gather's send buffer)
+// rounded to nearest-even or stochastically.
+//
+// Not here yet (issue 4): the bf16_remainder and none master modes, the
+// per-range metadata table, explicit SIMD dispatch and threads, the CUDA
+// kernel, and the fused sum-of-squares pass.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/convert.h"
+#include "kernels/optim_math.h"
+
+namespace mp {
+
+enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1, kLion = 2 };
+
+struct UpdateArgs {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  int64_t n = 0;
+  float* master = nullptr;  // fp32 master weights of the shard
+  // Optimizer state: AdamW m and v, Lion m, SGD the momentum buffer
+  // (state1 unused; both unused for SGD without momentum).
+  void* state0 = nullptr;
+  void* state1 = nullptr;
+  DType state_dtype = DType::kF32;  // fp32 or bf16
+  const void* grad = nullptr;
+  DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16
+  void* param_out = nullptr;        // may be null: no copy written
+  DType param_dtype = DType::kBF16; // fp32, bf16 or fp16
+  float grad_multiplier = 1.0f;     // 1 / (loss_scale x divisor) x clip coefficient
+  Rounding rounding = Rounding::kNearestEven;  // of param_out
+  uint64_t seed = 0;                // stochastic rounding: philox_u32(seed, step, index_offset + i)
+  uint64_t step = 0;
+  uint64_t index_offset = 0;
+  math::AdamWStep adamw;
+  math::SgdStep sgd;
+  math::LionStep lion;
+};
+
+// One step. With found_inf nothing is written (parameters, state and copy
+// keep their bits): the step is skipped, as torch's fused optimizers do.
+void fused_update_cpu(const UpdateArgs& args, bool found_inf);
+
+}  // namespace mp
