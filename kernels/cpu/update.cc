@@ -2,6 +2,7 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/philox_math.h"
+#include "kernels/remainder_math.h"
 #include "runtime/error.h"
 
 namespace mp {
@@ -17,13 +18,14 @@ void store_state(void* p, int64_t i, float v) {
   if (p) static_cast<S*>(p)[i] = math::from_f32<S>(v);
 }
 
-template <class G, class S, class Out, bool kStochastic>
+template <class G, class S, class Out, bool kStochastic, MasterMode kMode>
 void update_loop(const UpdateArgs& a) {
   const G* grad = static_cast<const G*>(a.grad);
   Out* out = static_cast<Out*>(a.param_out);
   for (int64_t i = 0; i < a.n; ++i) {
     const float g = math::to_f32(grad[i]) * a.grad_multiplier;
-    float p = a.master[i];
+    float p = kMode == MasterMode::kFp32 ? a.master[i]
+                                         : math::merge_bf16_remainder(a.master_bf16[i], a.master_remainder[i]);
     float s0 = load_state<S>(a.state0, i);
     float s1 = load_state<S>(a.state1, i);
     switch (a.kind) {
@@ -31,10 +33,16 @@ void update_loop(const UpdateArgs& a) {
       case OptimizerKind::kSgd: math::sgd_element(p, s0, g, a.sgd); break;
       case OptimizerKind::kLion: math::lion_element(p, s0, g, a.lion); break;
     }
-    a.master[i] = p;
+    if constexpr (kMode == MasterMode::kBf16Remainder) {
+      const math::Bf16Remainder split = math::split_bf16_remainder(p);
+      a.master_bf16[i] = split.h;
+      a.master_remainder[i] = split.r;
+    } else {
+      a.master[i] = p;
+    }
     store_state<S>(a.state0, i, s0);
     store_state<S>(a.state1, i, s1);
-    if (out != nullptr) {
+    if (kMode == MasterMode::kFp32 && out != nullptr) {
       if constexpr (kStochastic) {
         out[i] = math::from_f32_stochastic<Out>(p, math::philox_u32(a.seed, a.step, a.index_offset + static_cast<uint64_t>(i)));
       } else {
@@ -48,7 +56,12 @@ void update_loop(const UpdateArgs& a) {
 
 void fused_update_cpu(const UpdateArgs& a, bool found_inf) {
   if (found_inf || a.n == 0) return;
-  MP_ENFORCE(a.master != nullptr && a.grad != nullptr, "fused update without master or gradient");
+  const bool remainder = a.master_mode == MasterMode::kBf16Remainder;
+  MP_ENFORCE(a.grad != nullptr, "fused update without a gradient");
+  MP_ENFORCE(remainder ? a.master_bf16 != nullptr && a.master_remainder != nullptr : a.master != nullptr,
+             "fused update without its master arrays");
+  MP_ENFORCE(!remainder || a.param_out == nullptr,
+             "bf16_remainder: the bf16 half of the master is the parameter copy; param_out must be null");
   MP_ENFORCE(a.state_dtype == DType::kF32 || a.state_dtype == DType::kBF16, "optimizer state must be fp32 or bf16, not ",
              dtype_name(a.state_dtype));
   MP_ENFORCE(!is_fp8(a.grad_dtype) && !is_fp8(a.param_dtype), "fused update with fp8 gradients or parameters");
@@ -67,8 +80,9 @@ void fused_update_cpu(const UpdateArgs& a, bool found_inf) {
       } else {
         auto run = [&](auto s) {
           using S = decltype(s);
-          if (stochastic) return update_loop<G, S, Out, true>(a);
-          update_loop<G, S, Out, false>(a);
+          if (remainder) return update_loop<G, S, Out, false, MasterMode::kBf16Remainder>(a);
+          if (stochastic) return update_loop<G, S, Out, true, MasterMode::kFp32>(a);
+          update_loop<G, S, Out, false, MasterMode::kFp32>(a);
         };
         if (a.state_dtype == DType::kF32) {
           run(float{});

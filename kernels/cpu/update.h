@@ -4,9 +4,13 @@
 // the low-precision parameter copy (the next all-gather's send buffer)
 // rounded to nearest-even or stochastically.
 //
-// Not here yet (issue 4): the bf16_remainder and none master modes, the
-// per-range metadata table, explicit SIMD dispatch and threads, the CUDA
-// kernel, and the fused sum-of-squares pass.
+// Master modes: kFp32 (an fp32 array) or kBf16Remainder (the bf16 copy plus
+// an int16 remainder, kernels/remainder_math.h: the same fp32 values in 4
+// bytes, so its trajectory is bitwise that of kFp32).
+//
+// Not here yet (issue 4): the none master mode, the per-range metadata
+// table, explicit SIMD dispatch and threads, the CUDA kernel, and the fused
+// sum-of-squares pass.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +21,17 @@
 namespace mp {
 
 enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1, kLion = 2 };
+enum class MasterMode : uint8_t { kFp32 = 0, kBf16Remainder = 1 };
 
 struct UpdateArgs {
   OptimizerKind kind = OptimizerKind::kAdamW;
   int64_t n = 0;
-  float* master = nullptr;  // fp32 master weights of the shard
+  MasterMode master_mode = MasterMode::kFp32;
+  float* master = nullptr;  // kFp32: the fp32 master weights of the shard
+  // kBf16Remainder: the master as its bf16 copy (updated in place; it is
+  // the all-gather's send buffer) and an int16 remainder.
+  uint16_t* master_bf16 = nullptr;
+  int16_t* master_remainder = nullptr;
   // Optimizer state: AdamW m and v, Lion m, SGD the momentum buffer
   // (state1 unused; both unused for SGD without momentum).
   void* state0 = nullptr;
@@ -29,7 +39,7 @@ struct UpdateArgs {
   DType state_dtype = DType::kF32;  // fp32 or bf16
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16
-  void* param_out = nullptr;        // may be null: no copy written
+  void* param_out = nullptr;        // kFp32 only; may be null: no copy written
   DType param_dtype = DType::kBF16; // fp32, bf16 or fp16
   float grad_multiplier = 1.0f;     // 1 / (loss_scale x divisor) x clip coefficient
   Rounding rounding = Rounding::kNearestEven;  // of param_out
