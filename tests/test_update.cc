@@ -219,3 +219,46 @@ TEST(FusedUpdate, StochasticCopyIsANeighbourAndReproducible) {
 
 }  // namespace
 }  // namespace mp
+
+namespace mp {
+namespace {
+
+// Pure bf16 parameters (no master): updates below half an ulp vanish with
+// nearest rounding, but stochastic rounding keeps them in expectation.
+TEST(FusedUpdate, NoneModeWithStochasticRoundingStaysUnbiased) {
+  const int64_t n = 1 << 16;
+  const float start = 1.0f;     // just below 1.0 the bf16 ulp is 2^-8
+  const float delta = 0x1p-10;  // so each step moves a quarter of an ulp
+  std::vector<float> g(n, 1.0f);
+  for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
+    std::vector<uint16_t> p(n, math::f32_to_bf16_bits(start));
+    for (int t = 1; t <= 8; ++t) {
+      UpdateArgs a;
+      a.kind = OptimizerKind::kSgd;
+      a.master_mode = MasterMode::kNone;
+      a.n = n;
+      a.grad = g.data();
+      a.param_out = p.data();
+      a.param_dtype = DType::kBF16;
+      a.rounding = rounding;
+      a.seed = 5;
+      a.step = static_cast<uint64_t>(t);
+      a.sgd = math::SgdStep{delta, 0.0f, 0.0f, 0.0f, false, true};
+      fused_update_cpu(a, false);
+    }
+    double mean = 0;
+    for (uint16_t b : p) mean += math::bf16_bits_to_f32(b);
+    mean /= n;
+    const double expected = start - 8 * delta;  // 1 - 2^-7, two bf16 ulps below 1.0
+    if (rounding == Rounding::kNearestEven) {
+      EXPECT_EQ(mean, start) << "each update is below half an ulp: nearest rounding loses all of them";
+    } else {
+      // Each element ends in [1 - 2^-6, 1]; the mean's standard error is
+      // below 2^-6 / sqrt(n) = 6e-5.
+      EXPECT_NEAR(mean, expected, 2e-4) << "stochastic rounding keeps the updates in expectation";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mp

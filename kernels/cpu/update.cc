@@ -24,8 +24,14 @@ void update_loop(const UpdateArgs& a) {
   Out* out = static_cast<Out*>(a.param_out);
   for (int64_t i = 0; i < a.n; ++i) {
     const float g = math::to_f32(grad[i]) * a.grad_multiplier;
-    float p = kMode == MasterMode::kFp32 ? a.master[i]
-                                         : math::merge_bf16_remainder(a.master_bf16[i], a.master_remainder[i]);
+    float p;
+    if constexpr (kMode == MasterMode::kFp32) {
+      p = a.master[i];
+    } else if constexpr (kMode == MasterMode::kBf16Remainder) {
+      p = math::merge_bf16_remainder(a.master_bf16[i], a.master_remainder[i]);
+    } else {
+      p = math::to_f32(out[i]);
+    }
     float s0 = load_state<S>(a.state0, i);
     float s1 = load_state<S>(a.state1, i);
     switch (a.kind) {
@@ -37,12 +43,12 @@ void update_loop(const UpdateArgs& a) {
       const math::Bf16Remainder split = math::split_bf16_remainder(p);
       a.master_bf16[i] = split.h;
       a.master_remainder[i] = split.r;
-    } else {
+    } else if constexpr (kMode == MasterMode::kFp32) {
       a.master[i] = p;
     }
     store_state<S>(a.state0, i, s0);
     store_state<S>(a.state1, i, s1);
-    if (kMode == MasterMode::kFp32 && out != nullptr) {
+    if (kMode != MasterMode::kBf16Remainder && out != nullptr) {
       if constexpr (kStochastic) {
         out[i] = math::from_f32_stochastic<Out>(p, math::philox_u32(a.seed, a.step, a.index_offset + static_cast<uint64_t>(i)));
       } else {
@@ -58,7 +64,10 @@ void fused_update_cpu(const UpdateArgs& a, bool found_inf) {
   if (found_inf || a.n == 0) return;
   const bool remainder = a.master_mode == MasterMode::kBf16Remainder;
   MP_ENFORCE(a.grad != nullptr, "fused update without a gradient");
-  MP_ENFORCE(remainder ? a.master_bf16 != nullptr && a.master_remainder != nullptr : a.master != nullptr,
+  const bool none = a.master_mode == MasterMode::kNone;
+  MP_ENFORCE(remainder ? a.master_bf16 != nullptr && a.master_remainder != nullptr
+             : none    ? a.param_out != nullptr
+                       : a.master != nullptr,
              "fused update without its master arrays");
   MP_ENFORCE(!remainder || a.param_out == nullptr,
              "bf16_remainder: the bf16 half of the master is the parameter copy; param_out must be null");
@@ -81,6 +90,8 @@ void fused_update_cpu(const UpdateArgs& a, bool found_inf) {
         auto run = [&](auto s) {
           using S = decltype(s);
           if (remainder) return update_loop<G, S, Out, false, MasterMode::kBf16Remainder>(a);
+          if (none && stochastic) return update_loop<G, S, Out, true, MasterMode::kNone>(a);
+          if (none) return update_loop<G, S, Out, false, MasterMode::kNone>(a);
           if (stochastic) return update_loop<G, S, Out, true, MasterMode::kFp32>(a);
           update_loop<G, S, Out, false, MasterMode::kFp32>(a);
         };

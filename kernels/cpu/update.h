@@ -4,13 +4,15 @@
 // the low-precision parameter copy (the next all-gather's send buffer)
 // rounded to nearest-even or stochastically.
 //
-// Master modes: kFp32 (an fp32 array) or kBf16Remainder (the bf16 copy plus
+// Master modes: kFp32 (an fp32 array), kBf16Remainder (the bf16 copy plus
 // an int16 remainder, kernels/remainder_math.h: the same fp32 values in 4
-// bytes, so its trajectory is bitwise that of kFp32).
+// bytes, so its trajectory is bitwise that of kFp32), or kNone (pure low
+// precision: param_out is the parameter itself, read, updated in fp32 and
+// rounded back to nearest-even or stochastically; stochastic rounding keeps
+// updates smaller than half an ulp from vanishing, in expectation).
 //
-// Not here yet (issue 4): the none master mode, the per-range metadata
-// table, explicit SIMD dispatch and threads, the CUDA kernel, and the fused
-// sum-of-squares pass.
+// Not here yet (issue 4): the per-range metadata table, explicit SIMD
+// dispatch and threads, and the CUDA kernel.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@
 namespace mp {
 
 enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1, kLion = 2 };
-enum class MasterMode : uint8_t { kFp32 = 0, kBf16Remainder = 1 };
+enum class MasterMode : uint8_t { kFp32 = 0, kBf16Remainder = 1, kNone = 2 };
 
 struct UpdateArgs {
   OptimizerKind kind = OptimizerKind::kAdamW;
@@ -39,7 +41,8 @@ struct UpdateArgs {
   DType state_dtype = DType::kF32;  // fp32 or bf16
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16
-  void* param_out = nullptr;        // kFp32 only; may be null: no copy written
+  // kFp32: the copy to write (may be null); kNone: the parameter itself.
+  void* param_out = nullptr;
   DType param_dtype = DType::kBF16; // fp32, bf16 or fp16
   float grad_multiplier = 1.0f;     // 1 / (loss_scale x divisor) x clip coefficient
   Rounding rounding = Rounding::kNearestEven;  // of param_out
