@@ -13,4 +13,7 @@ void run_comm_suite(const BenchContext& ctx);
 // reduce_accuracy: kWire vs kFp32 error against the exact sum (accuracy_bench.cc).
 void run_reduce_accuracy_suite(const BenchContext& ctx);
 
+// update: the fused optimizer step vs a STREAM triad (update_bench.cc).
+void run_update_suite(const BenchContext& ctx);
+
 }  // namespace mp::bench
