@@ -15,6 +15,7 @@
 #include "bench/bench.h"
 #include "bench/suites.h"
 #include "launch/mpi_world.h"
+#include "launch/rank_main.h"
 #include "runtime/error.h"
 
 namespace mp::bench {
@@ -87,20 +88,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::unique_ptr<mp::MpiWorld> world;
-  try {
-    world = std::make_unique<mp::MpiWorld>(&argc, &argv);
-    const b::Reporter reporter(suite->name, world->rank(), options.json_only);
-    suite->run(b::BenchContext{*world, options, reporter});
+  return mp::run_rank_main("mp_bench", &argc, &argv, [&](const mp::MpiWorld& world) {
+    const b::Reporter reporter(suite->name, world.rank(), options.json_only);
+    suite->run(b::BenchContext{world, options, reporter});
     return 0;
-  } catch (const mp::Error& e) {
-    std::cerr << e.what() << std::endl;
-    const int code = dynamic_cast<const mp::ConfigError*>(&e) ? 2 : 1;
-    if (world && world->size() > 1) world->abort(code);
-    return code;
-  } catch (const std::exception& e) {
-    std::cerr << "[rank " << mp::error_rank() << "] mp_bench: " << e.what() << std::endl;
-    if (world && world->size() > 1) world->abort(1);
-    return 1;
-  }
+  });
 }

@@ -12,6 +12,7 @@
 
 #include "launch/mpi_world.h"
 #include "launch/rank_info.h"
+#include "launch/rank_main.h"
 #include "mp/config.h"
 #include "runtime/error.h"
 #if MP_WITH_CUDA
@@ -89,18 +90,5 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  std::unique_ptr<mp::MpiWorld> world;
-  try {
-    world = std::make_unique<mp::MpiWorld>(&argc, &argv);
-    return mp::run(*world);
-  } catch (const mp::Error& e) {
-    std::cerr << e.what() << std::endl;
-    const int code = dynamic_cast<const mp::ConfigError*>(&e) ? 2 : 1;
-    if (world && world->size() > 1) world->abort(code);
-    return code;
-  } catch (const std::exception& e) {
-    std::cerr << "[rank " << mp::error_rank() << "] mp_worker: " << e.what() << std::endl;
-    if (world && world->size() > 1) world->abort(1);
-    return 1;
-  }
+  return mp::run_rank_main("mp_worker", &argc, &argv, mp::run);
 }

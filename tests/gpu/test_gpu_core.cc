@@ -11,19 +11,13 @@
 #include "kernels/convert_math.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/device.h"
+#include "tests/gpu/gpu_test.h"
 #include "runtime/tensor.h"
 
 namespace mp {
 namespace {
 
-class Gpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const CudaInfo info = cuda_info();
-    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.unavailable_reason;
-    set_current_device(Device::cuda(0));
-  }
-};
+using Gpu = testing::GpuTest;
 
 std::vector<float> test_inputs(size_t n) {
   std::vector<float> v;

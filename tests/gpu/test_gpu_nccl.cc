@@ -23,6 +23,7 @@
 #include "mp/config.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/device.h"
+#include "tests/gpu/gpu_test.h"
 #include "runtime/tensor.h"
 #include "tests/mpi/comm_test_util.h"
 #if MP_WITH_NCCL
@@ -41,14 +42,7 @@ const DType kReduceTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 
-class Gpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const CudaInfo info = cuda_info();
-    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.unavailable_reason;
-    set_current_device(Device::cuda(0));
-  }
-};
+using Gpu = testing::GpuTest;
 
 // fp32 values with special cases first (zeros, Inf, NaN, denormals, values
 // that round across a binade), then random bits and random magnitudes.
