@@ -163,7 +163,7 @@ bool NcclCommunicator::aborted() const {
   return state_->aborted_locked();
 }
 
-void NcclCommunicator::abort(const std::string& reason) {
+void NcclCommunicator::abort_communicator(const std::string& reason) {
   std::lock_guard<std::timed_mutex> lock(state_->mutex());
   state_->abort_locked(reason);
 }
@@ -226,7 +226,7 @@ void NcclCommunicator::check_fingerprint(const CollectiveInfo& info) {
     if (Clock::now() >= deadline) {
       (void)mine.release();
       (void)all.release();
-      abort("fingerprint exchange timed out");
+      abort_communicator("fingerprint exchange timed out");
       MP_THROW(CommError, "the fingerprint exchange before ", info.describe(), " on communicator '",
                name(), "' did not complete within ", seconds(options().timeout),
                " s: some rank has not issued it. The communicator was aborted.");
@@ -244,7 +244,7 @@ void NcclCommunicator::check_fingerprint(const CollectiveInfo& info) {
        << " #" << f.sequence << " (" << (valid ? dtype_name(static_cast<DType>(f.dtype)) : "?")
        << " x " << f.count << ")";
   }
-  abort("collective mismatch");
+  abort_communicator("collective mismatch");
   MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
            ": the ranks called different collectives: ", os.str());
 }

@@ -149,7 +149,7 @@ class NcclCommunicator final : public Communicator {
 
   // Aborts the NCCL communicator (ncclCommAbort): kernels in flight end and
   // their outputs are undefined; every later collective throws CommError.
-  void abort(const std::string& reason);
+  void abort_communicator(const std::string& reason);
   bool aborted() const;
 
  private:

@@ -363,7 +363,7 @@ TEST_F(NcclSelf, BadArgumentsAndAbortAreTypedErrors) {
   Tensor narrow = zeros(DType::kBF16, 8);
   EXPECT_THROW(comm_->all_reduce(narrow, wide, {}), EnforceError) << "kWire needs equal dtypes";
   comm_->all_reduce(narrow, wide, {ReduceOp::kSum, 1.0, ReduceAccumulate::kFp32})->wait();
-  comm_->abort("test");
+  comm_->abort_communicator("test");
   EXPECT_TRUE(comm_->aborted());
   EXPECT_THROW(comm_->all_reduce(x, x, {}), CommError);
   EXPECT_THROW(comm_->barrier(), CommError);
