@@ -62,10 +62,10 @@ MP_HD uint16_t f32_to_bf16_bits(float f) {
 
 MP_HD uint16_t f32_to_bf16_bits_stochastic(float f, uint32_t rand) {
   const uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return f32_to_bf16_bits(f);
   // Adding a uniform 16-bit value carries into bit 16 with probability
-  // (low 16 bits) / 2^16; Inf has zero low bits and stays Inf.
-  return static_cast<uint16_t>((u + (rand & 0xffffu)) >> 16);
+  // (low 16 bits) / 2^16; Inf has zero low bits and stays Inf. NaN as RNE.
+  const uint16_t up = static_cast<uint16_t>((u + (rand & 0xffffu)) >> 16);
+  return (u & 0x7fffffffu) > 0x7f800000u ? f32_to_bf16_bits(f) : up;
 }
 
 MP_HD float bf16_bits_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
@@ -114,56 +114,53 @@ MP_HD uint32_t round_right(uint32_t mant, int shift, bool stochastic, uint32_t r
   return q + (up ? 1u : 0u);
 }
 
+// Written with selects rather than branches so CPU loops over it vectorize.
 template <class F>
 MP_HD uint32_t f32_to_narrow_bits(float f, bool stochastic, uint32_t rand) {
   const uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 31) ? F::kSignBit : 0u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) {  // NaN
-    if constexpr (!F::kIeee) {
-      return sign | F::kNaN;
-    } else {
-      const uint32_t payload = (a >> (23 - F::kMan)) & F::kManMask;
-      return sign | F::kInf | (payload ? payload : 1u << (F::kMan - 1));
-    }
+  uint32_t nan;
+  if constexpr (!F::kIeee) {
+    nan = sign | F::kNaN;
+  } else {
+    const uint32_t payload = (a >> (23 - F::kMan)) & F::kManMask;
+    nan = sign | F::kInf | (payload ? payload : 1u << (F::kMan - 1));
   }
-  if (a == 0x7f800000u) return sign | (F::kIeee ? F::kInf : F::kMaxFinite);
+  const uint32_t inf = sign | (F::kIeee ? F::kInf : F::kMaxFinite);
   const uint32_t exp32 = a >> 23;
   // fp32 denormals have no implicit bit and the exponent of the smallest normal.
   const uint32_t mant = exp32 ? (a & 0x7fffffu) | 0x800000u : a;
   const int e = (exp32 ? static_cast<int>(exp32) : 1) - 127 + F::kBias;  // target's biased exponent
-  uint32_t r;
-  if (e >= 1) {
-    // q carries the implicit bit 2^kMan; a carry out of the mantissa bumps the exponent.
-    r = (static_cast<uint32_t>(e - 1) << F::kMan) + round_right(mant, 23 - F::kMan, stochastic, rand);
-  } else {
-    r = round_right(mant, 23 - F::kMan + 1 - e, stochastic, rand);  // target denormal (or 0)
-  }
-  if (r > F::kMaxFinite) r = F::kIeee ? F::kInf : F::kMaxFinite;
-  return sign | r;
+  // Normal target (e >= 1): q carries the implicit bit 2^kMan, and a carry
+  // out of the mantissa bumps the exponent. Otherwise a target denormal (or 0).
+  const bool normal = e >= 1;
+  const int shift = normal ? 23 - F::kMan : 23 - F::kMan + 1 - e;
+  const uint32_t base = normal ? static_cast<uint32_t>(e - 1) << F::kMan : 0u;
+  uint32_t r = base + round_right(mant, shift, stochastic, rand);
+  r = r > F::kMaxFinite ? (F::kIeee ? F::kInf : F::kMaxFinite) : r;
+  return a > 0x7f800000u ? nan : a == 0x7f800000u ? inf : sign | r;
 }
 
 template <class F>
 MP_HD float narrow_bits_to_f32(uint32_t h) {
   const uint32_t sign = (h & F::kSignBit) ? 0x80000000u : 0u;
   const uint32_t exp = (h >> F::kMan) & F::kExpAllOnes;
-  uint32_t man = h & F::kManMask;
+  const uint32_t man = h & F::kManMask;
+  const uint32_t normal = sign | ((exp - F::kBias + 127) << 23) | (man << (23 - F::kMan));
+  // Denormal (and zero): man x 2^(1 - bias - kMan), exact in fp32.
+  const float scale = f32_from_bits(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMan) << 23);
+  const uint32_t denormal = sign | f32_bits(static_cast<float>(static_cast<int32_t>(man)) * scale);
+  uint32_t special;  // what the all-ones exponent (IEEE) or the NaN pattern (FN) means
+  bool is_special;
   if constexpr (F::kIeee) {
-    if (exp == F::kExpAllOnes) return f32_from_bits(sign | 0x7f800000u | (man << (23 - F::kMan)));
+    special = sign | 0x7f800000u | (man << (23 - F::kMan));
+    is_special = exp == F::kExpAllOnes;
   } else {
-    if ((h & ~F::kSignBit) == F::kNaN) return f32_from_bits(sign | 0x7fc00000u);
+    special = sign | 0x7fc00000u;
+    is_special = (h & ~F::kSignBit) == F::kNaN;
   }
-  if (exp == 0) {
-    if (man == 0) return f32_from_bits(sign);
-    int e = 1 - F::kBias;  // denormal: 0.man x 2^(1 - bias); normalize
-    while (!(man & (1u << F::kMan))) {
-      man <<= 1;
-      --e;
-    }
-    return f32_from_bits(sign | (static_cast<uint32_t>(e + 127) << 23) |
-                         ((man & F::kManMask) << (23 - F::kMan)));
-  }
-  return f32_from_bits(sign | ((exp - F::kBias + 127) << 23) | (man << (23 - F::kMan)));
+  return f32_from_bits(is_special ? special : exp == 0 ? denormal : normal);
 }
 
 MP_HD uint16_t f32_to_fp16_bits(float f) {

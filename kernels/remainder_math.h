@@ -34,29 +34,31 @@ struct Bf16Remainder {
   int16_t r;   // master bits minus (h << 16), or the low bits of a NaN
 };
 
+// Both functions are written with selects, not branches, so CPU loops over
+// them vectorize.
 MP_HD Bf16Remainder split_bf16_remainder(float master) {
   const uint32_t u = f32_bits(master);
   const uint32_t sign = u & 0x80000000u;
   const uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u) {  // NaN: a NaN copy; keep the low bits
-    return Bf16Remainder{f32_to_bf16_bits(master), static_cast<int16_t>(static_cast<uint16_t>(u))};
-  }
   // Nearest, ties away from zero, on the magnitude: at most 0x7f800000 +
-  // 0x8000 here, so no carry into the sign.
+  // 0x8000 for non-NaN inputs, so no carry into the sign. For negative
+  // numbers the remainder applies to the magnitude too.
   const uint32_t hm = (mag + 0x8000u) >> 16;
   const int32_t r = static_cast<int32_t>(mag) - static_cast<int32_t>(hm << 16);
-  // For negative numbers the remainder applies to the magnitude too.
-  return Bf16Remainder{static_cast<uint16_t>((sign >> 16) | hm), static_cast<int16_t>(r)};
+  const uint16_t h = static_cast<uint16_t>((sign >> 16) | hm);
+  // NaN: a NaN copy (f32_to_bf16_bits keeps sign and payload); keep the low bits.
+  const bool nan = mag > 0x7f800000u;
+  return Bf16Remainder{nan ? f32_to_bf16_bits(master) : h,
+                       static_cast<int16_t>(nan ? static_cast<int32_t>(static_cast<int16_t>(u & 0xffffu)) : r)};
 }
 
 MP_HD float merge_bf16_remainder(uint16_t h, int16_t r) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t hm = h & 0x7fffu;
-  if (hm > 0x7f80u) {  // NaN copy: high bits from h, low bits from r
-    return f32_from_bits((static_cast<uint32_t>(h) << 16) | static_cast<uint16_t>(r));
-  }
   const uint32_t mag = static_cast<uint32_t>(static_cast<int32_t>(hm << 16) + r);
-  return f32_from_bits(sign | mag);
+  // NaN copy: high bits from h, low bits from r.
+  const uint32_t nan = (static_cast<uint32_t>(h) << 16) | static_cast<uint16_t>(r);
+  return f32_from_bits(hm > 0x7f80u ? nan : sign | mag);
 }
 
 }  // namespace mp::math
