@@ -102,22 +102,21 @@ TEST(Bf16Remainder, TrajectoryIsBitwiseThatOfAnFp32Master) {
     UpdateArgs a;
     a.n = n;
     a.grad = g.data();
-    a.adamw.weight_decay = 0.1f;
-    a.adamw.bias_correction1 = static_cast<float>(1 - std::pow(0.9, t));
-    a.adamw.bias_correction2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(0.999, t)));
+    a.hyper.weight_decay = 0.1f;
+    StepScalars sc;
+    sc.step = t;
     UpdateArgs fp32 = a, rem = a;
     fp32.master = master.data();
     fp32.state0 = m32.data();
     fp32.state1 = v32.data();
     fp32.param_out = copy.data();
     rem.master_mode = MasterMode::kBf16Remainder;
-    rem.master_bf16 = h.data();
+    rem.param_out = h.data();
     rem.master_remainder = r.data();
     rem.state0 = m16.data();
     rem.state1 = v16.data();
-    rem.param_out = nullptr;
-    fused_update_cpu(fp32, false);
-    fused_update_cpu(rem, false);
+    fused_update_cpu(fp32, sc);
+    fused_update_cpu(rem, sc);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(math::f32_bits(math::merge_bf16_remainder(h[i], r[i])), math::f32_bits(master[i]))
           << "step " << t << " element " << i;

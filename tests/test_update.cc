@@ -1,253 +1,428 @@
-// The fused optimizer step (fp32 master) against a plain float64 reference:
-// one step from the same state, 1000-step trajectories, the state and copy
-// dtypes, found_inf and stochastic rounding of the copy.
+// The fused optimizer step (kernels/cpu/update.h) against a plain float64
+// reference: one step from the same state; 1000-step trajectories for every
+// (optimizer, grad dtype, master mode, moment dtype, rounding) combination;
+// bf16_remainder bitwise equal to the fp32 master; pure low precision with
+// stochastic rounding unbiased; found_inf; the per-range table; every CPU
+// vector variant bitwise equal to the scalar loop; thread-count independence.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
+#include "runtime/error.h"
 
 namespace mp {
 namespace {
 
 // ---- float64 reference, written plainly from the torch formulas ----------
+
 struct Ref {
-  double p, m, v;
+  double p = 0, m = 0, v = 0;
 };
 
-void ref_adamw(Ref& r, double g, const math::AdamWStep& s) {
-  r.p *= 1.0 - static_cast<double>(s.lr) * s.weight_decay;
-  r.m += (1.0 - s.beta1) * (g - r.m);
-  r.v = s.beta2 * r.v + (1.0 - s.beta2) * g * g;
-  r.p -= (static_cast<double>(s.lr) / s.bias_correction1) * r.m / (std::sqrt(r.v) / s.bias_correction2_sqrt + s.eps);
+struct RefStep {
+  double lr, beta1, beta2, eps, wd, momentum, dampening;
+  bool nesterov;
+  int64_t t;
+};
+
+RefStep ref_step(const OptimizerHyper& h, double lr, int64_t t) {
+  return RefStep{lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.momentum, h.dampening, h.nesterov, t};
 }
 
-void ref_sgd(Ref& r, double g, const math::SgdStep& s) {
-  g += s.weight_decay * r.p;
-  r.m = s.first_step ? g : s.momentum * r.m + (1.0 - s.dampening) * g;
-  r.p -= s.lr * (s.nesterov ? g + s.momentum * r.m : r.m);
+void ref_update(OptimizerKind kind, Ref& r, double g, const RefStep& s) {
+  switch (kind) {
+    case OptimizerKind::kAdamW: {
+      const double bc1 = 1 - std::pow(s.beta1, static_cast<double>(s.t));
+      const double bc2 = 1 - std::pow(s.beta2, static_cast<double>(s.t));
+      r.p *= 1 - s.lr * s.wd;
+      r.m = s.beta1 * r.m + (1 - s.beta1) * g;
+      r.v = s.beta2 * r.v + (1 - s.beta2) * g * g;
+      r.p -= s.lr / bc1 * r.m / (std::sqrt(r.v) / std::sqrt(bc2) + s.eps);
+      break;
+    }
+    case OptimizerKind::kSgd: {
+      g += s.wd * r.p;
+      double d = g;
+      if (s.momentum != 0) {
+        r.m = s.t == 1 ? g : s.momentum * r.m + (1 - s.dampening) * g;
+        d = s.nesterov ? g + s.momentum * r.m : r.m;
+      }
+      r.p -= s.lr * d;
+      break;
+    }
+    case OptimizerKind::kLion: {
+      r.p *= 1 - s.lr * s.wd;
+      const double c = s.beta1 * r.m + (1 - s.beta1) * g;
+      r.p -= s.lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
+      r.m = s.beta2 * r.m + (1 - s.beta2) * g;
+      break;
+    }
+  }
 }
 
-void ref_lion(Ref& r, double g, const math::LionStep& s) {
-  r.p *= 1.0 - static_cast<double>(s.lr) * s.weight_decay;
-  const double c = s.beta1 * r.m + (1.0 - s.beta1) * g;
-  r.p -= s.lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
-  r.m = s.beta2 * r.m + (1.0 - s.beta2) * g;
+OptimizerHyper hyper_for(OptimizerKind kind) {
+  OptimizerHyper h;
+  h.kind = kind;
+  switch (kind) {
+    case OptimizerKind::kAdamW: h.weight_decay = 0.1f; break;
+    case OptimizerKind::kSgd:
+      h.momentum = 0.9f;
+      h.dampening = 0.1f;
+      h.nesterov = true;
+      h.weight_decay = 1e-4f;
+      break;
+    case OptimizerKind::kLion:
+      h.beta1 = 0.9f;
+      h.beta2 = 0.99f;
+      h.weight_decay = 0.1f;
+      break;
+  }
+  return h;
 }
 
-math::AdamWStep adamw_step(int t) {
-  math::AdamWStep s;
-  s.lr = 1e-3f;
-  s.weight_decay = 0.1f;
-  s.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, t));
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, t)));
-  return s;
+float lr_for(OptimizerKind kind) {
+  return kind == OptimizerKind::kLion ? 1e-4f : 1e-3f;
 }
 
+const char* kind_name(OptimizerKind k) {
+  return k == OptimizerKind::kAdamW ? "adamw" : k == OptimizerKind::kSgd ? "sgd" : "lion";
+}
+
+// ---- storage ----------------------------------------------------------------
+
+// A typed array in raw bytes.
+struct Array {
+  DType dtype = DType::kF32;
+  std::vector<unsigned char> bytes;
+  Array() = default;
+  Array(DType d, int64_t n) : dtype(d), bytes(static_cast<size_t>(n * dtype_size(d)), 0) {}
+  void* data() { return bytes.empty() ? nullptr : bytes.data(); }
+  float get(int64_t i) const {
+    return dispatch_dtype(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T x;
+      std::memcpy(&x, bytes.data() + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+      return math::to_f32(x);
+    });
+  }
+  void set(int64_t i, float v) {
+    dispatch_dtype(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T x = math::from_f32<T>(v);
+      std::memcpy(bytes.data() + i * static_cast<int64_t>(sizeof(T)), &x, sizeof(T));
+    });
+  }
+};
+
+// One shard in one configuration.
 struct Shard {
-  std::vector<float> master, m, v;
-  std::vector<uint16_t> copy;
+  int64_t n;
+  MasterMode mode;
+  std::vector<float> master;
+  std::vector<int16_t> remainder;
+  Array s0, s1, out;
+
+  Shard(int64_t n_, MasterMode mode_, DType state, DType param, const std::vector<float>& init)
+      : n(n_), mode(mode_), s0(state, n_), s1(state, n_), out(param, n_) {
+    if (mode == MasterMode::kFp32) master = init;
+    if (mode == MasterMode::kBf16Remainder) {
+      remainder.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto split = math::split_bf16_remainder(init[i]);
+        std::memcpy(out.bytes.data() + 2 * i, &split.h, 2);
+        remainder[i] = split.r;
+      }
+    }
+    if (mode == MasterMode::kNone) {
+      for (int64_t i = 0; i < n; ++i) out.set(i, init[i]);
+    }
+  }
+
+  float param(int64_t i) const {
+    if (mode == MasterMode::kFp32) return master[i];
+    if (mode == MasterMode::kBf16Remainder) {
+      uint16_t h;
+      std::memcpy(&h, out.bytes.data() + 2 * i, 2);
+      return math::merge_bf16_remainder(h, remainder[i]);
+    }
+    return out.get(i);
+  }
+
+  UpdateArgs args(const OptimizerHyper& h, const Array& grad, Rounding rounding) {
+    UpdateArgs a;
+    a.hyper = h;
+    a.n = n;
+    a.master_mode = mode;
+    a.master = master.empty() ? nullptr : master.data();
+    a.master_remainder = remainder.empty() ? nullptr : remainder.data();
+    a.state0 = s0.data();
+    a.state1 = h.kind == OptimizerKind::kAdamW ? s1.data() : nullptr;
+    a.state_dtype = s0.dtype;
+    a.grad = grad.bytes.data();
+    a.grad_dtype = grad.dtype;
+    a.param_out = out.data();
+    a.param_dtype = out.dtype;
+    a.rounding = rounding;
+    a.seed = 99;
+    return a;
+  }
 };
 
-Shard make_shard(int64_t n, uint64_t seed) {
+std::vector<float> initial_params(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.05f);
-  Shard s;
-  for (int64_t i = 0; i < n; ++i) s.master.push_back(normal(rng));
-  s.m.assign(n, 0.0f);
-  s.v.assign(n, 0.0f);
-  s.copy.assign(n, 0);
-  return s;
+  std::vector<float> p(n);
+  for (auto& x : p) x = normal(rng);
+  return p;
 }
 
-std::vector<float> gradients(int64_t n, int t) {
+// Gradients in `dtype`; their exact values are what the reference sees.
+Array gradients(DType dtype, int64_t n, int64_t t) {
   std::mt19937_64 rng(1000 + static_cast<uint64_t>(t));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& x : g) x = normal(rng) * (1 + t % 7);
+  Array g(dtype, n);
+  for (int64_t i = 0; i < n; ++i) g.set(i, normal(rng) * static_cast<float>(1 + t % 7));
   return g;
 }
 
-UpdateArgs args_for(Shard& s, const std::vector<float>& g, OptimizerKind kind) {
-  UpdateArgs a;
-  a.kind = kind;
-  a.n = static_cast<int64_t>(s.master.size());
-  a.master = s.master.data();
-  a.state0 = s.m.data();
-  a.state1 = kind == OptimizerKind::kAdamW ? s.v.data() : nullptr;
-  a.grad = g.data();
-  a.param_out = s.copy.data();
-  a.param_dtype = DType::kBF16;
-  return a;
-}
+// ---- one step ---------------------------------------------------------------
 
 // One step from the same state: the fp32 kernel is within a few fp32 ulps of
 // the float64 reference started from the same (fp32) values.
 TEST(FusedUpdate, OneStepMatchesFloat64ToFloatRounding) {
   const int64_t n = 4096;
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
-    Shard s = make_shard(n, 3);
+    const OptimizerHyper h = hyper_for(kind);
+    Shard s(n, MasterMode::kFp32, DType::kF32, DType::kBF16, initial_params(n, 3));
     for (int t = 1; t <= 5; ++t) {
-      const auto g = gradients(n, t);
+      const Array g = gradients(DType::kF32, n, t);
       std::vector<Ref> ref(n);
-      for (int64_t i = 0; i < n; ++i) ref[i] = Ref{s.master[i], s.m[i], s.v[i]};
-      const std::vector<float> before = s.master, m_before = s.m;
-      UpdateArgs a = args_for(s, g, kind);
-      a.adamw = adamw_step(t);
-      a.sgd = math::SgdStep{1e-2f, 0.9f, 0.0f, 1e-4f, true, t == 1};
-      a.lion = math::LionStep{1e-4f, 0.9f, 0.99f, 0.1f};
-      fused_update_cpu(a, false);
+      for (int64_t i = 0; i < n; ++i) ref[i] = Ref{s.master[i], s.s0.get(i), s.s1.get(i)};
+      const std::vector<float> before = s.master;
+      std::vector<float> m_before(n);
+      for (int64_t i = 0; i < n; ++i) m_before[i] = s.s0.get(i);
+      StepScalars sc;
+      sc.lr = lr_for(kind);
+      sc.step = t;
+      fused_update_cpu(s.args(h, g, Rounding::kNearestEven), sc);
+      const math::StepConstants c = math::make_step_constants(h, sc, 1, 1);
       for (int64_t i = 0; i < n; ++i) {
-        switch (kind) {
-          case OptimizerKind::kAdamW: ref_adamw(ref[i], g[i], a.adamw); break;
-          case OptimizerKind::kSgd: ref_sgd(ref[i], g[i], a.sgd); break;
-          case OptimizerKind::kLion: ref_lion(ref[i], g[i], a.lion); break;
-        }
+        ref_update(kind, ref[i], g.get(i), ref_step(h, sc.lr, t));
         // A handful of fp32 roundings at the scale of |p|, of the update, and
         // of the terms that may cancel inside it (g and the moments, times
         // the effective learning rate).
         const double p_old = before[i];
-        const double lr = kind == OptimizerKind::kSgd     ? a.sgd.lr
-                          : kind == OptimizerKind::kAdamW ? a.adamw.lr / a.adamw.bias_correction1
-                                                          : a.lion.lr;
-        const double terms = std::fabs(g[i]) + std::fabs(m_before[i]) + std::fabs(ref[i].m);
+        const double lr = kind == OptimizerKind::kAdamW ? sc.lr / c.adamw.bias_correction1 : sc.lr;
+        const double terms = std::fabs(g.get(i)) + std::fabs(m_before[i]) + std::fabs(ref[i].m);
         const double tol = 16 * 0x1p-24 * (std::fabs(p_old) + std::fabs(ref[i].p - p_old) + lr * terms);
-        ASSERT_NEAR(s.master[i], ref[i].p, tol) << "optimizer " << static_cast<int>(kind) << " step " << t << " i " << i;
+        ASSERT_NEAR(s.master[i], ref[i].p, tol) << kind_name(kind) << " step " << t << " i " << i;
         // m + (1 - b1)(g - m) rounds at the scale of g, not of the (small) result.
-        ASSERT_NEAR(s.m[i], ref[i].m, 8 * 0x1p-24 * (std::fabs(ref[i].m) + std::fabs(g[i])));
-        ASSERT_EQ(s.copy[i], math::f32_to_bf16_bits(s.master[i])) << "the copy is the master rounded once";
+        ASSERT_NEAR(s.s0.get(i), ref[i].m, 8 * 0x1p-24 * (std::fabs(ref[i].m) + std::fabs(g.get(i))));
+        uint16_t copy;
+        std::memcpy(&copy, s.out.bytes.data() + 2 * i, 2);
+        ASSERT_EQ(copy, math::f32_to_bf16_bits(s.master[i])) << "the copy is the master rounded once";
       }
     }
   }
 }
 
-TEST(FusedUpdate, ThousandStepTrajectoriesStayWithFloatRounding) {
-  const int64_t n = 2048;
-  for (DType grad_dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    Shard s = make_shard(n, 5);
-    std::vector<Ref> ref(n);
-    for (int64_t i = 0; i < n; ++i) ref[i] = Ref{s.master[i], 0, 0};
-    for (int t = 1; t <= 1000; ++t) {
-      auto g = gradients(n, t);
-      std::vector<uint16_t> g16(n);
-      for (int64_t i = 0; i < n; ++i) {
-        g16[i] = grad_dtype == DType::kBF16 ? math::f32_to_bf16_bits(g[i]) : math::f32_to_fp16_bits(g[i]);
-        if (grad_dtype != DType::kF32) {
-          g[i] = grad_dtype == DType::kBF16 ? math::bf16_bits_to_f32(g16[i]) : math::fp16_bits_to_f32(g16[i]);
+// ---- 1000-step trajectories of every combination ---------------------------
+
+struct MatrixCase {
+  OptimizerKind kind;
+  DType grad;
+  DType state;
+  Rounding rounding;
+};
+
+std::string describe(const MatrixCase& c) {
+  return std::string(kind_name(c.kind)) + " grad " + std::string(dtype_name(c.grad)) + " state " +
+         std::string(dtype_name(c.state)) + (c.rounding == Rounding::kStochastic ? " stochastic" : " nearest");
+}
+
+// Runs the three master modes side by side for `steps` steps against the
+// float64 reference (whose moments are rounded to bf16 when the kernel's
+// are) and checks:
+// - kFp32: within the accumulated fp32 rounding of the reference (bf16
+//   moments: within the drift their rounding allows, bounded below);
+// - kBf16Remainder: bitwise the kFp32 master and moments, at every step;
+// - kNone: with stochastic rounding, the mean deviation from the reference
+//   is within 5 standard errors of zero (unbiased).
+void run_matrix_case(const MatrixCase& mc, int64_t n, int steps) {
+  SCOPED_TRACE(describe(mc));
+  const OptimizerHyper h = hyper_for(mc.kind);
+  const float lr = lr_for(mc.kind);
+  const auto init = initial_params(n, 11);
+  Shard fp32(n, MasterMode::kFp32, mc.state, DType::kBF16, init);
+  Shard rem(n, MasterMode::kBf16Remainder, mc.state, DType::kBF16, init);
+  Shard none(n, MasterMode::kNone, mc.state, DType::kBF16, init);
+  std::vector<Ref> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i].p = init[i];
+  std::vector<double> max_abs_p(n, 0.0);  // along the trajectory: bounds the bf16 ulp
+  std::vector<double> path(n, 0.0);       // sum of |step| along the reference trajectory
+  const float multiplier = 0.25f;  // e.g. 1 / (loss scale x divisor) x clip
+  const bool bf16_state = mc.state == DType::kBF16;
+  for (int t = 1; t <= steps; ++t) {
+    const Array g = gradients(mc.grad, n, t);
+    StepScalars sc;
+    sc.lr = lr;
+    sc.grad_multiplier = multiplier;
+    sc.step = t;
+    fused_update_cpu(fp32.args(h, g, mc.rounding), sc);
+    fused_update_cpu(rem.args(h, g, mc.rounding), sc);
+    fused_update_cpu(none.args(h, g, mc.rounding), sc);
+    for (int64_t i = 0; i < n; ++i) {
+      // The kernel sees the gradient times the multiplier (a power of two: exact).
+      const double before = ref[i].p;
+      ref_update(mc.kind, ref[i], static_cast<double>(g.get(i)) * multiplier, ref_step(h, lr, t));
+      path[i] += std::fabs(ref[i].p - before);
+      max_abs_p[i] = std::max(max_abs_p[i], std::fabs(ref[i].p) + std::fabs(none.param(i) - ref[i].p));
+      if (bf16_state) {
+        ref[i].m = math::bf16_bits_to_f32(math::f32_to_bf16_bits(static_cast<float>(ref[i].m)));
+        ref[i].v = math::bf16_bits_to_f32(math::f32_to_bf16_bits(static_cast<float>(ref[i].v)));
+      }
+      ASSERT_EQ(math::f32_bits(rem.param(i)), math::f32_bits(fp32.master[i]))
+          << "bf16_remainder must be bitwise the fp32 master; step " << t << " element " << i;
+    }
+    ASSERT_EQ(rem.s0.bytes, fp32.s0.bytes) << "step " << t;
+    ASSERT_EQ(rem.s1.bytes, fp32.s1.bytes) << "step " << t;
+    // The copy of the fp32 master: nearest-even, or one of its two bf16 neighbours.
+    for (int64_t i = 0; i < n; i += 7) {
+      uint16_t copy;
+      std::memcpy(&copy, fp32.out.bytes.data() + 2 * i, 2);
+      const uint16_t nearest = math::f32_to_bf16_bits(fp32.master[i]);
+      if (mc.rounding == Rounding::kNearestEven) {
+        ASSERT_EQ(copy, nearest);
+      } else {
+        const uint32_t down = math::f32_bits(fp32.master[i]) >> 16;
+        ASSERT_TRUE(copy == down || copy == down + 1) << "step " << t << " element " << i;
+      }
+    }
+  }
+  // fp32 master vs the reference. fp32 moments: each step rounds |p| <= 0.3
+  // a few times in fp32 (about 2e-8 each), under 2e-5 over 1000 steps. bf16
+  // moments: the kernel and the reference round moments computed from
+  // slightly different values, so they may land on neighbouring bf16 values;
+  // a moment that is off by a few bf16 ulps (2^-8 relative each) moves each
+  // step by that fraction, at most 2^-6 of the path length in all.
+  // Lion's update is lr x sign(c): where c is within rounding of zero the
+  // two may take opposite signs, a 2 lr jump; allow that on a few elements.
+  int far = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double tol = 2e-5 + (bf16_state ? 0x1p-6 * path[i] : 0.0);
+    const double d = std::fabs(fp32.master[i] - ref[i].p);
+    worst = std::max(worst, d / tol);
+    if (d > tol) {
+      ++far;
+      EXPECT_LE(d, 4.0 * lr + tol) << "element " << i;
+    }
+  }
+  const int allowed_far = mc.kind == OptimizerKind::kLion ? 3 : 0;
+  EXPECT_LE(far, allowed_far) << "elements beyond tolerance of the float64 reference; worst at "
+                              << worst << " x tolerance";
+  // Pure bf16 with stochastic rounding: unbiased. Each step's rounding error
+  // has mean zero and magnitude below one bf16 ulp of the largest |p| on the
+  // trajectory (variance below ulp^2 / 4), and feeds back only through
+  // weight decay, so the mean deviation over n elements after T steps has
+  // standard error below sqrt(sum_i T ulp_i^2 / 4) / n.
+  if (mc.rounding == Rounding::kStochastic) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      mean += none.param(i) - ref[i].p;
+      const double ulp = std::ldexp(1.0, std::ilogb(std::max(max_abs_p[i], 1e-30)) - 7);
+      var += static_cast<double>(steps) * ulp * ulp / 4;
+    }
+    mean /= static_cast<double>(n);
+    const double se = std::sqrt(var) / static_cast<double>(n);
+    EXPECT_LT(std::fabs(mean), 5 * se) << "pure bf16 + stochastic rounding drifted from the reference";
+  }
+}
+
+TEST(FusedUpdate, EveryCombinationFollowsTheFloat64ReferenceFor1000Steps) {
+  const int64_t n = 512;
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+    for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (DType state : {DType::kF32, DType::kBF16}) {
+        for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
+          run_matrix_case(MatrixCase{kind, grad, state, rounding}, n, 1000);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
-      UpdateArgs a = args_for(s, g, OptimizerKind::kAdamW);
-      if (grad_dtype != DType::kF32) a.grad = g16.data();
-      a.grad_dtype = grad_dtype;
-      a.grad_multiplier = 0.5f;  // e.g. 1 / (loss scale x divisor)
-      a.adamw = adamw_step(t);
-      fused_update_cpu(a, false);
-      for (int64_t i = 0; i < n; ++i) ref_adamw(ref[i], 0.5 * g[i], a.adamw);
     }
-    double worst = 0;
-    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(s.master[i] - ref[i].p));
-    // Each step rounds |p| <= 0.2 a few times in fp32 (about 1.2e-8 each);
-    // over 1000 steps that is at most about 1.2e-5 (measured: 3e-6).
-    EXPECT_LT(worst, 1.2e-5) << dtype_name(grad_dtype);
   }
 }
 
-TEST(FusedUpdate, Bf16StateStaysCloseAndRepresentable) {
-  const int64_t n = 2048;
-  Shard s = make_shard(n, 9), s32 = make_shard(n, 9);
-  std::vector<uint16_t> m16(n, 0), v16(n, 0);
-  for (int t = 1; t <= 200; ++t) {
-    const auto g = gradients(n, t);
-    UpdateArgs a = args_for(s, g, OptimizerKind::kAdamW);
-    a.state0 = m16.data();
-    a.state1 = v16.data();
-    a.state_dtype = DType::kBF16;
-    a.adamw = adamw_step(t);
-    fused_update_cpu(a, false);
-    UpdateArgs b = args_for(s32, g, OptimizerKind::kAdamW);
-    b.adamw = adamw_step(t);
-    fused_update_cpu(b, false);
-  }
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(s.master[i]) - s32.master[i]));
-  EXPECT_GT(worst, 0.0) << "bf16 moments must differ somewhere from fp32 moments";
-  EXPECT_LT(worst, 2e-3) << "200 steps of lr 1e-3 with bf16 moments";
-}
+// ---- skip, stochastic copy, pure low precision ------------------------------
 
 TEST(FusedUpdate, FoundInfSkipsTheWholeStep) {
   const int64_t n = 1000;
-  Shard s = make_shard(n, 1);
-  s.m.assign(n, 0.25f);
-  s.copy.assign(n, 0x1234);
-  const Shard before = s;
-  auto g = gradients(n, 1);
-  g[17] = std::numeric_limits<float>::infinity();
-  UpdateArgs a = args_for(s, g, OptimizerKind::kAdamW);
-  a.adamw = adamw_step(1);
-  fused_update_cpu(a, /*found_inf=*/true);
-  EXPECT_EQ(s.master, before.master);
-  EXPECT_EQ(s.m, before.m);
-  EXPECT_EQ(s.v, before.v);
-  EXPECT_EQ(s.copy, before.copy);
+  for (MasterMode mode : {MasterMode::kFp32, MasterMode::kBf16Remainder, MasterMode::kNone}) {
+    Shard s(n, mode, DType::kF32, DType::kBF16, initial_params(n, 1));
+    for (int64_t i = 0; i < n; ++i) s.s0.set(i, 0.25f);
+    const Shard before = s;
+    Array g = gradients(DType::kF32, n, 1);
+    g.set(17, std::numeric_limits<float>::infinity());
+    StepScalars sc;
+    sc.found_inf = 1;
+    fused_update_cpu(s.args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven), sc);
+    EXPECT_EQ(s.master, before.master);
+    EXPECT_EQ(s.remainder, before.remainder);
+    EXPECT_EQ(s.s0.bytes, before.s0.bytes);
+    EXPECT_EQ(s.s1.bytes, before.s1.bytes);
+    EXPECT_EQ(s.out.bytes, before.out.bytes);
+  }
 }
 
 TEST(FusedUpdate, StochasticCopyIsANeighbourAndReproducible) {
   const int64_t n = 4096;
-  Shard s1 = make_shard(n, 2), s2 = make_shard(n, 2);
-  const auto g = gradients(n, 1);
-  for (Shard* s : {&s1, &s2}) {
-    UpdateArgs a = args_for(*s, g, OptimizerKind::kSgd);
-    a.rounding = Rounding::kStochastic;
-    a.seed = 77;
-    a.step = 1;
-    a.sgd = math::SgdStep{1e-2f, 0.0f, 0.0f, 0.0f, false, true};
-    fused_update_cpu(a, false);
-  }
+  const auto init = initial_params(n, 2);
+  Shard s1(n, MasterMode::kFp32, DType::kF32, DType::kBF16, init), s2 = s1;
+  const Array g = gradients(DType::kF32, n, 1);
+  OptimizerHyper h;
+  h.kind = OptimizerKind::kSgd;
+  StepScalars sc;
+  sc.lr = 1e-2f;
+  for (Shard* s : {&s1, &s2}) fused_update_cpu(s->args(h, g, Rounding::kStochastic), sc);
+  EXPECT_EQ(s1.out.bytes, s2.out.bytes) << "same seed, same bits";
   int differs_from_nearest = 0;
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(s1.copy[i], s2.copy[i]) << "same seed, same bits";
+    uint16_t copy;
+    std::memcpy(&copy, s1.out.bytes.data() + 2 * i, 2);
     const uint32_t down = math::f32_bits(s1.master[i]) >> 16;  // bf16 truncation
-    ASSERT_TRUE(s1.copy[i] == down || s1.copy[i] == down + 1) << i;
-    differs_from_nearest += s1.copy[i] != math::f32_to_bf16_bits(s1.master[i]);
+    ASSERT_TRUE(copy == down || copy == down + 1) << i;
+    differs_from_nearest += copy != math::f32_to_bf16_bits(s1.master[i]);
   }
   EXPECT_GT(differs_from_nearest, n / 20) << "stochastic rounding should not always round to nearest";
 }
 
-}  // namespace
-}  // namespace mp
-
-namespace mp {
-namespace {
-
 // Pure bf16 parameters (no master): updates below half an ulp vanish with
 // nearest rounding, but stochastic rounding keeps them in expectation.
-TEST(FusedUpdate, NoneModeWithStochasticRoundingStaysUnbiased) {
+TEST(FusedUpdate, NoneModeWithStochasticRoundingKeepsUpdatesBelowHalfAnUlp) {
   const int64_t n = 1 << 16;
   const float start = 1.0f;     // just below 1.0 the bf16 ulp is 2^-8
   const float delta = 0x1p-10;  // so each step moves a quarter of an ulp
-  std::vector<float> g(n, 1.0f);
+  Array g(DType::kF32, n);
+  for (int64_t i = 0; i < n; ++i) g.set(i, 1.0f);
+  OptimizerHyper h;
+  h.kind = OptimizerKind::kSgd;
   for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
-    std::vector<uint16_t> p(n, math::f32_to_bf16_bits(start));
+    Shard s(n, MasterMode::kNone, DType::kF32, DType::kBF16, std::vector<float>(n, start));
     for (int t = 1; t <= 8; ++t) {
-      UpdateArgs a;
-      a.kind = OptimizerKind::kSgd;
-      a.master_mode = MasterMode::kNone;
-      a.n = n;
-      a.grad = g.data();
-      a.param_out = p.data();
-      a.param_dtype = DType::kBF16;
-      a.rounding = rounding;
-      a.seed = 5;
-      a.step = static_cast<uint64_t>(t);
-      a.sgd = math::SgdStep{delta, 0.0f, 0.0f, 0.0f, false, true};
-      fused_update_cpu(a, false);
+      StepScalars sc;
+      sc.lr = delta;
+      sc.step = t;
+      fused_update_cpu(s.args(h, g, rounding), sc);
     }
     double mean = 0;
-    for (uint16_t b : p) mean += math::bf16_bits_to_f32(b);
+    for (int64_t i = 0; i < n; ++i) mean += s.param(i);
     mean /= n;
     const double expected = start - 8 * delta;  // 1 - 2^-7, two bf16 ulps below 1.0
     if (rounding == Rounding::kNearestEven) {
@@ -258,6 +433,304 @@ TEST(FusedUpdate, NoneModeWithStochasticRoundingStaysUnbiased) {
       EXPECT_NEAR(mean, expected, 2e-4) << "stochastic rounding keeps the updates in expectation";
     }
   }
+}
+
+// ---- the per-range table ---------------------------------------------------
+
+// A table of three groups gives the bits of three separate steps, each with
+// its group's learning rate and weight decay folded into the arguments.
+TEST(FusedUpdate, RangeTableAppliesEachGroupsLrAndWeightDecay) {
+  const int64_t n = 3000;
+  const std::vector<UpdateRange> table{{0, 1000, 1.0f, 1.0f}, {1000, 1001, 0.5f, 0.0f}, {1001, 3000, 2.0f, 0.0f}};
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+    const auto init = initial_params(n, 4);
+    Shard whole(n, MasterMode::kFp32, DType::kF32, DType::kBF16, init);
+    std::vector<Shard> parts;
+    for (const auto& r : table) {
+      parts.emplace_back(r.end - r.begin, MasterMode::kFp32, DType::kF32, DType::kBF16,
+                         std::vector<float>(init.begin() + r.begin, init.begin() + r.end));
+    }
+    for (int t = 1; t <= 3; ++t) {
+      const Array g = gradients(DType::kBF16, n, t);
+      StepScalars sc;
+      sc.lr = lr_for(kind);
+      sc.step = t;
+      UpdateArgs a = whole.args(hyper_for(kind), g, Rounding::kNearestEven);
+      a.ranges = table.data();
+      a.num_ranges = static_cast<int64_t>(table.size());
+      fused_update_cpu(a, sc);
+      for (size_t k = 0; k < table.size(); ++k) {
+        Array gk(DType::kBF16, table[k].end - table[k].begin);
+        std::memcpy(gk.bytes.data(), g.bytes.data() + 2 * table[k].begin, gk.bytes.size());
+        OptimizerHyper hk = hyper_for(kind);
+        hk.weight_decay *= table[k].weight_decay_scale;
+        StepScalars sk = sc;
+        sk.lr *= table[k].lr_scale;
+        fused_update_cpu(parts[k].args(hk, gk, Rounding::kNearestEven), sk);
+      }
+    }
+    for (size_t k = 0; k < table.size(); ++k) {
+      for (int64_t i = table[k].begin; i < table[k].end; ++i) {
+        ASSERT_EQ(math::f32_bits(whole.master[i]), math::f32_bits(parts[k].master[i - table[k].begin]))
+            << kind_name(kind) << " group " << k << " element " << i;
+      }
+    }
+  }
+}
+
+void expect_error(const UpdateArgs& a, const std::string& needle) {
+  try {
+    fused_update_cpu(a, StepScalars{});
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const EnforceError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedUpdate, BadArgumentsAreNamed) {
+  const int64_t n = 100;
+  Shard s(n, MasterMode::kFp32, DType::kF32, DType::kBF16, initial_params(n, 1));
+  const Array g = gradients(DType::kF32, n, 1);
+  const UpdateArgs ok = s.args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven);
+
+  std::vector<UpdateRange> gap{{0, 40, 1, 1}, {50, 100, 1, 1}};
+  UpdateArgs a = ok;
+  a.ranges = gap.data();
+  a.num_ranges = 2;
+  expect_error(a, "range 1 is [50, 100)");
+  std::vector<UpdateRange> short_table{{0, 40, 1, 1}, {40, 90, 1, 1}};
+  a.ranges = short_table.data();
+  expect_error(a, "the ranges cover [0, 90) but the shard has 100 elements");
+  std::vector<UpdateRange> nan_scale{{0, 100, std::nanf(""), 1}};
+  a.ranges = nan_scale.data();
+  a.num_ranges = 1;
+  expect_error(a, "range 0 has a non-finite scale");
+
+  a = ok;
+  a.state1 = a.state0;
+  expect_error(a, "state0 and state1 overlap");
+  a = ok;
+  a.param_out = reinterpret_cast<char*>(a.master) + 8;
+  expect_error(a, "master and param_out overlap");
+  a = ok;
+  a.state_dtype = DType::kF16;
+  expect_error(a, "optimizer state must be fp32 or bf16, not fp16");
+  a = ok;
+  std::vector<int16_t> remainder(n);
+  a.master_mode = MasterMode::kBf16Remainder;
+  a.param_dtype = DType::kF16;
+  a.master_remainder = remainder.data();
+  expect_error(a, "bf16_remainder keeps a bf16 parameter copy, not fp16");
+  a = ok;
+  a.state1 = nullptr;
+  expect_error(a, "AdamW needs two moments");
+  a = ok;
+  a.isa = CpuIsa::kAvx512;
+  if (!cpu_isa_available(CpuIsa::kAvx512)) expect_error(a, "no avx512 variant");
+}
+
+// ---- vector variants and threads -----------------------------------------
+
+// Inputs that exercise every path: normal values, NaN and Inf gradients and
+// masters, denormals, huge values, exact bf16 ties.
+std::vector<float> nasty(int64_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (i % 97) {
+      case 3: v[i] = std::numeric_limits<float>::quiet_NaN(); break;
+      case 5: v[i] = -std::numeric_limits<float>::infinity(); break;
+      case 7: v[i] = 1e-40f; break;
+      case 11: v[i] = 3e38f; break;
+      case 13: v[i] = math::f32_from_bits(0x3f808000u); break;  // a bf16 tie
+      case 17: v[i] = math::f32_from_bits(0x7fffffffu); break;  // NaN with a full payload
+      default: v[i] = normal(rng);
+    }
+  }
+  return v;
+}
+
+struct VariantState {
+  std::vector<float> master;
+  std::vector<int16_t> remainder;
+  Array s0, s1, out, grad;
+};
+
+VariantState make_variant_state(int64_t n, MasterMode mode, DType grad, DType state, DType param) {
+  VariantState v;
+  const auto p = nasty(n, 1, 0.1f), g = nasty(n, 2, 1.0f), m = nasty(n, 3, 0.01f);
+  v.grad = Array(grad, n);
+  v.s0 = Array(state, n);
+  v.s1 = Array(state, n);
+  v.out = Array(param, n);
+  if (mode == MasterMode::kFp32) v.master = p;
+  if (mode == MasterMode::kBf16Remainder) v.remainder.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    v.grad.set(i, g[i]);
+    v.s0.set(i, m[i]);
+    v.s1.set(i, std::fabs(m[i]));
+    if (mode == MasterMode::kBf16Remainder) {
+      const auto split = math::split_bf16_remainder(p[i]);
+      std::memcpy(v.out.bytes.data() + 2 * i, &split.h, 2);
+      v.remainder[i] = split.r;
+    } else {
+      v.out.set(i, p[i]);
+    }
+  }
+  return v;
+}
+
+UpdateArgs variant_args(VariantState& v, const OptimizerHyper& h, MasterMode mode, bool copy, Rounding rounding) {
+  UpdateArgs a;
+  a.hyper = h;
+  a.n = static_cast<int64_t>(v.out.bytes.size()) / dtype_size(v.out.dtype);
+  a.master_mode = mode;
+  a.master = v.master.empty() ? nullptr : v.master.data();
+  a.master_remainder = v.remainder.empty() ? nullptr : v.remainder.data();
+  a.state0 = v.s0.data();
+  a.state1 = v.s1.data();
+  a.state_dtype = v.s0.dtype;
+  a.grad = v.grad.data();
+  a.grad_dtype = v.grad.dtype;
+  a.param_out = copy ? v.out.data() : nullptr;
+  a.param_dtype = v.out.dtype;
+  a.rounding = rounding;
+  a.seed = 5;
+  a.index_offset = 1000;
+  return a;
+}
+
+// Bitwise equal, except that any two NaNs are equal: which NaN an
+// operation with NaN operands returns depends on operand order, which the
+// vectorizer may swap (x86 returns the first operand's payload).
+bool same_value(float x, float y) {
+  return math::f32_bits(x) == math::f32_bits(y) || (std::isnan(x) && std::isnan(y));
+}
+
+// Reports the first difference.
+bool same_bits(const VariantState& a, const VariantState& b) {
+  auto same = [](const Array& x, const Array& y, const char* what) {
+    const int64_t n = static_cast<int64_t>(x.bytes.size()) / dtype_size(x.dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!same_value(x.get(i), y.get(i))) {
+        ADD_FAILURE() << what << " differs first at element " << i << ": " << x.get(i) << " vs " << y.get(i);
+        return false;
+      }
+    }
+    return true;
+  };
+  for (size_t i = 0; i < a.master.size(); ++i) {
+    if (!same_value(a.master[i], b.master[i])) {
+      ADD_FAILURE() << "master differs first at element " << i;
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.remainder.size(); ++i) {
+    uint16_t ha, hb;
+    std::memcpy(&ha, a.out.bytes.data() + 2 * i, 2);
+    std::memcpy(&hb, b.out.bytes.data() + 2 * i, 2);
+    if (!same_value(math::merge_bf16_remainder(ha, a.remainder[i]), math::merge_bf16_remainder(hb, b.remainder[i]))) {
+      ADD_FAILURE() << "bf16_remainder master differs first at element " << i;
+      return false;
+    }
+  }
+  return same(a.s0, b.s0, "state0") && same(a.s1, b.s1, "state1") && same(a.out, b.out, "out");
+}
+
+// Every loop variant (optimizer x master mode x copy x grad, state and
+// param dtypes x rounding) on every ISA this CPU has, against the scalar
+// build of the same loop, on a shard with a range table and odd sizes.
+TEST(FusedUpdate, CpuVectorPathsEqualTheScalarPathBitForBit) {
+  const int64_t n = 1000 + 37;
+  const std::vector<UpdateRange> table{{0, 500, 1.0f, 1.0f}, {500, 503, 0.5f, 0.0f}, {503, n, 1.5f, 1.0f}};
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_available(isa)) isas.push_back(isa);
+  }
+  ASSERT_FALSE(isas.empty());
+  std::vector<OptimizerHyper> hypers = {hyper_for(OptimizerKind::kAdamW), hyper_for(OptimizerKind::kSgd),
+                                        hyper_for(OptimizerKind::kLion), OptimizerHyper{}};
+  hypers[3].kind = OptimizerKind::kSgd;  // plain SGD: no state
+  int variants = 0;
+  for (const OptimizerHyper& h : hypers) {
+    for (MasterMode mode : {MasterMode::kFp32, MasterMode::kBf16Remainder, MasterMode::kNone}) {
+      for (bool copy : {true, false}) {
+        if (!copy && mode != MasterMode::kFp32) continue;
+        for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
+          for (DType state : {DType::kF32, DType::kBF16}) {
+            for (DType param : {DType::kF32, DType::kBF16, DType::kF16}) {
+              if (mode == MasterMode::kBf16Remainder && param != DType::kBF16) continue;
+              for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
+                StepScalars sc;
+                sc.lr = 1e-2f;
+                sc.grad_multiplier = 0.3f;
+                sc.step = 3;
+                VariantState want = make_variant_state(n, mode, grad, state, param);
+                UpdateArgs a = variant_args(want, h, mode, copy, rounding);
+                a.ranges = table.data();
+                a.num_ranges = static_cast<int64_t>(table.size());
+                a.isa = CpuIsa::kScalar;
+                a.threads = 1;
+                fused_update_cpu(a, sc);
+                for (CpuIsa isa : isas) {
+                  VariantState got = make_variant_state(n, mode, grad, state, param);
+                  UpdateArgs b = variant_args(got, h, mode, copy, rounding);
+                  b.ranges = a.ranges;
+                  b.num_ranges = a.num_ranges;
+                  b.isa = isa;
+                  fused_update_cpu(b, sc);
+                  ASSERT_TRUE(same_bits(want, got))
+                      << cpu_isa_name(isa) << ": optimizer " << static_cast<int>(h.kind) << " momentum "
+                      << h.momentum << " mode " << static_cast<int>(mode) << " copy " << copy << " grad "
+                      << dtype_name(grad) << " state " << dtype_name(state) << " param " << dtype_name(param)
+                      << " rounding " << static_cast<int>(rounding);
+                }
+                ++variants;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(variants, 300);
+}
+
+// Threads split the shard; the result (stochastic rounding included: each
+// element draws from its global index) does not depend on how.
+TEST(FusedUpdate, ResultDoesNotDependOnTheThreadCount) {
+  const int64_t n = (int64_t{1} << 18) + 5;  // several parts of 64K elements
+  const std::vector<UpdateRange> table{{0, 100000, 1.0f, 1.0f}, {100000, 100003, 0.5f, 0.0f}, {100003, n, 2.0f, 1.0f}};
+  VariantState one = make_variant_state(n, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16);
+  VariantState many = make_variant_state(n, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16);
+  StepScalars sc;
+  sc.step = 2;
+  for (int threads : {1, 3}) {
+    VariantState& v = threads == 1 ? one : many;
+    UpdateArgs a = variant_args(v, hyper_for(OptimizerKind::kAdamW), MasterMode::kFp32, true, Rounding::kStochastic);
+    a.ranges = table.data();
+    a.num_ranges = static_cast<int64_t>(table.size());
+    a.threads = threads;
+    fused_update_cpu(a, sc);
+  }
+  EXPECT_TRUE(same_bits(one, many));
+}
+
+TEST(FusedUpdate, BytesPerParameter) {
+  UpdateArgs a;
+  uint16_t dummy = 0;
+  a.grad_dtype = DType::kBF16;
+  a.param_out = &dummy;
+  EXPECT_EQ(update_bytes_per_param(a), 28);  // AdamW, fp32 master, fp32 moments, bf16 copy
+  a.master_mode = MasterMode::kBf16Remainder;
+  EXPECT_EQ(update_bytes_per_param(a), 26);
+  a.master_mode = MasterMode::kNone;
+  EXPECT_EQ(update_bytes_per_param(a), 22);
+  a.state_dtype = DType::kBF16;
+  EXPECT_EQ(update_bytes_per_param(a), 14);
+  a.hyper.kind = OptimizerKind::kSgd;
+  EXPECT_EQ(update_bytes_per_param(a), 6);
 }
 
 }  // namespace

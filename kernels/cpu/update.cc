@@ -1,107 +1,217 @@
 #include "kernels/cpu/update.h"
 
-#include "kernels/convert_math.h"
-#include "kernels/philox_math.h"
-#include "kernels/remainder_math.h"
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/update_span.h"
 #include "runtime/error.h"
+#include "runtime/parallel.h"
 
 namespace mp {
 namespace {
 
-template <class S>
-float load_state(const void* p, int64_t i) {
-  return p ? math::to_f32(static_cast<const S*>(p)[i]) : 0.0f;
+using detail::SpanFn;
+
+// Below this many elements per thread, waking another thread costs more
+// than it saves.
+constexpr int64_t kMinPerThread = int64_t{1} << 16;
+
+bool cpu_supports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto:
+    case CpuIsa::kScalar:
+    case CpuIsa::kBaseline: return true;
+#if MP_UPDATE_HAVE_X86
+    case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2");
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+#else
+    case CpuIsa::kAvx2:
+    case CpuIsa::kAvx512: return false;
+#endif
+  }
+  return false;
 }
 
-template <class S>
-void store_state(void* p, int64_t i, float v) {
-  if (p) static_cast<S*>(p)[i] = math::from_f32<S>(v);
+SpanFn select(CpuIsa isa, const detail::SpanVariant& v) {
+  switch (isa) {
+    case CpuIsa::kScalar: return detail::select_span_scalar(v);
+#if MP_UPDATE_HAVE_X86
+    case CpuIsa::kAvx2: return detail::select_span_avx2(v);
+    case CpuIsa::kAvx512: return detail::select_span_avx512(v);
+#endif
+    default: return detail::select_span_baseline(v);
+  }
 }
 
-template <class G, class S, class Out, bool kStochastic, MasterMode kMode>
-void update_loop(const UpdateArgs& a) {
-  const G* grad = static_cast<const G*>(a.grad);
-  Out* out = static_cast<Out*>(a.param_out);
-  for (int64_t i = 0; i < a.n; ++i) {
-    const float g = math::to_f32(grad[i]) * a.grad_multiplier;
-    float p;
-    if constexpr (kMode == MasterMode::kFp32) {
-      p = a.master[i];
-    } else if constexpr (kMode == MasterMode::kBf16Remainder) {
-      p = math::merge_bf16_remainder(a.master_bf16[i], a.master_remainder[i]);
-    } else {
-      p = math::to_f32(out[i]);
-    }
-    float s0 = load_state<S>(a.state0, i);
-    float s1 = load_state<S>(a.state1, i);
-    switch (a.kind) {
-      case OptimizerKind::kAdamW: math::adamw_element(p, s0, s1, g, a.adamw); break;
-      case OptimizerKind::kSgd: math::sgd_element(p, s0, g, a.sgd); break;
-      case OptimizerKind::kLion: math::lion_element(p, s0, g, a.lion); break;
-    }
-    if constexpr (kMode == MasterMode::kBf16Remainder) {
-      const math::Bf16Remainder split = math::split_bf16_remainder(p);
-      a.master_bf16[i] = split.h;
-      a.master_remainder[i] = split.r;
-    } else if constexpr (kMode == MasterMode::kFp32) {
-      a.master[i] = p;
-    }
-    store_state<S>(a.state0, i, s0);
-    store_state<S>(a.state1, i, s1);
-    if (kMode != MasterMode::kBf16Remainder && out != nullptr) {
-      if constexpr (kStochastic) {
-        out[i] = math::from_f32_stochastic<Out>(p, math::philox_u32(a.seed, a.step, a.index_offset + static_cast<uint64_t>(i)));
-      } else {
-        out[i] = math::from_f32<Out>(p);
-      }
+// The arrays a step touches, with their byte extents, for the overlap check.
+struct Extent {
+  const char* name;
+  const void* p;
+  int64_t bytes;
+};
+
+void check_disjoint(const std::vector<Extent>& xs) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    for (size_t j = i + 1; j < xs.size(); ++j) {
+      const auto a = reinterpret_cast<uintptr_t>(xs[i].p), b = reinterpret_cast<uintptr_t>(xs[j].p);
+      const bool overlap = a < b + static_cast<uintptr_t>(xs[j].bytes) && b < a + static_cast<uintptr_t>(xs[i].bytes);
+      MP_ENFORCE(!overlap, "fused update: ", xs[i].name, " and ", xs[j].name, " overlap");
     }
   }
 }
 
 }  // namespace
 
-void fused_update_cpu(const UpdateArgs& a, bool found_inf) {
-  if (found_inf || a.n == 0) return;
+namespace detail {
+
+void check_ranges(const UpdateArgs& a) {
+  if (a.ranges == nullptr) {
+    MP_ENFORCE(a.num_ranges == 0, "fused update: num_ranges is ", a.num_ranges, " but ranges is null");
+    return;
+  }
+  MP_ENFORCE(a.num_ranges > 0, "fused update: an empty range table");
+  int64_t expect = 0;
+  for (int64_t k = 0; k < a.num_ranges; ++k) {
+    const UpdateRange& r = a.ranges[k];
+    MP_ENFORCE(r.begin == expect && r.end > r.begin, "fused update: range ", k, " is [", r.begin, ", ", r.end,
+               "); ranges must be non-empty, sorted and contiguous (expected it to begin at ", expect, ")");
+    MP_ENFORCE(std::isfinite(r.lr_scale) && std::isfinite(r.weight_decay_scale), "fused update: range ", k,
+               " has a non-finite scale");
+    expect = r.end;
+  }
+  MP_ENFORCE(expect == a.n, "fused update: the ranges cover [0, ", expect, ") but the shard has ", a.n, " elements");
+}
+
+}  // namespace detail
+
+namespace {
+
+math::ElementKind element_kind(const OptimizerHyper& h) {
+  switch (h.kind) {
+    case OptimizerKind::kAdamW: return math::ElementKind::kAdamW;
+    case OptimizerKind::kLion: return math::ElementKind::kLion;
+    case OptimizerKind::kSgd: return h.momentum != 0.0f ? math::ElementKind::kSgdMomentum : math::ElementKind::kSgdPlain;
+  }
+  MP_THROW(EnforceError, "fused update: unknown optimizer kind ", static_cast<int>(h.kind));
+}
+
+}  // namespace
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kBaseline: return "baseline";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool cpu_isa_available(CpuIsa isa) { return cpu_supports(isa); }
+
+CpuIsa cpu_isa_best() {
+  static const CpuIsa best = [] {
+    if (cpu_supports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+    if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+    return CpuIsa::kBaseline;
+  }();
+  return best;
+}
+
+int64_t update_bytes_per_param(const UpdateArgs& a) {
+  const int64_t g = dtype_size(a.grad_dtype), s = dtype_size(a.state_dtype), o = dtype_size(a.param_dtype);
+  const int states = a.hyper.kind == OptimizerKind::kAdamW ? 2
+                     : a.hyper.kind == OptimizerKind::kLion ? 1
+                     : a.hyper.momentum != 0.0f            ? 1
+                                                           : 0;
+  int64_t master = 0;
+  switch (a.master_mode) {
+    case MasterMode::kFp32: master = 8 + (a.param_out ? o : 0); break;
+    case MasterMode::kBf16Remainder: master = 8; break;  // bf16 half and remainder, read and written
+    case MasterMode::kNone: master = 2 * o; break;
+  }
+  return g + master + 2 * s * states;
+}
+
+namespace detail {
+
+SpanVariant plan_update(const UpdateArgs& a) {
+  MP_ENFORCE(a.n >= 0, "fused update of ", a.n, " elements");
+  const math::ElementKind kind = element_kind(a.hyper);
+  const bool stateful = kind != math::ElementKind::kSgdPlain;
   const bool remainder = a.master_mode == MasterMode::kBf16Remainder;
-  MP_ENFORCE(a.grad != nullptr, "fused update without a gradient");
   const bool none = a.master_mode == MasterMode::kNone;
-  MP_ENFORCE(remainder ? a.master_bf16 != nullptr && a.master_remainder != nullptr
-             : none    ? a.param_out != nullptr
-                       : a.master != nullptr,
-             "fused update without its master arrays");
-  MP_ENFORCE(!remainder || a.param_out == nullptr,
-             "bf16_remainder: the bf16 half of the master is the parameter copy; param_out must be null");
-  MP_ENFORCE(a.state_dtype == DType::kF32 || a.state_dtype == DType::kBF16, "optimizer state must be fp32 or bf16, not ",
-             dtype_name(a.state_dtype));
+  MP_ENFORCE(a.n == 0 || a.grad != nullptr, "fused update without a gradient");
+  MP_ENFORCE(a.n == 0 || (remainder ? a.param_out != nullptr && a.master_remainder != nullptr
+                          : none    ? a.param_out != nullptr
+                                    : a.master != nullptr),
+             "fused update without its master arrays (mode ", static_cast<int>(a.master_mode), ")");
+  MP_ENFORCE(!remainder || a.param_dtype == DType::kBF16, "bf16_remainder keeps a bf16 parameter copy, not ",
+             dtype_name(a.param_dtype));
+  MP_ENFORCE(a.state_dtype == DType::kF32 || a.state_dtype == DType::kBF16,
+             "optimizer state must be fp32 or bf16, not ", dtype_name(a.state_dtype));
   MP_ENFORCE(!is_fp8(a.grad_dtype) && !is_fp8(a.param_dtype), "fused update with fp8 gradients or parameters");
-  MP_ENFORCE(a.kind == OptimizerKind::kSgd || a.state0 != nullptr, "optimizer state missing");
-  MP_ENFORCE(a.kind != OptimizerKind::kAdamW || a.state1 != nullptr, "AdamW needs two moments");
-  MP_ENFORCE(a.kind != OptimizerKind::kSgd || a.sgd.momentum == 0.0f || a.state0 != nullptr,
-             "SGD with momentum needs a momentum buffer");
-  const bool stochastic = a.rounding == Rounding::kStochastic;
-  dispatch_dtype(a.grad_dtype, [&](auto g) {
-    dispatch_dtype(a.param_dtype, [&](auto o) {
-      using G = decltype(g);
-      using Out = decltype(o);
-      if constexpr (!math::kHasStochasticRounding<Out> || std::is_same_v<G, fp8_e4m3> ||
-                    std::is_same_v<G, fp8_e5m2>) {
-        MP_THROW(EnforceError, "unreachable: dtypes checked above");
-      } else {
-        auto run = [&](auto s) {
-          using S = decltype(s);
-          if (remainder) return update_loop<G, S, Out, false, MasterMode::kBf16Remainder>(a);
-          if (none && stochastic) return update_loop<G, S, Out, true, MasterMode::kNone>(a);
-          if (none) return update_loop<G, S, Out, false, MasterMode::kNone>(a);
-          if (stochastic) return update_loop<G, S, Out, true, MasterMode::kFp32>(a);
-          update_loop<G, S, Out, false, MasterMode::kFp32>(a);
-        };
-        if (a.state_dtype == DType::kF32) {
-          run(float{});
-        } else {
-          run(bf16{});
-        }
-      }
-    });
+  MP_ENFORCE(a.n == 0 || !stateful || a.state0 != nullptr, "optimizer state missing");
+  MP_ENFORCE(a.n == 0 || kind != math::ElementKind::kAdamW || a.state1 != nullptr, "AdamW needs two moments");
+
+  const int64_t gs = dtype_size(a.grad_dtype), ss = dtype_size(a.state_dtype), os = dtype_size(a.param_dtype);
+  std::vector<Extent> extents{{"grad", a.grad, a.n * gs}};
+  if (a.master_mode == MasterMode::kFp32) extents.push_back({"master", a.master, a.n * 4});
+  if (remainder) extents.push_back({"master_remainder", a.master_remainder, a.n * 2});
+  if (a.param_out != nullptr) extents.push_back({"param_out", a.param_out, a.n * os});
+  if (stateful) extents.push_back({"state0", a.state0, a.n * ss});
+  if (kind == math::ElementKind::kAdamW) extents.push_back({"state1", a.state1, a.n * ss});
+  if (a.n > 0) check_disjoint(extents);
+
+  SpanVariant v;
+  v.kind = kind;
+  v.mode = a.master_mode;
+  v.grad = a.grad_dtype;
+  v.state = stateful ? a.state_dtype : DType::kF32;
+  v.out = a.param_dtype;
+  const bool stochastic = a.rounding == Rounding::kStochastic && a.param_dtype != DType::kF32;
+  v.copy = remainder || a.param_out == nullptr ? math::CopyMode::kNone
+           : stochastic                        ? math::CopyMode::kStochastic
+                                               : math::CopyMode::kNearest;
+  return v;
+}
+
+}  // namespace detail
+
+void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
+  detail::check_ranges(a);
+  const detail::SpanVariant v = detail::plan_update(a);
+  if (scalars.found_inf != 0 || a.n == 0) return;
+  MP_ENFORCE(scalars.step >= 1, "fused update at step ", scalars.step, " (steps count from 1)");
+  CpuIsa isa = a.isa == CpuIsa::kAuto ? cpu_isa_best() : a.isa;
+  MP_ENFORCE(cpu_supports(isa), "fused update: this CPU or build has no ", cpu_isa_name(isa), " variant");
+  const SpanFn fn = select(isa, v);
+  MP_ENFORCE(fn != nullptr, "fused update: no kernel for this combination of dtypes");
+
+  const detail::SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
+                            scalars.grad_multiplier, a.seed, static_cast<uint64_t>(scalars.step), a.index_offset};
+  const UpdateRange whole{0, a.n, 1.0f, 1.0f};
+  const UpdateRange* ranges = a.ranges ? a.ranges : &whole;
+  const int64_t num_ranges = a.ranges ? a.num_ranges : 1;
+  int threads = a.threads > 0 ? a.threads : default_cpu_threads();
+  threads = static_cast<int>(std::min<int64_t>(threads, (a.n + kMinPerThread - 1) / kMinPerThread));
+  // Parts start on 64-element boundaries (whole cache lines of every array).
+  parallel_for(a.n, threads, 64, [&](int64_t begin, int64_t end) {
+    int64_t k = std::upper_bound(ranges, ranges + num_ranges, begin,
+                                 [](int64_t i, const UpdateRange& r) { return i < r.end; }) -
+                ranges;
+    for (; k < num_ranges && ranges[k].begin < end; ++k) {
+      const math::StepConstants c =
+          math::make_step_constants(a.hyper, scalars, ranges[k].lr_scale, ranges[k].weight_decay_scale);
+      fn(sa, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), c);
+    }
   });
 }
 

@@ -1,39 +1,38 @@
-// kernels/cpu/update.h: one fused optimizer step over a flat shard with an
-// fp32 master: reads the gradient in the dtype it arrived in (times the
-// gradient multiplier), updates master and moments in one pass, and writes
-// the low-precision parameter copy (the next all-gather's send buffer)
-// rounded to nearest-even or stochastically.
+// kernels/cpu/update.h: the fused optimizer step over a flat shard on the
+// CPU: one pass, vectorized, multi-threaded. The element math is
+// kernels/update_math.h, shared with the CUDA kernel (modes, scalars and the
+// per-range table are described there).
 //
-// Master modes: kFp32 (an fp32 array), kBf16Remainder (the bf16 copy plus
-// an int16 remainder, kernels/remainder_math.h: the same fp32 values in 4
-// bytes, so its trajectory is bitwise that of kFp32), or kNone (pure low
-// precision: param_out is the parameter itself, read, updated in fp32 and
-// rounded back to nearest-even or stochastically; stochastic rounding keeps
-// updates smaller than half an ulp from vanishing, in expectation).
-//
-// Not here yet (issue 4): the per-range metadata table, explicit SIMD
-// dispatch and threads, and the CUDA kernel.
+// Vectorization: the loop is compiled several times (kernels/cpu/
+// update_<isa>.cc): a scalar reference (vectorizer off), the x86-64
+// baseline (SSE2), AVX2 (+F16C) and AVX-512 (F, BW, VL); CpuIsa::kAuto picks
+// the widest the CPU supports at run time. All of them compute the same
+// bits: no FMA contraction (-ffp-contract=off), correctly rounded sqrt and
+// division, integer conversions; tests compare each with the scalar one.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/convert.h"
-#include "kernels/optim_math.h"
+#include "kernels/update_math.h"
 
 namespace mp {
 
-enum class OptimizerKind : uint8_t { kAdamW = 0, kSgd = 1, kLion = 2 };
-enum class MasterMode : uint8_t { kFp32 = 0, kBf16Remainder = 1, kNone = 2 };
+enum class CpuIsa : uint8_t { kAuto = 0, kScalar, kBaseline, kAvx2, kAvx512 };
+
+std::string_view cpu_isa_name(CpuIsa isa);
+// Whether this build has the variant and this CPU can run it.
+bool cpu_isa_available(CpuIsa isa);
+// What kAuto resolves to here.
+CpuIsa cpu_isa_best();
 
 struct UpdateArgs {
-  OptimizerKind kind = OptimizerKind::kAdamW;
+  OptimizerHyper hyper;
   int64_t n = 0;
   MasterMode master_mode = MasterMode::kFp32;
-  float* master = nullptr;  // kFp32: the fp32 master weights of the shard
-  // kBf16Remainder: the master as its bf16 copy (updated in place; it is
-  // the all-gather's send buffer) and an int16 remainder.
-  uint16_t* master_bf16 = nullptr;
-  int16_t* master_remainder = nullptr;
+  float* master = nullptr;            // kFp32: the shard's fp32 master
+  int16_t* master_remainder = nullptr;  // kBf16Remainder: the remainder; param_out is the bf16 half
   // Optimizer state: AdamW m and v, Lion m, SGD the momentum buffer
   // (state1 unused; both unused for SGD without momentum).
   void* state0 = nullptr;
@@ -41,21 +40,28 @@ struct UpdateArgs {
   DType state_dtype = DType::kF32;  // fp32 or bf16
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16
-  // kFp32: the copy to write (may be null); kNone: the parameter itself.
+  // kFp32: the copy to write (may be null); kBf16Remainder: the bf16 half
+  // of the master, updated in place; kNone: the parameter itself.
   void* param_out = nullptr;
-  DType param_dtype = DType::kBF16; // fp32, bf16 or fp16
-  float grad_multiplier = 1.0f;     // 1 / (loss_scale x divisor) x clip coefficient
-  Rounding rounding = Rounding::kNearestEven;  // of param_out
-  uint64_t seed = 0;                // stochastic rounding: philox_u32(seed, step, index_offset + i)
-  uint64_t step = 0;
+  DType param_dtype = DType::kBF16; // fp32, bf16 or fp16 (bf16 for kBf16Remainder)
+  Rounding rounding = Rounding::kNearestEven;  // of param_out (kFp32 and kNone)
+  // Stochastic rounding draws philox_u32(seed, scalars.step, index_offset + i).
+  uint64_t seed = 0;
   uint64_t index_offset = 0;
-  math::AdamWStep adamw;
-  math::SgdStep sgd;
-  math::LionStep lion;
+  // Parameter groups: sorted, contiguous, covering [0, n); null means one
+  // range with both scales 1.
+  const UpdateRange* ranges = nullptr;
+  int64_t num_ranges = 0;
+  int threads = 0;                  // 0: default_cpu_threads()
+  CpuIsa isa = CpuIsa::kAuto;
 };
 
-// One step. With found_inf nothing is written (parameters, state and copy
-// keep their bits): the step is skipped, as torch's fused optimizers do.
-void fused_update_cpu(const UpdateArgs& args, bool found_inf);
+// One step. With scalars.found_inf nothing is written. Throws EnforceError
+// naming what is wrong with the arguments or the range table.
+void fused_update_cpu(const UpdateArgs& args, const StepScalars& scalars);
+
+// Bytes the step moves per parameter (read + written), for benchmarks and
+// the memory plan.
+int64_t update_bytes_per_param(const UpdateArgs& args);
 
 }  // namespace mp

@@ -1,0 +1,149 @@
+// kernels/cpu/update_span.h (private to kernels/cpu): the element loop of
+// the fused step, compiled once per instruction set by update_<isa>.cc.
+//
+// Each update_<isa>.cc defines MP_UPDATE_ISA (its name) and
+// MP_UPDATE_VECTORIZE, then includes this file with MP_UPDATE_SPAN_IMPL.
+// Everything it instantiates is in an anonymous namespace and flattened
+// into the loop functions (no out-of-line copy of a shared inline function
+// compiled for a wider ISA can leak into the rest of the program), and its
+// select function is only called after the CPU check in update.cc.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/update_math.h"
+#include "runtime/dtype.h"
+
+namespace mp {
+struct UpdateArgs;  // kernels/cpu/update.h
+}  // namespace mp
+
+namespace mp::detail {
+
+struct SpanArgs {
+  const void* grad;
+  float* master;
+  int16_t* remainder;
+  void* state0;
+  void* state1;
+  void* out;
+  float grad_multiplier;
+  uint64_t seed;
+  uint64_t step;
+  uint64_t index_offset;
+};
+
+struct SpanVariant {
+  math::ElementKind kind;
+  MasterMode mode;
+  math::CopyMode copy;  // kNone for kBf16Remainder and for kFp32 without a copy
+  DType grad;           // fp32, bf16, fp16
+  DType state;          // fp32, bf16
+  DType out;            // fp32, bf16, fp16 (bf16 for kBf16Remainder); ignored without a copy
+};
+
+// Runs elements [begin, end) of one range with its constants.
+using SpanFn = void (*)(const SpanArgs&, int64_t begin, int64_t end, const math::StepConstants&);
+
+// Validates the arguments (EnforceError naming what is wrong) and says which
+// loop they need; shared by the CPU and CUDA steps (kernels/cpu/update.cc).
+SpanVariant plan_update(const UpdateArgs& a);
+// Host-side table check: sorted, contiguous, covering [0, n).
+void check_ranges(const UpdateArgs& a);
+
+SpanFn select_span_scalar(const SpanVariant& v);
+SpanFn select_span_baseline(const SpanVariant& v);
+SpanFn select_span_avx2(const SpanVariant& v);
+SpanFn select_span_avx512(const SpanVariant& v);
+
+}  // namespace mp::detail
+
+#if defined(MP_UPDATE_SPAN_IMPL)
+
+#define MP_UPDATE_CAT2(a, b) a##b
+#define MP_UPDATE_CAT(a, b) MP_UPDATE_CAT2(a, b)
+
+namespace mp::detail {
+namespace {
+
+using math::CopyMode;
+using math::ElementKind;
+
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+[[gnu::flatten]] void span(const SpanArgs& a, int64_t begin, int64_t end, const math::StepConstants& c) {
+  const math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
+                                          static_cast<S*>(a.state0), static_cast<S*>(a.state1),
+                                          static_cast<Out*>(a.out)};
+  const float gm = a.grad_multiplier;
+  const uint64_t seed = a.seed, step = a.step, offset = a.index_offset;
+  // Elements are independent: no loop-carried dependence, no aliasing
+  // between the arrays (checked by fused_update_cpu).
+#if MP_UPDATE_VECTORIZE
+#pragma omp simd
+#endif
+  for (int64_t i = begin; i < end; ++i) {
+    math::update_element<kKind, kMode, kCopy>(p, i, gm, c, seed, step, offset + static_cast<uint64_t>(i));
+  }
+}
+
+template <class F>
+SpanFn with_float_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(float{});
+    case DType::kBF16: return f(bf16{});
+    case DType::kF16: return f(fp16{});
+    default: return nullptr;
+  }
+}
+
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy>
+SpanFn select_types(const SpanVariant& v) {
+  return with_float_type(v.grad, [&](auto g) -> SpanFn {
+    using G = decltype(g);
+    return with_float_type(v.state, [&](auto st) -> SpanFn {
+      using S = decltype(st);
+      if constexpr (std::is_same_v<S, fp16>) {
+        return nullptr;  // states are fp32 or bf16
+      } else if constexpr (kMode == MasterMode::kBf16Remainder) {
+        return &span<kKind, kMode, kCopy, G, S, bf16>;
+      } else if constexpr (kCopy == CopyMode::kNone) {
+        return &span<kKind, kMode, kCopy, G, S, float>;
+      } else {
+        return with_float_type(v.out, [](auto o) -> SpanFn { return &span<kKind, kMode, kCopy, G, S, decltype(o)>; });
+      }
+    });
+  });
+}
+
+template <ElementKind kKind>
+SpanFn select_mode(const SpanVariant& v) {
+  switch (v.mode) {
+    case MasterMode::kBf16Remainder: return select_types<kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
+    case MasterMode::kFp32:
+      if (v.copy == CopyMode::kNone) return select_types<kKind, MasterMode::kFp32, CopyMode::kNone>(v);
+      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
+      return select_types<kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
+    case MasterMode::kNone:
+      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kNone, CopyMode::kNearest>(v);
+      if (v.copy == CopyMode::kStochastic) return select_types<kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
+      return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+SpanFn MP_UPDATE_CAT(select_span_, MP_UPDATE_ISA)(const SpanVariant& v) {
+  switch (v.kind) {
+    case ElementKind::kAdamW: return select_mode<ElementKind::kAdamW>(v);
+    case ElementKind::kSgdMomentum: return select_mode<ElementKind::kSgdMomentum>(v);
+    case ElementKind::kSgdPlain: return select_mode<ElementKind::kSgdPlain>(v);
+    case ElementKind::kLion: return select_mode<ElementKind::kLion>(v);
+  }
+  return nullptr;
+}
+
+}  // namespace mp::detail
+
+#endif  // MP_UPDATE_SPAN_IMPL

@@ -1,0 +1,215 @@
+// kernels/cuda/update.cu: the fused optimizer step on CUDA devices. One
+// grid-stride kernel per loop variant (the CPU's set, kernels/cpu/
+// update_span.h); the element math is math::update_element, shared with the
+// CPU loops. Built with --fmad=false, so the bits match the CPU's.
+#include <algorithm>
+
+#include "kernels/cpu/update_span.h"
+#include "kernels/cuda/update_cuda.h"
+#include "runtime/error.h"
+#include "runtime/error_cuda.h"
+
+namespace mp {
+namespace {
+
+using detail::SpanArgs;
+using detail::SpanVariant;
+using math::CopyMode;
+using math::ElementKind;
+
+// Elements per thread per iteration on the vector path: one 16-byte access
+// of each 2-byte array, two of each fp32 array.
+constexpr int kVec = 8;
+
+template <class T>
+struct alignas(16) Pack {
+  T v[kVec];
+};
+
+// The constants of the range holding element i, recomputed only when i
+// leaves the cached range (a thread walks its elements in increasing order).
+struct RangeCursor {
+  const UpdateRange* ranges;
+  int64_t num_ranges;
+  int64_t begin = 1;
+  int64_t end = 0;
+  math::StepConstants c;
+
+  __device__ __forceinline__ void seek(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
+    if (i < begin || i >= end) load(i, h, s, n);
+  }
+
+  // Out of line: one copy of the fp64 bias-correction code per kernel.
+  __device__ __noinline__ void load(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
+    if (ranges == nullptr) {
+      begin = 0;
+      end = n;
+      c = math::make_step_constants(h, s, 1.0f, 1.0f);
+      return;
+    }
+    int64_t lo = 0, hi = num_ranges - 1;  // the first range with end > i
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (ranges[mid].end > i) hi = mid; else lo = mid + 1;
+    }
+    begin = ranges[lo].begin;
+    end = ranges[lo].end;
+    c = math::make_step_constants(h, s, ranges[lo].lr_scale, ranges[lo].weight_decay_scale);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ T* typed(void* p) { return static_cast<T*>(p); }
+
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+__global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const StepScalars* scalars,
+                              const UpdateRange* ranges, int64_t num_ranges, bool vectorized) {
+  const StepScalars s = *scalars;
+  if (s.found_inf != 0) return;
+  const float gm = s.grad_multiplier;
+  const uint64_t step = static_cast<uint64_t>(s.step);
+  RangeCursor cursor{ranges, num_ranges};
+  const math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
+                                          typed<S>(a.state0), typed<S>(a.state1), typed<Out>(a.out)};
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t scalar_from = 0;
+  if (vectorized) {
+    constexpr bool kHasState0 = kKind != ElementKind::kSgdPlain;
+    constexpr bool kHasState1 = kKind == ElementKind::kAdamW;
+    constexpr bool kReadsOut = kMode != MasterMode::kFp32;
+    constexpr bool kWritesOut = kMode != MasterMode::kFp32 || kCopy != CopyMode::kNone;
+    const int64_t packs = n / kVec;
+    for (int64_t j = first; j < packs; j += stride) {
+      // Registers: the element function runs on them at indices 0..7.
+      Pack<G> g = reinterpret_cast<const Pack<G>*>(p.grad)[j];
+      Pack<float> w;
+      Pack<int16_t> r;
+      Pack<S> s0, s1;
+      Pack<Out> o;
+      if constexpr (kMode == MasterMode::kFp32) w = reinterpret_cast<const Pack<float>*>(p.master)[j];
+      if constexpr (kMode == MasterMode::kBf16Remainder) r = reinterpret_cast<const Pack<int16_t>*>(p.remainder)[j];
+      if constexpr (kHasState0) s0 = reinterpret_cast<const Pack<S>*>(p.state0)[j];
+      if constexpr (kHasState1) s1 = reinterpret_cast<const Pack<S>*>(p.state1)[j];
+      if constexpr (kReadsOut) o = reinterpret_cast<const Pack<Out>*>(p.out)[j];
+      const math::UpdatePointers<G, S, Out> local{g.v, w.v, r.v, s0.v, s1.v, o.v};
+      const int64_t i0 = j * kVec;
+      cursor.seek(i0, h, s, n);
+      if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          math::update_element<kKind, kMode, kCopy>(local, e, gm, cursor.c, a.seed, step,
+                                                    a.index_offset + static_cast<uint64_t>(i0 + e));
+        }
+      } else {
+#pragma unroll 1
+        for (int e = 0; e < kVec; ++e) {
+          cursor.seek(i0 + e, h, s, n);
+          math::update_element<kKind, kMode, kCopy>(local, e, gm, cursor.c, a.seed, step,
+                                                    a.index_offset + static_cast<uint64_t>(i0 + e));
+        }
+      }
+      if constexpr (kMode == MasterMode::kFp32) reinterpret_cast<Pack<float>*>(p.master)[j] = w;
+      if constexpr (kMode == MasterMode::kBf16Remainder) reinterpret_cast<Pack<int16_t>*>(p.remainder)[j] = r;
+      if constexpr (kHasState0) reinterpret_cast<Pack<S>*>(p.state0)[j] = s0;
+      if constexpr (kHasState1) reinterpret_cast<Pack<S>*>(p.state1)[j] = s1;
+      if constexpr (kWritesOut) reinterpret_cast<Pack<Out>*>(p.out)[j] = o;
+    }
+    scalar_from = packs * kVec;
+  }
+  for (int64_t i = scalar_from + first; i < n; i += stride) {
+    cursor.seek(i, h, s, n);
+    math::update_element<kKind, kMode, kCopy>(p, i, gm, cursor.c, a.seed, step,
+                                              a.index_offset + static_cast<uint64_t>(i));
+  }
+}
+
+using Launcher = void (*)(const SpanArgs&, int64_t, const OptimizerHyper&, const StepScalars*, const UpdateRange*,
+                          int64_t, bool, cudaStream_t);
+
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+void launch(const SpanArgs& a, int64_t n, const OptimizerHyper& h, const StepScalars* scalars,
+            const UpdateRange* ranges, int64_t num_ranges, bool vectorized, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kMaxBlocks = 8192;  // grid-stride beyond this
+  const int64_t work = vectorized ? (n + kVec - 1) / kVec : n;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks));
+  update_kernel<kKind, kMode, kCopy, G, S, Out><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      a, n, h, scalars, ranges, num_ranges, vectorized);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+template <class F>
+Launcher with_float_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(float{});
+    case DType::kBF16: return f(bf16{});
+    case DType::kF16: return f(fp16{});
+    default: return nullptr;
+  }
+}
+
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy>
+Launcher select_types(const SpanVariant& v) {
+  return with_float_type(v.grad, [&](auto g) -> Launcher {
+    using G = decltype(g);
+    return with_float_type(v.state, [&](auto st) -> Launcher {
+      using S = decltype(st);
+      if constexpr (std::is_same_v<S, fp16>) {
+        return nullptr;
+      } else if constexpr (kMode == MasterMode::kBf16Remainder) {
+        return &launch<kKind, kMode, kCopy, G, S, bf16>;
+      } else if constexpr (kCopy == CopyMode::kNone) {
+        return &launch<kKind, kMode, kCopy, G, S, float>;
+      } else {
+        return with_float_type(v.out, [](auto o) -> Launcher { return &launch<kKind, kMode, kCopy, G, S, decltype(o)>; });
+      }
+    });
+  });
+}
+
+template <ElementKind kKind>
+Launcher select_mode(const SpanVariant& v) {
+  switch (v.mode) {
+    case MasterMode::kBf16Remainder: return select_types<kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
+    case MasterMode::kFp32:
+      if (v.copy == CopyMode::kNone) return select_types<kKind, MasterMode::kFp32, CopyMode::kNone>(v);
+      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
+      return select_types<kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
+    case MasterMode::kNone:
+      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kNone, CopyMode::kNearest>(v);
+      if (v.copy == CopyMode::kStochastic) return select_types<kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
+      return nullptr;
+  }
+  return nullptr;
+}
+
+Launcher select(const SpanVariant& v) {
+  switch (v.kind) {
+    case ElementKind::kAdamW: return select_mode<ElementKind::kAdamW>(v);
+    case ElementKind::kSgdMomentum: return select_mode<ElementKind::kSgdMomentum>(v);
+    case ElementKind::kSgdPlain: return select_mode<ElementKind::kSgdPlain>(v);
+    case ElementKind::kLion: return select_mode<ElementKind::kLion>(v);
+  }
+  return nullptr;
+}
+
+bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void fused_update_cuda(const UpdateArgs& a, const StepScalars* scalars, cudaStream_t stream) {
+  const SpanVariant v = detail::plan_update(a);
+  MP_ENFORCE(scalars != nullptr, "fused update on CUDA without its step scalars");
+  MP_ENFORCE((a.ranges == nullptr) == (a.num_ranges == 0), "fused update: ranges and num_ranges disagree");
+  if (a.n == 0) return;
+  const Launcher launcher = select(v);
+  MP_ENFORCE(launcher != nullptr, "fused update: no kernel for this combination of dtypes");
+  const SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
+                    0.0f, a.seed, 0, a.index_offset};
+  const bool vectorized = aligned16(a.grad) && aligned16(a.master) && aligned16(a.master_remainder) &&
+                          aligned16(a.state0) && aligned16(a.state1) && aligned16(a.param_out);
+  launcher(sa, a.n, a.hyper, scalars, a.ranges, a.num_ranges, vectorized, stream);
+}
+
+}  // namespace mp
