@@ -1,0 +1,107 @@
+// optim/optimizer.h: an optimizer built from OptimizerConfig (proto/
+// mp.proto): hyperparameters, learning-rate schedule, global-norm
+// clipping, dynamic loss scaling, parameter groups, and the step counter.
+// It decides each step; the fused kernels (kernels/cpu/update.h,
+// kernels/cuda/update_cuda.h) apply it to every shard in one pass.
+//
+// A step, on every rank:
+//   1. stats = grad_stats_cpu(grad, dtype, n, opt.unscale_multiplier(divisor))
+//      per shard: the sum of squares of the true (unscaled, averaged)
+//      gradient and whether anything is NaN or Inf;
+//   2. all-reduce (sum of sum_sq, max of non_finite) across the ranks;
+//   3. plan = opt.plan_step(global_sum_sq, found_inf, divisor): the same
+//      decision on every rank;
+//   4. opt.apply_cpu(shard_args, plan) for every shard (a skipped step
+//      writes nothing).
+// Skipped steps (found_inf) do not advance the step counter, the bias
+// correction or the learning-rate schedule, as in DeepSpeed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/update.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+#include "proto/mp.pb.h"
+
+namespace mp {
+
+struct ParamGroup {
+  std::string name_regex;
+  double lr_scale = 1.0;
+  double weight_decay_scale = 1.0;
+};
+
+// A parameter's place in a flat shard, for the range table.
+struct ShardParam {
+  std::string name;
+  int64_t begin = 0;  // within the shard
+  int64_t end = 0;
+  int ndim = 2;       // 1-D parameters (biases, norms) are not decayed by default
+};
+
+// What a step does, identical on every rank.
+struct StepPlan {
+  bool skip = false;             // found_inf: nothing is written
+  double grad_norm = 0.0;        // global L2 norm of the true gradient (NaN when non-finite)
+  double clip_coefficient = 1.0;
+  double loss_scale = 1.0;       // the scale this step's gradients carry
+  double lr = 0.0;
+  StepScalars scalars;           // what the kernels read
+};
+
+class Optimizer {
+ public:
+  // Throws ConfigError naming the field ("optimizer.beta2 = 1.5: ...").
+  explicit Optimizer(const proto::OptimizerConfig& config);
+
+  const OptimizerHyper& hyper() const { return hyper_; }
+  const LrSchedule& schedule() const { return schedule_; }
+  double grad_clip() const { return grad_clip_; }
+  bool loss_scaling() const { return scaler_.has_value(); }
+  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  // Moment arrays per parameter: AdamW 2, Lion 1, SGD 1 with momentum else 0.
+  int state_count() const;
+
+  // Completed (not skipped) steps.
+  int64_t steps_done() const { return steps_done_; }
+  int64_t steps_skipped() const { return steps_skipped_; }
+  // Multiplier from the reduced gradient to the true one: 1 / (loss scale x divisor).
+  double unscale_multiplier(double divisor) const;
+
+  // Decides the step from the globally reduced statistics and advances the
+  // counters and the loss scaler. `divisor`: what the reduced gradient is
+  // still to be divided by (1 when the reduction averaged).
+  StepPlan plan_step(double global_sum_sq, bool found_inf, double divisor = 1.0);
+
+  // Applies a plan to one shard: args carries the shard's arrays; hyper is
+  // set here. A skipped plan writes nothing.
+  void apply_cpu(UpdateArgs args, const StepPlan& plan) const;
+
+  // The range table of a shard from its parameters: each parameter's
+  // group (first matching pattern) and the 1-D rule; gaps (padding) join
+  // the range before them; neighbours with equal scales merge. Throws
+  // ConfigError for overlapping or unsorted parameters.
+  std::vector<UpdateRange> ranges_for(const std::vector<ShardParam>& params, int64_t shard_numel) const;
+
+  // The checkpointed state (issue 7 stores it).
+  void restore_counters(int64_t steps_done, int64_t steps_skipped) {
+    steps_done_ = steps_done;
+    steps_skipped_ = steps_skipped;
+  }
+
+ private:
+  OptimizerHyper hyper_;
+  LrSchedule schedule_;
+  double grad_clip_ = 0.0;
+  std::optional<LossScaler> scaler_;
+  bool weight_decay_1d_ = false;
+  std::vector<ParamGroup> groups_;
+  int64_t steps_done_ = 0;
+  int64_t steps_skipped_ = 0;
+};
+
+}  // namespace mp
