@@ -1,0 +1,33 @@
+# A test (tests/CMakeLists.txt): each per-ISA object of the fused update
+# (kernels/cpu/update_<isa>.cc) must define exactly one global symbol, its
+# select function. Anything else (an out-of-line copy of a shared inline
+# function compiled with AVX instructions) could be picked by the linker
+# for callers on CPUs without them.
+# Input: -DNM=<nm> -DOBJECTS=<;-list of mp_kernels' objects>.
+set(checked 0)
+foreach(obj IN LISTS OBJECTS)
+  if(NOT obj MATCHES "update_(scalar|baseline|avx2|avx512)\\.cc\\.o$")
+    continue()
+  endif()
+  set(isa "${CMAKE_MATCH_1}")
+  execute_process(COMMAND "${NM}" -g --defined-only -C "${obj}" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nm failed on ${obj}")
+  endif()
+  string(REGEX REPLACE "\n$" "" out "${out}")
+  string(REPLACE "\n" ";" lines "${out}")
+  foreach(line IN LISTS lines)
+    if(NOT line MATCHES " mp::detail::select_span_${isa}\\(")
+      message(FATAL_ERROR "${obj} exports more than its select function: ${line}")
+    endif()
+  endforeach()
+  list(LENGTH lines count)
+  if(NOT count EQUAL 1)
+    message(FATAL_ERROR "${obj}: expected one global symbol, found ${count}")
+  endif()
+  math(EXPR checked "${checked} + 1")
+endforeach()
+if(checked LESS 2)
+  message(FATAL_ERROR "found ${checked} per-ISA update objects in: ${OBJECTS}")
+endif()
+message(STATUS "${checked} per-ISA objects export only their select function")
