@@ -182,10 +182,11 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
         break;
       }
     }
-    // Padding before the parameter joins the previous range (or this one).
-    const int64_t begin = out.empty() ? 0 : at;
-    if (!out.empty() && p.begin > at) out.back().end = p.begin;
-    add(out.empty() ? begin : p.begin, p.end, static_cast<float>(lr_scale), static_cast<float>(wd_scale));
+    // Padding before a parameter joins the range before it; padding at the
+    // start of the shard joins the first parameter's range.
+    const int64_t from = out.empty() ? 0 : p.begin;
+    if (!out.empty()) out.back().end = p.begin;
+    add(from, p.end, static_cast<float>(lr_scale), static_cast<float>(wd_scale));
     at = p.end;
   }
   if (out.empty()) {
