@@ -13,7 +13,9 @@ namespace mp {
 // caps), 16-byte loads and stores when every array is 16-byte aligned.
 // Every pointer in `args`, the range table included, is device memory;
 // `scalars` too: the kernel reads the learning rate, gradient multiplier,
-// step and found_inf there, so the host never waits for them. args.threads
+// step and found_inf there, so the host never waits for them. The table is
+// not checked here (it is device memory): build it on the host, where
+// Optimizer::ranges_for and fused_update_cpu's rules apply. args.threads
 // and args.isa are ignored. Asynchronous on `stream`; argument errors throw
 // EnforceError here, launch failures CudaError.
 void fused_update_cuda(const UpdateArgs& args, const StepScalars* scalars, cudaStream_t stream);
