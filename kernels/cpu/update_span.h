@@ -57,6 +57,78 @@ SpanFn select_span_baseline(const SpanVariant& v);
 SpanFn select_span_avx2(const SpanVariant& v);
 SpanFn select_span_avx512(const SpanVariant& v);
 
+// Picks the instantiation a variant needs, for the CPU loops and the CUDA
+// launchers alike: Pick::Fn is the function-pointer type and
+// Pick::get<kKind, kMode, kCopy, G, S, Out>() returns the instantiation;
+// nullptr for combinations that do not exist. Instantiate it with a Pick
+// in an anonymous namespace (everything it instantiates then stays local).
+template <class Fn, class F>
+Fn with_update_float_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(float{});
+    case DType::kBF16: return f(bf16{});
+    case DType::kF16: return f(fp16{});
+    default: return nullptr;
+  }
+}
+
+template <class Pick, math::ElementKind kKind, MasterMode kMode, math::CopyMode kCopy>
+typename Pick::Fn select_update_types(const SpanVariant& v) {
+  using Fn = typename Pick::Fn;
+  return with_update_float_type<Fn>(v.grad, [&](auto g) -> Fn {
+    using G = decltype(g);
+    return with_update_float_type<Fn>(v.state, [&](auto st) -> Fn {
+      using S = decltype(st);
+      if constexpr (std::is_same_v<S, fp16>) {
+        return nullptr;  // states are fp32 or bf16
+      } else if constexpr (kMode == MasterMode::kBf16Remainder) {
+        return Pick::template get<kKind, kMode, kCopy, G, S, bf16>();
+      } else if constexpr (kCopy == math::CopyMode::kNone) {
+        return Pick::template get<kKind, kMode, kCopy, G, S, float>();
+      } else {
+        return with_update_float_type<Fn>(
+            v.out, [](auto o) -> Fn { return Pick::template get<kKind, kMode, kCopy, G, S, decltype(o)>(); });
+      }
+    });
+  });
+}
+
+template <class Pick, math::ElementKind kKind>
+typename Pick::Fn select_update_mode(const SpanVariant& v) {
+  using math::CopyMode;
+  switch (v.mode) {
+    case MasterMode::kBf16Remainder:
+      return select_update_types<Pick, kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
+    case MasterMode::kFp32:
+      if (v.copy == CopyMode::kNone) return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kNone>(v);
+      if (v.copy == CopyMode::kNearest) {
+        return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
+      }
+      return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
+    case MasterMode::kNone:
+      if (v.copy == CopyMode::kNearest) {
+        return select_update_types<Pick, kKind, MasterMode::kNone, CopyMode::kNearest>(v);
+      }
+      if (v.copy == CopyMode::kStochastic) {
+        return select_update_types<Pick, kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
+      }
+      return nullptr;
+  }
+  return nullptr;
+}
+
+template <class Pick>
+typename Pick::Fn select_update_variant(const SpanVariant& v) {
+  using math::ElementKind;
+  switch (v.kind) {
+    case ElementKind::kAdamW: return select_update_mode<Pick, ElementKind::kAdamW>(v);
+    case ElementKind::kSgdMomentum: return select_update_mode<Pick, ElementKind::kSgdMomentum>(v);
+    case ElementKind::kSgdPlain: return select_update_mode<Pick, ElementKind::kSgdPlain>(v);
+    case ElementKind::kLion: return select_update_mode<Pick, ElementKind::kLion>(v);
+  }
+  return nullptr;
+}
+
 }  // namespace mp::detail
 
 #if defined(MP_UPDATE_SPAN_IMPL)
@@ -87,62 +159,17 @@ template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S,
   }
 }
 
-template <class F>
-SpanFn with_float_type(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32: return f(float{});
-    case DType::kBF16: return f(bf16{});
-    case DType::kF16: return f(fp16{});
-    default: return nullptr;
+struct PickSpan {
+  using Fn = SpanFn;
+  template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+  static Fn get() {
+    return &span<kKind, kMode, kCopy, G, S, Out>;
   }
-}
-
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy>
-SpanFn select_types(const SpanVariant& v) {
-  return with_float_type(v.grad, [&](auto g) -> SpanFn {
-    using G = decltype(g);
-    return with_float_type(v.state, [&](auto st) -> SpanFn {
-      using S = decltype(st);
-      if constexpr (std::is_same_v<S, fp16>) {
-        return nullptr;  // states are fp32 or bf16
-      } else if constexpr (kMode == MasterMode::kBf16Remainder) {
-        return &span<kKind, kMode, kCopy, G, S, bf16>;
-      } else if constexpr (kCopy == CopyMode::kNone) {
-        return &span<kKind, kMode, kCopy, G, S, float>;
-      } else {
-        return with_float_type(v.out, [](auto o) -> SpanFn { return &span<kKind, kMode, kCopy, G, S, decltype(o)>; });
-      }
-    });
-  });
-}
-
-template <ElementKind kKind>
-SpanFn select_mode(const SpanVariant& v) {
-  switch (v.mode) {
-    case MasterMode::kBf16Remainder: return select_types<kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
-    case MasterMode::kFp32:
-      if (v.copy == CopyMode::kNone) return select_types<kKind, MasterMode::kFp32, CopyMode::kNone>(v);
-      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
-      return select_types<kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
-    case MasterMode::kNone:
-      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kNone, CopyMode::kNearest>(v);
-      if (v.copy == CopyMode::kStochastic) return select_types<kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
-      return nullptr;
-  }
-  return nullptr;
-}
+};
 
 }  // namespace
 
-SpanFn MP_UPDATE_CAT(select_span_, MP_UPDATE_ISA)(const SpanVariant& v) {
-  switch (v.kind) {
-    case ElementKind::kAdamW: return select_mode<ElementKind::kAdamW>(v);
-    case ElementKind::kSgdMomentum: return select_mode<ElementKind::kSgdMomentum>(v);
-    case ElementKind::kSgdPlain: return select_mode<ElementKind::kSgdPlain>(v);
-    case ElementKind::kLion: return select_mode<ElementKind::kLion>(v);
-  }
-  return nullptr;
-}
+SpanFn MP_UPDATE_CAT(select_span_, MP_UPDATE_ISA)(const SpanVariant& v) { return select_update_variant<PickSpan>(v); }
 
 }  // namespace mp::detail
 

@@ -139,60 +139,13 @@ void launch(const SpanArgs& a, int64_t n, const OptimizerHyper& h, const StepSca
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
-template <class F>
-Launcher with_float_type(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32: return f(float{});
-    case DType::kBF16: return f(bf16{});
-    case DType::kF16: return f(fp16{});
-    default: return nullptr;
+struct PickLauncher {
+  using Fn = Launcher;
+  template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+  static Fn get() {
+    return &launch<kKind, kMode, kCopy, G, S, Out>;
   }
-}
-
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy>
-Launcher select_types(const SpanVariant& v) {
-  return with_float_type(v.grad, [&](auto g) -> Launcher {
-    using G = decltype(g);
-    return with_float_type(v.state, [&](auto st) -> Launcher {
-      using S = decltype(st);
-      if constexpr (std::is_same_v<S, fp16>) {
-        return nullptr;
-      } else if constexpr (kMode == MasterMode::kBf16Remainder) {
-        return &launch<kKind, kMode, kCopy, G, S, bf16>;
-      } else if constexpr (kCopy == CopyMode::kNone) {
-        return &launch<kKind, kMode, kCopy, G, S, float>;
-      } else {
-        return with_float_type(v.out, [](auto o) -> Launcher { return &launch<kKind, kMode, kCopy, G, S, decltype(o)>; });
-      }
-    });
-  });
-}
-
-template <ElementKind kKind>
-Launcher select_mode(const SpanVariant& v) {
-  switch (v.mode) {
-    case MasterMode::kBf16Remainder: return select_types<kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
-    case MasterMode::kFp32:
-      if (v.copy == CopyMode::kNone) return select_types<kKind, MasterMode::kFp32, CopyMode::kNone>(v);
-      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
-      return select_types<kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
-    case MasterMode::kNone:
-      if (v.copy == CopyMode::kNearest) return select_types<kKind, MasterMode::kNone, CopyMode::kNearest>(v);
-      if (v.copy == CopyMode::kStochastic) return select_types<kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
-      return nullptr;
-  }
-  return nullptr;
-}
-
-Launcher select(const SpanVariant& v) {
-  switch (v.kind) {
-    case ElementKind::kAdamW: return select_mode<ElementKind::kAdamW>(v);
-    case ElementKind::kSgdMomentum: return select_mode<ElementKind::kSgdMomentum>(v);
-    case ElementKind::kSgdPlain: return select_mode<ElementKind::kSgdPlain>(v);
-    case ElementKind::kLion: return select_mode<ElementKind::kLion>(v);
-  }
-  return nullptr;
-}
+};
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -203,7 +156,7 @@ void fused_update_cuda(const UpdateArgs& a, const StepScalars* scalars, cudaStre
   MP_ENFORCE(scalars != nullptr, "fused update on CUDA without its step scalars");
   MP_ENFORCE((a.ranges == nullptr) == (a.num_ranges == 0), "fused update: ranges and num_ranges disagree");
   if (a.n == 0) return;
-  const Launcher launcher = select(v);
+  const Launcher launcher = detail::select_update_variant<PickLauncher>(v);
   MP_ENFORCE(launcher != nullptr, "fused update: no kernel for this combination of dtypes");
   const SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
                     0.0f, a.seed, 0, a.index_offset};
