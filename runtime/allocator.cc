@@ -20,6 +20,7 @@ std::string_view mem_category_name(MemCategory c) {
     case MemCategory::kCommScratch: return "comm_scratch";
     case MemCategory::kActivations: return "activations";
     case MemCategory::kOther: return "other";
+    case MemCategory::kParamShards: return "param_shards";
   }
   MP_THROW(EnforceError, "invalid MemCategory value ", static_cast<int>(c));
 }

@@ -29,8 +29,9 @@ enum class MemCategory : uint8_t {
   kCommScratch = 4,     // staging and chunk buffers of collectives
   kActivations = 5,     // forward activations kept for backward, workspaces
   kOther = 6,
+  kParamShards = 7,     // persistent low-precision parameter shards (the all-gather's source)
 };
-inline constexpr int kNumMemCategories = 7;
+inline constexpr int kNumMemCategories = 8;
 
 std::string_view mem_category_name(MemCategory c);  // "master", "optimizer_state", ...
 
