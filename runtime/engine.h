@@ -1,0 +1,105 @@
+// runtime/engine.h: the sharded engine. It owns the flat parameter units
+// (runtime/flat_layout.h), keeps each rank's shard of master weights,
+// optimizer state and gradients in the dtypes of the precision policy,
+// and runs a training step around a Model's compute: all-gathers with
+// prefetch, reductions issued as soon as a unit's gradients exist, one
+// scalar exchange for the global norm and the skip decision, and fused
+// updates that write the next all-gather's source.
+//
+// Note [Engine schedule] (../shared/DESIGN.md "Data flow of one training step")
+// Forward, unit u: wait for u's all-gather (issued earlier as a prefetch),
+//   issue the gathers of u+1 .. u+k into free slots of a ring of k+1
+//   buffers (k = sharding.prefetch_depth), run forward(u). A gathered unit
+//   stays until its slot is reused, so the last k+1 units of the forward are
+//   not gathered again for the backward (FSDP keeps the last unit too).
+// Backward, unit u: ensure u is gathered (prefetching u-1 .. u-k), run
+//   backward(u) into one of two fp32 gradient buffers, then issue u's
+//   reduction on the communication thread: cast (and loss-scale) into the
+//   wire dtype, reduce-scatter (all-reduce for NO_SHARD; then all-reduce
+//   across replicas for HYBRID_SHARD), and accumulate over micro-batches.
+//   The compute thread goes on with backward(u-1) meanwhile.
+// Step: per unit, as its reduction lands, the partial sum of squares and a
+//   non-finite flag of the gradient shard; one exchange of those over the
+//   shard group; the optimizer's decision (optim/optimizer.h); then the
+//   fused update of each unit, after which its next all-gather is issued at
+//   once (the first k+1 units for FULL_SHARD, every unit for SHARD_GRAD_OP
+//   and SHARD_OPTIMIZER), so the gathers overlap the remaining updates.
+// With sharding.optimizer_in_backward each unit is updated on the
+// communication thread as soon as its last reduction lands.
+//
+// On the CPU the communication thread of each communicator plays the role of
+// a CUDA stream, so the overlap is real and the timings below measure it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/hooks.h"
+#include "optim/optimizer.h"
+#include "runtime/engine_options.h"
+#include "runtime/flat_layout.h"
+#include "runtime/memory_plan.h"
+#include "runtime/model.h"
+
+namespace mp {
+
+// Seconds spent by the calling thread in each phase of the last step.
+struct StepTimings {
+  double compute_s = 0;         // inside the model's forward and backward
+  double exposed_comm_s = 0;    // blocked on communication
+  double update_s = 0;          // gradient statistics and fused updates
+  double total_s = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;         // 1-based count of steps run (skipped included)
+  double loss = 0;          // mean over every micro-batch of every rank
+  double grad_norm = 0;     // global norm of the true gradient (NaN when non-finite)
+  bool skipped = false;
+  double loss_scale = 1;
+  double lr = 0;
+  // Elements cast from the fp32 master to param_dtype outside the fused
+  // update this step (CAST_AT_GATHER casts before every gather; 0 otherwise).
+  int64_t param_cast_elements = 0;
+  StepTimings timings;
+};
+
+class Engine {
+ public:
+  // Collective over `world` (it splits the shard and replicate groups).
+  // Every long-lived buffer is allocated here, through `allocator`.
+  // Throws ConfigError for a bad config and names the field.
+  Engine(const ModelSpec& spec, const proto::EngineConfig& config, Communicator& world,
+         Allocator allocator = Allocator());
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const;
+  const FlatLayout& layout() const;
+  const Optimizer& optimizer() const;
+  int shard_rank() const;  // this rank's index in its shard group
+  // Measured bytes of the engine's own buffers (the plan's categories).
+  MemStats memory() const;
+  MemoryPlan plan() const;
+
+  // One optimizer step: micro_batches forward and backward passes of
+  // `model` on this rank, then the update. Collective.
+  StepResult step(Model& model);
+
+  // This rank's shard of unit u's weights as fp32 (shard_numel elements,
+  // padding included): the fp32 master, the exact bf16 + remainder master,
+  // or the params themselves when there is no master.
+  std::vector<float> master_shard(int unit) const;
+  // The unit's full weights as fp32 (unpadded), gathered over the shard group.
+  // Collective.
+  std::vector<float> gather_master(int unit);
+
+  class Impl;  // internal: runtime/engine_impl.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mp

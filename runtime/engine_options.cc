@@ -1,0 +1,149 @@
+#include "runtime/engine_options.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "comm/comm_config.h"
+#include "optim/optimizer.h"
+#include "runtime/error.h"
+
+namespace mp {
+namespace {
+using SC = proto::ShardingConfig;
+}
+
+std::string_view strategy_name(Strategy s) {
+  switch (s) {
+    case SC::FULL_SHARD: return "FULL_SHARD";
+    case SC::NO_SHARD: return "NO_SHARD";
+    case SC::SHARD_OPTIMIZER: return "SHARD_OPTIMIZER";
+    case SC::SHARD_GRAD_OP: return "SHARD_GRAD_OP";
+    case SC::HYBRID_SHARD: return "HYBRID_SHARD";
+    default: return "?";
+  }
+}
+
+Strategy parse_strategy(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  Strategy s;
+  if (SC::Strategy_Parse(upper, &s)) return s;
+  MP_THROW(ConfigError, "sharding strategy '", name,
+           "' is unknown; strategies: FULL_SHARD, NO_SHARD, SHARD_OPTIMIZER, SHARD_GRAD_OP, HYBRID_SHARD");
+}
+
+bool EngineOptions::gathers_per_unit() const {
+  return shard_size > 1 && (strategy == SC::FULL_SHARD || strategy == SC::HYBRID_SHARD);
+}
+
+int EngineOptions::gather_slots(int num_units) const {
+  return gathers_per_unit() ? std::min(prefetch_depth + 1, num_units) : 0;
+}
+
+bool EngineOptions::keeps_full_params() const {
+  return shard_size > 1 && (strategy == SC::SHARD_OPTIMIZER || strategy == SC::SHARD_GRAD_OP);
+}
+
+bool EngineOptions::full_grad_accumulators() const {
+  if (deterministic) return false;
+  return strategy == SC::NO_SHARD || strategy == SC::SHARD_OPTIMIZER ||
+         (!sharded_accumulation && micro_batches > 1);
+}
+
+DType EngineOptions::reduce_out_dtype() const {
+  if (deterministic) return DType::kF32;
+  return precision.reduce_accumulate == ReduceAccumulate::kFp32 ? DType::kF32 : precision.reduce_dtype;
+}
+
+DType EngineOptions::grad_shard_dtype() const {
+  if (deterministic) return DType::kF32;
+  if (strategy == SC::NO_SHARD) return precision.grad_accum_dtype;  // the accumulator itself
+  if (!full_grad_accumulators() && micro_batches > 1) return precision.grad_accum_dtype;
+  return reduce_out_dtype();
+}
+
+bool EngineOptions::persistent_param_shard() const {
+  if (precision.master != MasterMode::kFp32) return true;
+  return precision.param_cast == ParamCast::kAtUpdate;
+}
+
+bool EngineOptions::wire_staging() const {
+  if (deterministic || strategy == SC::NO_SHARD) return false;
+  const DType source = full_grad_accumulators() ? precision.grad_accum_dtype : DType::kF32;
+  return source != precision.reduce_dtype || precision.loss_scaling != LossScalingMode::kNone;
+}
+
+EngineOptions resolve_engine_options(const proto::EngineConfig& config, int world_size) {
+  if (world_size < 1) MP_THROW(ConfigError, "world size ", world_size, ": must be at least 1");
+  EngineOptions o;
+  o.world_size = world_size;
+  const SC& sc = config.sharding();
+  o.strategy = sc.strategy();
+  if (strategy_name(o.strategy) == "?") {
+    MP_THROW(ConfigError, "sharding.strategy = ", static_cast<int>(o.strategy), ": unknown strategy");
+  }
+  if (o.strategy == SC::HYBRID_SHARD) {
+    const int s = sc.hybrid_shard_size();
+    if (s < 1) MP_THROW(ConfigError, "sharding.hybrid_shard_size = ", s, ": HYBRID_SHARD needs a group size of at least 1");
+    if (world_size % s != 0) {
+      MP_THROW(ConfigError, "sharding.hybrid_shard_size = ", s, " does not divide the world size ", world_size);
+    }
+    o.shard_size = s;
+  } else {
+    if (sc.hybrid_shard_size() != 0) {
+      MP_THROW(ConfigError, "sharding.hybrid_shard_size = ", sc.hybrid_shard_size(), " is set but strategy is ",
+               strategy_name(o.strategy), "; it applies to HYBRID_SHARD only");
+    }
+    o.shard_size = o.strategy == SC::NO_SHARD ? 1 : world_size;
+  }
+  o.replicate_size = world_size / o.shard_size;
+  o.prefetch_depth = sc.has_prefetch_depth() ? sc.prefetch_depth() : 1;
+  if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
+    MP_THROW(ConfigError, "sharding.prefetch_depth = ", o.prefetch_depth, ": must be in [0, 64]");
+  }
+  o.micro_batches = config.micro_batches() == 0 ? 1 : config.micro_batches();
+  if (o.micro_batches < 1) MP_THROW(ConfigError, "micro_batches = ", config.micro_batches(), ": must be positive");
+  o.sharded_accumulation = sc.grad_accumulation() == SC::SHARDED;
+  o.deterministic = config.deterministic();
+  o.optimizer_in_backward = sc.optimizer_in_backward();
+  o.serialize_communication = sc.serialize_communication();
+  o.seed = config.seed();
+  o.accumulate_chunk_bytes = comm_options_from_config(config.comm()).accumulate_chunk_bytes;
+
+  const Optimizer optimizer(config.optimizer());  // validates the optimizer fields
+  o.state_count = optimizer.state_count();
+  o.precision = resolve_precision(config.precision(), config.optimizer().has_loss_scaling());
+  const Precision& p = o.precision;
+
+  if (!config.comm().comm_hook().empty()) {
+    if (o.strategy != SC::NO_SHARD) {
+      MP_THROW(ConfigError, "comm.comm_hook = '", config.comm().comm_hook(), "' applies to NO_SHARD; strategy is ",
+               strategy_name(o.strategy));
+    }
+    if (p.grad_accum_dtype != DType::kF32) {
+      MP_THROW(ConfigError, "comm.comm_hook needs fp32 gradient buckets: precision.grad_accum_dtype must be FP32, is ",
+               dtype_name(p.grad_accum_dtype));
+    }
+    o.comm_hook = comm_hook_name(config.comm());
+  }
+  if (o.deterministic) {
+    if (p.reduce_dtype != DType::kF32) {
+      MP_THROW(ConfigError, "deterministic needs precision.reduce_dtype FP32 (every micro-batch's fp32 gradient ",
+               "is summed in fp64); it is ", dtype_name(p.reduce_dtype));
+    }
+    if (!o.comm_hook.empty()) MP_THROW(ConfigError, "deterministic reduction does not go through comm.comm_hook");
+  }
+  if (o.optimizer_in_backward) {
+    if (config.optimizer().grad_clip() != 0) {
+      MP_THROW(ConfigError, "sharding.optimizer_in_backward needs optimizer.grad_clip = 0 (clipping waits for the ",
+               "global norm)");
+    }
+    if (p.loss_scaling != LossScalingMode::kNone) {
+      MP_THROW(ConfigError, "sharding.optimizer_in_backward needs no loss scaling (a skipped step must be ",
+               "decided before any unit is updated)");
+    }
+  }
+  return o;
+}
+
+}  // namespace mp

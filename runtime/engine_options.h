@@ -1,0 +1,63 @@
+// runtime/engine_options.h: an EngineConfig (proto/mp.proto) resolved for a
+// world size and validated, plus the buffer decisions that follow from it.
+// The engine (runtime/engine.h) and the memory plan (runtime/
+// memory_plan.h) both start from these options.
+#pragma once
+
+#include <string>
+
+#include "proto/mp.pb.h"
+#include "runtime/precision.h"
+
+namespace mp {
+
+using Strategy = proto::ShardingConfig::Strategy;
+
+std::string_view strategy_name(Strategy s);  // "FULL_SHARD", ...
+// Inverse of strategy_name (case-insensitive); throws ConfigError listing them.
+Strategy parse_strategy(std::string_view name);
+
+struct EngineOptions {
+  Strategy strategy = proto::ShardingConfig::FULL_SHARD;
+  int world_size = 1;
+  int shard_size = 1;      // S: ranks sharing one copy's shards
+  int replicate_size = 1;  // R = world_size / S
+  int prefetch_depth = 1;
+  int micro_batches = 1;
+  bool sharded_accumulation = true;
+  bool deterministic = false;
+  bool optimizer_in_backward = false;
+  bool serialize_communication = false;
+  uint64_t seed = 0;
+  std::string comm_hook;  // NO_SHARD with comm.comm_hook set
+  Precision precision;
+  int state_count = 2;    // optimizer moments per parameter
+  size_t accumulate_chunk_bytes = 0;  // comm.accumulate_chunk_bytes, resolved
+
+  // FULL_SHARD and HYBRID_SHARD over more than one rank: units are gathered
+  // into a ring of prefetch_depth + 1 buffers.
+  bool gathers_per_unit() const;
+  int gather_slots(int num_units) const;
+  // SHARD_OPTIMIZER and SHARD_GRAD_OP over more than one rank: every unit's
+  // full params stay gathered; refreshed by one all-gather after the update.
+  bool keeps_full_params() const;
+  // Full-size per-unit gradient accumulators (NO_SHARD, SHARD_OPTIMIZER,
+  // or UNSHARDED accumulation over several micro-batches).
+  bool full_grad_accumulators() const;
+  // dtype of the reduced gradient shard the update reads.
+  DType reduce_out_dtype() const;
+  DType grad_shard_dtype() const;
+  // A persistent param_dtype shard per unit (what the update writes and
+  // the all-gather sends).
+  bool persistent_param_shard() const;
+  // The wire staging buffer: gradients are cast or scaled on their way
+  // into the reduction.
+  bool wire_staging() const;
+};
+
+// Throws ConfigError naming the field: "sharding.hybrid_shard_size = 3 does
+// not divide the world size 4", "deterministic needs precision.reduce_dtype
+// FP32", ...
+EngineOptions resolve_engine_options(const proto::EngineConfig& config, int world_size);
+
+}  // namespace mp

@@ -1,0 +1,104 @@
+#include "runtime/memory_plan.h"
+
+#include <cstdio>
+#include <sstream>
+
+
+namespace mp {
+
+size_t MemoryPlan::total() const {
+  size_t t = 0;
+  for (size_t b : bytes) t += b;
+  return t;
+}
+
+double MemoryPlan::bytes_per_param(MemCategory c) const {
+  return params > 0 ? static_cast<double>(at(c)) / static_cast<double>(params) : 0.0;
+}
+
+double MemoryPlan::total_bytes_per_param() const {
+  return params > 0 ? static_cast<double>(total()) / static_cast<double>(params) : 0.0;
+}
+
+std::string MemoryPlan::to_string() const {
+  std::ostringstream s;
+  char line[160];
+  std::snprintf(line, sizeof line, "%-18s %16s %12s\n", "category", "bytes per rank", "B/param");
+  s << line;
+  auto row = [&](const char* name, size_t b) {
+    std::snprintf(line, sizeof line, "%-18s %16zu %12.4f\n", name, b,
+                  params > 0 ? static_cast<double>(b) / static_cast<double>(params) : 0.0);
+    s << line;
+  };
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+    row(std::string(mem_category_name(cat)).c_str(), at(cat));
+  }
+  row("total", total());
+  if (communicator_scratch_bytes > 0) row("(communicator, at most)", communicator_scratch_bytes);
+  return s.str();
+}
+
+MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
+  const FlatLayout layout(model, o.shard_size);
+  const Precision& p = o.precision;
+  const size_t ps = dtype_size(p.param_dtype);
+  MemoryPlan plan;
+  plan.world_size = o.world_size;
+  plan.params = layout.total_numel();
+  auto add = [&](MemCategory c, int64_t elements, size_t element_bytes) {
+    plan.bytes[static_cast<size_t>(c)] += static_cast<size_t>(elements) * element_bytes;
+  };
+  const int64_t p_max = layout.max_padded_numel();
+  const int64_t n_max = layout.max_shard_numel();
+  for (const UnitLayout& u : layout.units()) {
+    const int64_t n = u.shard_numel;
+    const int64_t full = u.padded_numel;
+    // Master and the low-precision shard.
+    if (p.master == MasterMode::kFp32) add(MemCategory::kMaster, n, 4);
+    if (p.master == MasterMode::kBf16Remainder) add(MemCategory::kMaster, n, 2);
+    if (o.persistent_param_shard()) add(MemCategory::kParamShards, n, ps);
+    add(MemCategory::kOptimizerState, n * o.state_count, dtype_size(p.state_dtype));
+    // Gradients.
+    if (o.deterministic) {
+      add(MemCategory::kGradient, n, 8);  // fp64 accumulator
+      add(MemCategory::kGradient, n, 4);  // the rounded shard the update reads
+    } else {
+      if (o.full_grad_accumulators()) add(MemCategory::kGradient, full, dtype_size(p.grad_accum_dtype));
+      if (o.strategy != proto::ShardingConfig::NO_SHARD) add(MemCategory::kGradient, n, dtype_size(o.grad_shard_dtype()));
+    }
+    if (o.keeps_full_params()) add(MemCategory::kGatheredParams, full, ps);
+    if (o.strategy == proto::ShardingConfig::NO_SHARD && (o.comm_hook == "bf16_compress" || o.comm_hook == "fp16_compress")) {
+      add(MemCategory::kCommScratch, full, 2);  // the hook's wire buffer per bucket
+    }
+  }
+  // Shared buffers, sized by the largest unit.
+  add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
+  add(MemCategory::kGatheredParams, o.gather_slots(layout.num_units()) * p_max, ps);
+  if (p.param_cast == ParamCast::kAtGather) add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : p_max, ps);
+  if (o.wire_staging()) add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));
+  if (o.strategy == proto::ShardingConfig::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
+      (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone)) {
+    add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));  // NO_SHARD's cast of the bucket
+  }
+  if (!o.deterministic && o.sharded_accumulation && o.micro_batches > 1 && !o.full_grad_accumulators()) {
+    add(MemCategory::kCommScratch, n_max, dtype_size(o.reduce_out_dtype()));  // one micro-batch's shard
+  }
+  if (o.deterministic) {
+    if (o.shard_size > 1) add(MemCategory::kCommScratch, p_max, 4);                    // all-to-all output
+    if (o.replicate_size > 1) add(MemCategory::kCommScratch, o.replicate_size * p_max, 4);  // all-gather across replicas
+  }
+  // The communicators' own kFp32 accumulation scratch: at most
+  // accumulate_chunk_bytes each, in the shard and the replicate group.
+  if (p.reduce_accumulate == ReduceAccumulate::kFp32 && !o.deterministic) {
+    plan.communicator_scratch_bytes = o.accumulate_chunk_bytes * (o.replicate_size > 1 && o.shard_size > 1 ? 2 : 1);
+  }
+  return plan;
+}
+
+MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {
+  return plan_memory(model, resolve_engine_options(config, world_size));
+}
+
+}  // namespace mp

@@ -1,0 +1,41 @@
+// runtime/memory_plan.h: the long-lived bytes per category on each rank,
+// predicted from the model, the config and the world size alone, before
+// anything runs (`mp_worker --plan --world-size 1024`).
+//
+// The engine allocates every long-lived buffer once, through the
+// accounting allocator (runtime/allocator.h), so its measured bytes per
+// category equal these predictions exactly; tests assert it for every
+// strategy and recipe. Not covered: activations and workspaces of the
+// model, and the communicator's own kFp32 accumulation scratch (at most
+// comm.accumulate_chunk_bytes per communicator, reported separately).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "runtime/allocator.h"
+#include "runtime/engine_options.h"
+#include "runtime/flat_layout.h"
+
+namespace mp {
+
+struct MemoryPlan {
+  int world_size = 1;
+  int64_t params = 0;  // model parameters (no padding)
+  std::array<size_t, kNumMemCategories> bytes{};
+  size_t communicator_scratch_bytes = 0;  // upper bound, outside `bytes`
+
+  size_t at(MemCategory c) const { return bytes[static_cast<size_t>(c)]; }
+  size_t total() const;
+  double bytes_per_param(MemCategory c) const;
+  double total_bytes_per_param() const;
+  // A table: category, bytes (human), bytes per parameter.
+  std::string to_string() const;
+};
+
+MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& options);
+MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size);
+
+}  // namespace mp

@@ -1,0 +1,69 @@
+// tests/mpi/engine_test_util.h: configs and runs shared by the engine tests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/mpi/mpi_communicator.h"
+#include "models/mlp.h"
+#include "runtime/engine.h"
+#include "runtime/precision.h"
+
+namespace mp::testing {
+
+inline const std::vector<Strategy>& all_strategies() {
+  static const std::vector<Strategy> s = {proto::ShardingConfig::NO_SHARD, proto::ShardingConfig::SHARD_OPTIMIZER,
+                                          proto::ShardingConfig::SHARD_GRAD_OP, proto::ShardingConfig::FULL_SHARD,
+                                          proto::ShardingConfig::HYBRID_SHARD};
+  return s;
+}
+
+// HYBRID_SHARD groups: 2 where the world divides, else 1 (pure replication).
+inline int hybrid_size_for(int world) { return world % 2 == 0 ? 2 : 1; }
+
+inline proto::EngineConfig engine_config(Strategy strategy, const std::string& recipe, int world, int micro_batches) {
+  proto::EngineConfig c;
+  c.mutable_sharding()->set_strategy(strategy);
+  if (strategy == proto::ShardingConfig::HYBRID_SHARD) c.mutable_sharding()->set_hybrid_shard_size(hybrid_size_for(world));
+  *c.mutable_precision() = precision_recipe(recipe);
+  c.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAMW);
+  c.mutable_optimizer()->set_lr(1e-2);
+  c.mutable_optimizer()->set_weight_decay(0.1);
+  c.set_micro_batches(micro_batches);
+  c.set_seed(7);
+  return c;
+}
+
+inline MlpConfig small_mlp(int64_t micro_batch_size = 4) {
+  MlpConfig m;
+  m.dims = {12, 24, 20, 6};
+  m.micro_batch_size = micro_batch_size;
+  m.threads = 1;
+  return m;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<double> norms;
+  std::vector<std::vector<float>> weights;  // per unit, full, after the last step
+  MemStats memory;
+  MemoryPlan plan;
+};
+
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, const MlpConfig& mlp, int steps) {
+  Mlp model(mlp);
+  Engine engine(model.spec(), config, world);
+  TrainRun run;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult r = engine.step(model);
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+  }
+  for (int u = 0; u < engine.layout().num_units(); ++u) run.weights.push_back(engine.gather_master(u));
+  run.memory = engine.memory();
+  run.plan = engine.plan();
+  return run;
+}
+
+}  // namespace mp::testing

@@ -1,0 +1,343 @@
+// The sharded engine under mpirun: sharded training equals single-rank
+// training (bitwise in deterministic mode), every strategy and recipe trains
+// reproducibly, accumulation equals a bigger batch, and measured memory
+// equals the plan.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "tests/mpi/engine_test_util.h"
+#include "tests/mpi/mpi_test.h"
+
+namespace mp::testing {
+namespace {
+
+using SC = proto::ShardingConfig;
+
+class EngineTest : public MpiTest {
+ protected:
+  void SetUp() override {
+    MpiTest::SetUp();
+    world_ = MpiCommunicator::create_world("engine", CommOptions{});
+    self_ = world_->split(world_->rank(), 0, "self");
+  }
+  void TearDown() override {
+    self_.reset();
+    world_.reset();
+    MpiTest::TearDown();
+  }
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Communicator> self_;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+size_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
+  }
+  return std::min(a.size(), b.size());
+}
+
+constexpr int kGlobalMicroBatches = 12;  // divisible by 1, 2, 3 and 4
+constexpr int kSteps = 20;
+
+// Deterministic mode: every strategy on N ranks gives the bits of one rank
+// running all 12 micro-batches, losses and master weights, with clipping on.
+TEST_F(EngineTest, DeterministicShardedTrainingIsBitwiseSingleRank) {
+  const int n = size();
+  const MlpConfig mlp = small_mlp();
+  proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
+  ref_config.set_deterministic(true);
+  ref_config.mutable_optimizer()->set_grad_clip(0.5);
+  const TrainRun ref = train(*self_, ref_config, mlp, kSteps);
+  for (Strategy s : all_strategies()) {
+    SCOPED_TRACE(std::string(strategy_name(s)) + " on " + std::to_string(n) + " ranks");
+    proto::EngineConfig config = engine_config(s, "fp32", n, kGlobalMicroBatches / n);
+    config.set_deterministic(true);
+    config.mutable_optimizer()->set_grad_clip(0.5);
+    const TrainRun run = train(*world_, config, mlp, kSteps);
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
+      EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
+    }
+    for (size_t u = 0; u < ref.weights.size(); ++u) {
+      EXPECT_TRUE(same_bits(run.weights[u], ref.weights[u]))
+          << "unit " << u << " differs first at element " << first_difference(run.weights[u], ref.weights[u]);
+    }
+    EXPECT_LT(run.losses.back(), 0.8 * run.losses.front()) << "the model did not train";
+  }
+}
+
+}  // namespace
+}  // namespace mp::testing
+
+namespace mp::testing {
+namespace {
+
+// Documented in README.md ("Precision recipes"): about 4x the largest
+// distance measured over N = 1..4 and every strategy (20 AdamW steps, lr
+// 1e-2, the test MLP).
+struct Tolerance {
+  double loss;
+  double weights;
+};
+Tolerance tolerance_for(const std::string& recipe) {
+  if (recipe == "fp32" || recipe == "tf32") return {1e-6, 1e-6};
+  if (recipe == "amp_fp16") return {5e-4, 5e-4};
+  if (recipe == "pure_bf16") return {1e-2, 5e-2};
+  return {5e-3, 2e-2};  // amp_bf16, bf16_master, bf16_remainder
+}
+
+double weight_distance(const TrainRun& a, const TrainRun& b) {
+  double d = 0, ref = 0;
+  for (size_t u = 0; u < a.weights.size(); ++u) {
+    for (size_t i = 0; i < a.weights[u].size(); ++i) {
+      const double x = a.weights[u][i], y = b.weights[u][i];
+      d += (x - y) * (x - y);
+      ref += y * y;
+    }
+  }
+  return std::sqrt(d / ref);
+}
+
+double loss_distance(const TrainRun& a, const TrainRun& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.losses.size(); ++i) m = std::max(m, std::abs(a.losses[i] - b.losses[i]) / b.losses[i]);
+  return m;
+}
+
+// Every strategy x recipe: bitwise reproducible run to run, and within the
+// recipe's documented tolerance of the fp32 single-rank reference.
+TEST_F(EngineTest, EveryStrategyAndRecipeIsReproducibleAndCloseToFp32) {
+  const int n = size();
+  const MlpConfig mlp = small_mlp();
+  proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
+  ref_config.set_deterministic(true);
+  const TrainRun ref = train(*self_, ref_config, mlp, kSteps);
+  for (const std::string& recipe : precision_recipe_names()) {
+    for (Strategy s : all_strategies()) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)) + " on " + std::to_string(n) + " ranks");
+      const proto::EngineConfig config = engine_config(s, recipe, n, kGlobalMicroBatches / n);
+      const TrainRun a = train(*world_, config, mlp, kSteps);
+      const TrainRun b = train(*world_, config, mlp, kSteps);
+      EXPECT_EQ(a.losses, b.losses);
+      for (size_t u = 0; u < a.weights.size(); ++u) EXPECT_TRUE(same_bits(a.weights[u], b.weights[u])) << "unit " << u;
+      const Tolerance tol = tolerance_for(recipe);
+      EXPECT_LT(loss_distance(a, ref), tol.loss) << "max relative loss difference over " << kSteps << " steps";
+      EXPECT_LT(weight_distance(a, ref), tol.weights) << "relative L2 distance of the final weights";
+      EXPECT_LT(a.losses.back(), 0.8 * a.losses.front()) << "the model did not train";
+    }
+  }
+}
+
+// k micro-batches of B samples equal one micro-batch of k B samples (fp32,
+// within rounding), for both accumulation modes and the strategies that
+// accumulate full gradients.
+TEST_F(EngineTest, AccumulationEqualsOneBiggerBatch) {
+  const int n = size();
+  struct Case {
+    Strategy strategy;
+    SC::GradAccumulation mode;
+  };
+  for (const Case c : {Case{SC::FULL_SHARD, SC::SHARDED}, Case{SC::FULL_SHARD, SC::UNSHARDED},
+                       Case{SC::SHARD_OPTIMIZER, SC::SHARDED}, Case{SC::NO_SHARD, SC::SHARDED}}) {
+    SCOPED_TRACE(std::string(strategy_name(c.strategy)) + (c.mode == SC::SHARDED ? " sharded" : " unsharded"));
+    proto::EngineConfig acc = engine_config(c.strategy, "fp32", n, 4);
+    acc.mutable_sharding()->set_grad_accumulation(c.mode);
+    const TrainRun a = train(*world_, acc, small_mlp(2), 10);
+    const TrainRun b = train(*world_, engine_config(c.strategy, "fp32", n, 1), small_mlp(8), 10);
+    EXPECT_LT(loss_distance(a, b), 1e-6);
+    EXPECT_LT(weight_distance(a, b), 1e-5);
+  }
+}
+
+// HYBRID_SHARD (groups of 2, replicated twice) equals FULL_SHARD on 4:
+// bitwise in deterministic mode, within fp32 rounding otherwise.
+TEST_F(EngineTest, HybridTwoByTwoEqualsFullShardOnFour) {
+  if (size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "fp32 accumulation");
+    proto::EngineConfig hybrid = engine_config(SC::HYBRID_SHARD, "fp32", 4, 2);
+    proto::EngineConfig full = engine_config(SC::FULL_SHARD, "fp32", 4, 2);
+    for (proto::EngineConfig* c : {&hybrid, &full}) {
+      c->set_deterministic(deterministic);
+      c->mutable_precision()->set_reduce_accumulate(proto::PrecisionPolicy::ACCUMULATE_FP32);
+    }
+    const TrainRun h = train(*world_, hybrid, small_mlp(), kSteps);
+    const TrainRun f = train(*world_, full, small_mlp(), kSteps);
+    if (deterministic) {
+      EXPECT_EQ(h.losses, f.losses);
+      for (size_t u = 0; u < h.weights.size(); ++u) EXPECT_TRUE(same_bits(h.weights[u], f.weights[u])) << "unit " << u;
+    } else {
+      EXPECT_LT(loss_distance(h, f), 1e-6);
+      EXPECT_LT(weight_distance(h, f), 1e-6);
+    }
+  }
+}
+
+// Measured bytes per category equal the plan exactly, and nothing is
+// allocated after construction (peak = current), for every strategy x
+// recipe x accumulation mode.
+TEST_F(EngineTest, MeasuredMemoryEqualsThePlan) {
+  const int n = size();
+  for (const std::string& recipe : precision_recipe_names()) {
+    for (Strategy s : all_strategies()) {
+      for (int variant = 0; variant < 3; ++variant) {
+        proto::EngineConfig c = engine_config(s, recipe, n, variant == 0 ? 1 : 2);
+        if (variant == 2) c.mutable_sharding()->set_grad_accumulation(SC::UNSHARDED);
+        SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)) + " variant " + std::to_string(variant));
+        const TrainRun r = train(*world_, c, small_mlp(), 2);
+        for (int k = 0; k < kNumMemCategories; ++k) {
+          const auto cat = static_cast<MemCategory>(k);
+          if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+          EXPECT_EQ(r.memory.current(cat), r.plan.at(cat)) << mem_category_name(cat);
+          EXPECT_EQ(r.memory.peak(cat), r.plan.at(cat)) << mem_category_name(cat) << " peak";
+        }
+      }
+    }
+  }
+  // NO_SHARD through the comm hooks: their wire buffers are planned too, and
+  // they train as the engine's own all-reduce does.
+  const TrainRun plain = train(*world_, engine_config(SC::NO_SHARD, "amp_bf16", n, 1), small_mlp(), 10);
+  for (const char* hook : {"fp32", "bf16_compress", "fp16_compress"}) {
+    SCOPED_TRACE(hook);
+    proto::EngineConfig c = engine_config(SC::NO_SHARD, "amp_bf16", n, 1);
+    c.mutable_comm()->set_comm_hook(hook);
+    if (std::string(hook) == "fp16_compress") c.mutable_precision()->set_loss_scaling(proto::PrecisionPolicy::LOSS_SCALING_DYNAMIC);
+    const TrainRun r = train(*world_, c, small_mlp(), 10);
+    for (int k = 0; k < kNumMemCategories; ++k) {
+      const auto cat = static_cast<MemCategory>(k);
+      if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+      EXPECT_EQ(r.memory.current(cat), r.plan.at(cat)) << mem_category_name(cat);
+    }
+    EXPECT_LT(loss_distance(r, plain), 5e-3);
+    EXPECT_LT(weight_distance(r, plain), 2e-2);
+  }
+}
+
+// Prefetch depth, serialized communication and the optimizer in backward
+// change when things run, never what is computed: bitwise the same run.
+TEST_F(EngineTest, ScheduleOptionsDoNotChangeResults) {
+  const int n = size();
+  for (Strategy s : all_strategies()) {
+    for (const std::string recipe : {"fp32", "bf16_master", "amp_bf16"}) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)));
+      const proto::EngineConfig base = engine_config(s, recipe, n, 2);
+      const TrainRun ref = train(*world_, base, small_mlp(), 8);
+      std::vector<std::pair<std::string, proto::EngineConfig>> variants;
+      for (int depth : {0, 2, 5}) {
+        proto::EngineConfig c = base;
+        c.mutable_sharding()->set_prefetch_depth(depth);
+        variants.emplace_back("prefetch_depth " + std::to_string(depth), c);
+      }
+      proto::EngineConfig serial = base;
+      serial.mutable_sharding()->set_serialize_communication(true);
+      variants.emplace_back("serialize_communication", serial);
+      proto::EngineConfig in_backward = base;
+      in_backward.mutable_sharding()->set_optimizer_in_backward(true);
+      variants.emplace_back("optimizer_in_backward", in_backward);
+      for (const auto& [name, c] : variants) {
+        SCOPED_TRACE(name);
+        const TrainRun r = train(*world_, c, small_mlp(), 8);
+        EXPECT_EQ(r.losses, ref.losses);
+        EXPECT_EQ(r.norms, ref.norms);
+        for (size_t u = 0; u < r.weights.size(); ++u) EXPECT_TRUE(same_bits(r.weights[u], ref.weights[u])) << "unit " << u;
+      }
+    }
+  }
+}
+
+// fp16 with a static loss scale trains like fp32; a scale that overflows
+// skips every step and leaves the weights untouched.
+TEST_F(EngineTest, StaticLossScaling) {
+  const int n = size();
+  proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
+  ref_config.set_deterministic(true);
+  const TrainRun ref = train(*self_, ref_config, small_mlp(), kSteps);
+  proto::EngineConfig c = engine_config(SC::FULL_SHARD, "amp_fp16", n, kGlobalMicroBatches / n);
+  c.mutable_precision()->set_loss_scaling(proto::PrecisionPolicy::LOSS_SCALING_STATIC);
+  c.mutable_precision()->set_static_loss_scale(1024);
+  const TrainRun r = train(*world_, c, small_mlp(), kSteps);
+  EXPECT_LT(loss_distance(r, ref), 5e-4);
+  EXPECT_LT(weight_distance(r, ref), 5e-4);
+
+  c.mutable_precision()->set_static_loss_scale(1e30);  // every fp16 gradient is Inf
+  Mlp model(small_mlp());
+  Engine engine(model.spec(), c, *world_);
+  std::vector<std::vector<float>> before;
+  for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
+  for (int i = 0; i < 3; ++i) {
+    const StepResult s = engine.step(model);
+    EXPECT_TRUE(s.skipped);
+    EXPECT_TRUE(std::isnan(s.grad_norm));
+  }
+  EXPECT_EQ(engine.optimizer().steps_skipped(), 3);
+  EXPECT_EQ(engine.optimizer().steps_done(), 0);
+  for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+}
+
+// Dynamic loss scaling backs off on overflow, as GradScaler does, and the
+// run trains within the amp_fp16 tolerance.
+TEST_F(EngineTest, DynamicLossScalingBacksOffAndTrains) {
+  const int n = size();
+  proto::EngineConfig c = engine_config(SC::SHARD_GRAD_OP, "amp_fp16", n, 1);
+  c.mutable_optimizer()->mutable_loss_scaling()->set_init_scale(1e12);  // overflows fp16 at first
+  Mlp model(small_mlp());
+  Engine engine(model.spec(), c, *world_);
+  int skipped = 0;
+  double last_scale = 2e12;
+  for (int i = 0; i < 30; ++i) {
+    const StepResult s = engine.step(model);
+    skipped += s.skipped ? 1 : 0;
+    EXPECT_LE(s.loss_scale, last_scale);
+    last_scale = s.loss_scale;
+  }
+  EXPECT_GT(skipped, 5);  // 1e12 overflows fp16 until the scale has halved many times
+  EXPECT_LT(skipped, 30);
+  EXPECT_EQ(engine.optimizer().steps_skipped(), skipped);
+  EXPECT_LT(last_scale, 1e12);
+}
+
+// Where casts happen: CAST_AT_GATHER (amp_bf16) casts the shard before every
+// gather, CAST_AT_UPDATE (bf16_master) and the other recipes never outside
+// the fused update.
+TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
+  const int n = size();
+  for (const std::string recipe : {"amp_bf16", "bf16_master", "bf16_remainder", "pure_bf16", "fp32"}) {
+    for (Strategy s : {SC::FULL_SHARD, SC::SHARD_GRAD_OP, SC::NO_SHARD}) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)));
+      proto::EngineConfig c = engine_config(s, recipe, n, 2);
+      c.mutable_sharding()->set_prefetch_depth(0);
+      Mlp model(small_mlp());
+      Engine engine(model.spec(), c, *world_);
+      engine.step(model);
+      const StepResult r = engine.step(model);
+      int64_t expected = 0;
+      if (recipe == "amp_bf16") {
+        const FlatLayout& l = engine.layout();
+        for (const UnitLayout& u : l.units()) {
+          if (engine.options().gathers_per_unit()) {
+            // One slot (prefetch 0): every forward and backward of the 2
+            // micro-batches gathers, except where the unit is still there:
+            // the last unit's backward follows its forward, and the first
+            // unit's second forward follows its backward.
+            const bool first = &u == &l.units().front(), last = &u == &l.units().back();
+            expected += u.shard_numel * (4 - (last ? 2 : 0) - (first ? 1 : 0));
+          } else if (engine.options().keeps_full_params()) {
+            expected += u.shard_numel;  // gathered once per step
+          } else {
+            expected += u.padded_numel * 2 * 2;  // cast for every forward and backward
+          }
+        }
+      }
+      EXPECT_EQ(r.param_cast_elements, expected);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mp::testing
