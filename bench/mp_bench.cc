@@ -32,6 +32,7 @@ constexpr Suite kSuites[] = {
     {"reduce_accuracy", run_reduce_accuracy_suite,
      "bf16 reductions: kWire vs kFp32 error against the exact sum, at this world size and simulated rings"},
     {"update", run_update_suite, "the fused AdamW step vs a STREAM triad, 1 and 2 threads (run with -np 1)"},
+    {"step", run_step_suite, "engine step phases, prefetch on/off vs serialized communication (run with -np 2)"},
 };
 
 const Suite* find_suite(const std::string& name) {

@@ -16,4 +16,8 @@ void run_reduce_accuracy_suite(const BenchContext& ctx);
 // update: the fused optimizer step vs a STREAM triad (update_bench.cc).
 void run_update_suite(const BenchContext& ctx);
 
+// step: one engine step per phase, overlapped vs serialized communication
+// (step_bench.cc).
+void run_step_suite(const BenchContext& ctx);
+
 }  // namespace mp::bench

@@ -10,11 +10,16 @@
 #include <cstdio>
 #include <iostream>
 
+#include "comm/comm_config.h"
+#include "comm/mpi/mpi_communicator.h"
 #include "launch/mpi_world.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
+#include "models/mlp.h"
 #include "mp/config.h"
+#include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/memory_plan.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -50,7 +55,72 @@ void print_version() {
 #endif
 }
 
-int run(const MpiWorld& world) {
+// What the command line asks for (issue 6 replaces the model flags with
+// TrainConfig).
+struct WorkerOptions {
+  int steps = 30;
+  std::string strategy = "FULL_SHARD";
+  std::string recipe = "bf16_master";
+  int micro_batches = 1;
+  int prefetch_depth = 1;
+  int hybrid_shard_size = 0;
+  std::vector<int64_t> mlp_dims = {64, 256, 256, 256, 16};
+  int64_t micro_batch_size = 32;
+  double lr = 3e-3;
+  bool deterministic = false;
+  int plan_world_size = 0;  // --plan: print the memory plan for this many ranks and exit
+  bool plan_all = false;
+};
+
+proto::EngineConfig engine_config(const WorkerOptions& w) {
+  proto::EngineConfig c;
+  c.mutable_sharding()->set_strategy(parse_strategy(w.strategy));
+  c.mutable_sharding()->set_prefetch_depth(w.prefetch_depth);
+  if (w.hybrid_shard_size > 0) c.mutable_sharding()->set_hybrid_shard_size(w.hybrid_shard_size);
+  *c.mutable_precision() = precision_recipe(w.recipe);
+  c.mutable_optimizer()->set_lr(w.lr);
+  c.set_micro_batches(w.micro_batches);
+  c.set_deterministic(w.deterministic);
+  c.set_seed(1);
+  return c;
+}
+
+MlpConfig mlp_config(const WorkerOptions& w) {
+  MlpConfig m;
+  m.dims = w.mlp_dims;
+  m.micro_batch_size = w.micro_batch_size;
+  return m;
+}
+
+// --plan: the long-lived bytes per category of one rank, without running.
+int print_plan(const WorkerOptions& w) {
+  const ModelSpec spec = Mlp::spec_for(mlp_config(w));
+  if (w.plan_all) {
+    std::printf("bytes per parameter per rank, MLP of %lld parameters, world size %d\n%-16s",
+                static_cast<long long>(spec.numel()), w.plan_world_size, "strategy");
+    for (const std::string& r : precision_recipe_names()) std::printf(" %14s", r.c_str());
+    std::printf("\n");
+    for (const char* s : {"NO_SHARD", "SHARD_OPTIMIZER", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD"}) {
+      std::printf("%-16s", s);
+      for (const std::string& r : precision_recipe_names()) {
+        WorkerOptions o = w;
+        o.strategy = s;
+        o.recipe = r;
+        if (std::string(s) == "HYBRID_SHARD" && o.hybrid_shard_size == 0) o.hybrid_shard_size = std::min(8, w.plan_world_size);
+        std::printf(" %14.4f", plan_memory(spec, engine_config(o), w.plan_world_size).total_bytes_per_param());
+      }
+      std::printf("\n");
+    }
+    return 0;
+  }
+  const MemoryPlan plan = plan_memory(spec, engine_config(w), w.plan_world_size);
+  std::printf("memory plan: MLP of %lld parameters, %s, recipe %s, world size %d\n%s",
+              static_cast<long long>(plan.params), w.strategy.c_str(), w.recipe.c_str(), w.plan_world_size,
+              plan.to_string().c_str());
+  return 0;
+}
+
+int run(const MpiWorld& world, const WorkerOptions& w) {
   const Device device = default_device(world.local_rank());
   set_current_device(device);
   const auto infos = gather_rank_infos(world, local_rank_info(world, device));
@@ -65,10 +135,31 @@ int run(const MpiWorld& world) {
       }
       std::cout << "\n";
     }
-    std::cout << "mp_worker: training is not built yet. Models, data and the training loop "
-                 "arrive with issue 6; this run checked MPI start-up, device selection and "
-                 "that every rank runs the same build.\n";
   }
+  // The sharded engine trains the built-in MLP on the CPU (the GPT model,
+  // its data and CUDA compute arrive with issue 6).
+  const proto::EngineConfig config = engine_config(w);
+  auto comm = MpiCommunicator::create_world("world", comm_options_from_config(config.comm()));
+  Mlp model(mlp_config(w));
+  Engine engine(model.spec(), config, *comm);
+  if (world.rank() == 0) {
+    std::printf("training an MLP of %lld parameters: %s, %s, %d micro-batch(es) of %lld per rank\n%s",
+                static_cast<long long>(model.spec().numel()), w.strategy.c_str(),
+                engine.options().precision.describe().c_str(), w.micro_batches,
+                static_cast<long long>(w.micro_batch_size), engine.plan().to_string().c_str());
+  }
+  for (int s = 0; s < w.steps; ++s) {
+    const StepResult r = engine.step(model);
+    if (world.rank() == 0 && (s % 5 == 0 || s + 1 == w.steps)) {
+      std::printf("step %4lld  loss %.5f  grad_norm %.4f  lr %.2e%s  step %.1f ms (compute %.1f, exposed comm %.1f, "
+                  "update %.1f)\n",
+                  static_cast<long long>(r.step), r.loss, r.grad_norm, r.lr, r.skipped ? "  skipped" : "",
+                  1e3 * r.timings.total_s, 1e3 * r.timings.compute_s, 1e3 * r.timings.exposed_comm_s,
+                  1e3 * r.timings.update_s);
+      std::fflush(stdout);
+    }
+  }
+  if (world.rank() == 0) std::printf("measured: %s\n", engine.memory().to_string().c_str());
   return 0;
 }
 
@@ -79,7 +170,23 @@ int main(int argc, char** argv) {
   CLI::App app{"mp_worker: one rank of a sharded mixed-precision training job.\n"
                "Launch with: launch/mprun -np N build/mp_worker"};
   bool version = false;
+  mp::WorkerOptions w;
   app.add_flag("--version", version, "Print the version and build, then exit");
+  app.add_option("--steps", w.steps, "Optimizer steps")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--strategy", w.strategy,
+                 "NO_SHARD, SHARD_OPTIMIZER, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD");
+  app.add_option("--recipe", w.recipe, "fp32, tf32, amp_bf16, bf16_master, bf16_remainder, pure_bf16, amp_fp16");
+  app.add_option("--micro-batches", w.micro_batches, "Micro-batches per rank per step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--micro-batch-size", w.micro_batch_size, "Samples per micro-batch")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prefetch-depth", w.prefetch_depth, "All-gathers issued ahead")->check(CLI::Range(0, 64));
+  app.add_option("--hybrid-shard-size", w.hybrid_shard_size, "HYBRID_SHARD group size");
+  app.add_option("--mlp-dims", w.mlp_dims, "MLP layer widths: input, hidden..., classes")->delimiter(',');
+  app.add_option("--lr", w.lr, "Peak learning rate (AdamW)");
+  app.add_flag("--deterministic", w.deterministic, "World-size-independent gradient reduction");
+  auto* plan = app.add_option("--plan", w.plan_world_size,
+                              "Print the per-rank memory plan for this many ranks (e.g. 1024) and exit")
+                   ->check(CLI::Range(1, 1 << 24));
+  app.add_flag("--plan-all", w.plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -89,6 +196,13 @@ int main(int argc, char** argv) {
     mp::print_version();
     return 0;
   }
-
-  return mp::run_rank_main("mp_worker", &argc, &argv, mp::run);
+  if (plan->count() > 0) {
+    try {
+      return mp::print_plan(w);
+    } catch (const mp::ConfigError& e) {
+      std::fprintf(stderr, "mp_worker: %s\n", e.what());
+      return 2;
+    }
+  }
+  return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) { return mp::run(world, w); });
 }
