@@ -7,7 +7,9 @@
 #include <dnnl.h>
 #include <google/protobuf/stubs/common.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "comm/comm_config.h"
@@ -68,7 +70,8 @@ struct WorkerOptions {
   int64_t micro_batch_size = 32;
   double lr = 3e-3;
   bool deterministic = false;
-  int plan_world_size = 0;  // --plan: print the memory plan for this many ranks and exit
+  bool plan = false;        // print the memory plan for plan_world_size ranks and exit
+  int plan_world_size = 1;
   bool plan_all = false;
 };
 
@@ -183,9 +186,11 @@ int main(int argc, char** argv) {
   app.add_option("--mlp-dims", w.mlp_dims, "MLP layer widths: input, hidden..., classes")->delimiter(',');
   app.add_option("--lr", w.lr, "Peak learning rate (AdamW)");
   app.add_flag("--deterministic", w.deterministic, "World-size-independent gradient reduction");
-  auto* plan = app.add_option("--plan", w.plan_world_size,
-                              "Print the per-rank memory plan for this many ranks (e.g. 1024) and exit")
-                   ->check(CLI::Range(1, 1 << 24));
+  app.add_flag("--plan", w.plan, "Print the per-rank memory plan and exit, without running");
+  auto* world_size = app.add_option("--world-size", w.plan_world_size,
+                                    "With --plan: the (hypothetical) number of ranks, e.g. 1024; default: the "
+                                    "mpirun world size, else 1")
+                         ->check(CLI::Range(1, 1 << 24));
   app.add_flag("--plan-all", w.plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
   try {
     app.parse(argc, argv);
@@ -196,7 +201,16 @@ int main(int argc, char** argv) {
     mp::print_version();
     return 0;
   }
-  if (plan->count() > 0) {
+  if (w.plan_all) w.plan = true;
+  if (world_size->count() > 0 && !w.plan) {
+    std::fprintf(stderr, "mp_worker: --world-size applies to --plan only (a run takes its size from mpirun)\n");
+    return 2;
+  }
+  if (w.plan) {
+    if (world_size->count() == 0) {
+      const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
+      if (env != nullptr) w.plan_world_size = std::max(1, std::atoi(env));
+    }
     try {
       return mp::print_plan(w);
     } catch (const mp::ConfigError& e) {
