@@ -1,0 +1,447 @@
+#include "models/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "kernels/convert.h"
+#include "kernels/philox_math.h"
+#include "models/gpt_ops.h"
+#include "runtime/error.h"
+#include "runtime/flat_layout.h"
+
+namespace mp {
+
+// ---- workspace ----------------------------------------------------------------
+
+namespace {
+
+struct GptDims {
+  int64_t batch = 0, seq = 0, channels = 0, heads = 0, layers = 0, vocab = 0, padded_vocab = 0;
+  int64_t rows = 0;  // batch * seq
+  int threads = 0;
+};
+
+GptDims dims_for(const GptConfig& c) {
+  GptDims d;
+  d.batch = c.micro_batch_size;
+  d.seq = c.context;
+  d.channels = c.channels;
+  d.heads = c.heads;
+  d.layers = c.layers;
+  d.vocab = c.vocab;
+  d.padded_vocab = gpt_padded_vocab(c.vocab);
+  d.rows = d.batch * d.seq;
+  d.threads = c.threads;
+  return d;
+}
+
+// Every activation the backward reads, and the backward's scratch.
+template <class T>
+struct GptBuffers {
+  struct Layer {
+    T *ln1, *ln1_mean, *ln1_rstd;  // ln_1 output [rows, C], its mean and rstd [rows]
+    T *qkv, *att, *atty;           // c_attn output [rows, 3C], probabilities [B, NH, T, T], att v [rows, C]
+    T* res2;                       // x + attention branch [rows, C]
+    T *ln2, *ln2_mean, *ln2_rstd;
+    T *fch, *fch_gelu;  // c_fc output and its gelu [rows, 4C]
+  };
+  std::vector<T*> residual;  // layers + 1: [0] the embeddings, [l + 1] block l's output [rows, C]
+  std::vector<Layer> layers;
+  T *lnf, *lnf_mean, *lnf_rstd;
+  T *logits, *row_loss;  // [rows, Vp], [rows]
+  T *wte, *dwte_head;    // Note [Tied head]: [Vp, C] each
+  // Backward scratch, shared by the layers. dres is d loss / d residual stream.
+  T *dres, *dln, *datty, *dqkv, *dfch, *dlogits, *att_scratch;
+};
+
+// Hands out consecutive 64-byte aligned ranges of one buffer; with a null
+// base it only counts.
+template <class T>
+class Carver {
+ public:
+  explicit Carver(T* base) : base_(base) {}
+  T* take(int64_t n) {
+    T* p = base_ == nullptr ? nullptr : base_ + used_;
+    constexpr auto kAlign = static_cast<int64_t>(64 / sizeof(T));
+    used_ += (n + kAlign - 1) / kAlign * kAlign;
+    return p;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  T* base_;
+  int64_t used_ = 0;
+};
+
+// The buffers carved from `base` (null: only count); *numel := elements used.
+template <class T>
+GptBuffers<T> carve(const GptDims& d, T* base, int64_t* numel) {
+  Carver<T> k(base);
+  const int64_t nc = d.rows * d.channels;
+  GptBuffers<T> b;
+  b.residual.push_back(k.take(nc));
+  for (int64_t l = 0; l < d.layers; ++l) {
+    typename GptBuffers<T>::Layer y{};
+    y.ln1 = k.take(nc);
+    y.ln1_mean = k.take(d.rows);
+    y.ln1_rstd = k.take(d.rows);
+    y.qkv = k.take(3 * nc);
+    y.att = k.take(d.batch * d.heads * d.seq * d.seq);
+    y.atty = k.take(nc);
+    y.res2 = k.take(nc);
+    y.ln2 = k.take(nc);
+    y.ln2_mean = k.take(d.rows);
+    y.ln2_rstd = k.take(d.rows);
+    y.fch = k.take(4 * nc);
+    y.fch_gelu = k.take(4 * nc);
+    b.layers.push_back(y);
+    b.residual.push_back(k.take(nc));
+  }
+  b.lnf = k.take(nc);
+  b.lnf_mean = k.take(d.rows);
+  b.lnf_rstd = k.take(d.rows);
+  b.logits = k.take(d.rows * d.padded_vocab);
+  b.row_loss = k.take(d.rows);
+  b.wte = k.take(d.padded_vocab * d.channels);
+  b.dwte_head = k.take(d.padded_vocab * d.channels);
+  b.dres = k.take(nc);
+  b.dln = k.take(nc);
+  b.datty = k.take(nc);
+  b.dqkv = k.take(3 * nc);
+  b.dfch = k.take(4 * nc);
+  b.dlogits = k.take(d.rows * d.padded_vocab);
+  b.att_scratch = k.take(d.batch * d.heads * d.seq);
+  *numel = k.used();
+  return b;
+}
+
+// ---- units --------------------------------------------------------------------
+// Unit 0 is the embedding, units 1 .. layers the blocks, the last the head.
+// Parameters are read at their offsets in the unit's flat buffer, in the
+// order spec_for declares them.
+
+enum EmbedParam { kWte = 0, kWpe };
+enum BlockParam {
+  kLn1W = 0, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB
+};
+enum HeadParam { kLnfW = 0, kLnfB };
+
+int64_t offset(const UnitLayout& unit, int param) { return unit.params[static_cast<size_t>(param)].offset; }
+
+// Returns the loss after the head, 0 before.
+template <class T>
+double unit_forward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const T* p,
+                    const int32_t* inputs, const int32_t* targets) {
+  const int64_t rows = d.rows, c = d.channels;
+  const int th = d.threads;
+  if (u == 0) {
+    std::copy(p + offset(unit, kWte), p + offset(unit, kWte) + d.padded_vocab * c, b.wte);
+    gpt_embedding_forward(inputs, b.wte, p + offset(unit, kWpe), d.batch, d.seq, c, d.vocab, b.residual[0], th);
+    return 0.0;
+  }
+  if (u <= d.layers) {
+    const auto l = static_cast<size_t>(u - 1);
+    const typename GptBuffers<T>::Layer& y = b.layers[l];
+    const T* x = b.residual[l];
+    T* out = b.residual[l + 1];
+    auto at = [&](int param) { return p + offset(unit, param); };
+    gpt_layernorm_forward(x, at(kLn1W), at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd, th);
+    gpt_matmul_forward(y.ln1, at(kAttnW), at(kAttnB), rows, c, 3 * c, y.qkv, th);
+    gpt_attention_forward(y.qkv, d.batch, d.seq, c, d.heads, y.att, y.atty, th);
+    gpt_matmul_forward(y.atty, at(kAttnProjW), at(kAttnProjB), rows, c, c, y.res2, th);
+    gpt_add(x, y.res2, rows * c, y.res2, th);
+    gpt_layernorm_forward(y.res2, at(kLn2W), at(kLn2B), rows, c, y.ln2, y.ln2_mean, y.ln2_rstd, th);
+    gpt_matmul_forward(y.ln2, at(kFcW), at(kFcB), rows, c, 4 * c, y.fch, th);
+    gpt_gelu_forward(y.fch, rows * 4 * c, y.fch_gelu, th);
+    gpt_matmul_forward(y.fch_gelu, at(kFcProjW), at(kFcProjB), rows, 4 * c, c, out, th);
+    gpt_add(y.res2, out, rows * c, out, th);
+    return 0.0;
+  }
+  gpt_layernorm_forward(b.residual.back(), p + offset(unit, kLnfW), p + offset(unit, kLnfB), rows, c, b.lnf,
+                        b.lnf_mean, b.lnf_rstd, th);
+  gpt_logits_forward(b.lnf, b.wte, rows, c, d.padded_vocab, b.logits, th);
+  // d loss / d logits lands in b.dlogits, where the head's backward reads it.
+  return gpt_softmax_xent(b.logits, targets, rows, d.vocab, d.padded_vocab, b.row_loss, b.dlogits, th);
+}
+
+// p may be null for unit 0, which reads no parameters.
+template <class T>
+void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const T* p,
+                   const int32_t* inputs, T* g) {
+  const int64_t rows = d.rows, c = d.channels;
+  const int th = d.threads;
+  if (u == 0) {
+    // Note [Tied head]: the head's d wte, then the embedding's added in.
+    T* dwte = g + offset(unit, kWte);
+    T* dwpe = g + offset(unit, kWpe);
+    std::copy(b.dwte_head, b.dwte_head + d.padded_vocab * c, dwte);
+    std::fill(dwpe, dwpe + d.seq * c, T(0));
+    gpt_embedding_backward(inputs, b.dres, d.batch, d.seq, c, dwte, dwpe, th);
+    return;
+  }
+  if (u <= d.layers) {
+    const auto l = static_cast<size_t>(u - 1);
+    const typename GptBuffers<T>::Layer& y = b.layers[l];
+    auto at = [&](int param) { return p + offset(unit, param); };
+    auto grad = [&](int param) { return g + offset(unit, param); };
+    // b.dres holds d loss / d (block output); it becomes d loss / d (block input).
+    gpt_matmul_backward(y.fch_gelu, at(kFcProjW), b.dres, rows, 4 * c, c, b.dfch, grad(kFcProjW), grad(kFcProjB),
+                        th);
+    gpt_gelu_backward(y.fch, b.dfch, rows * 4 * c, b.dfch, th);
+    gpt_matmul_backward(y.ln2, at(kFcW), b.dfch, rows, c, 4 * c, b.dln, grad(kFcW), grad(kFcB), th);
+    gpt_layernorm_backward(b.dln, y.res2, at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
+                           grad(kLn2B), th);
+    gpt_matmul_backward(y.atty, at(kAttnProjW), b.dres, rows, c, c, b.datty, grad(kAttnProjW), grad(kAttnProjB),
+                        th);
+    gpt_attention_backward(y.qkv, y.att, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv, th);
+    gpt_matmul_backward(y.ln1, at(kAttnW), b.dqkv, rows, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB), th);
+    gpt_layernorm_backward(b.dln, b.residual[l], at(kLn1W), y.ln1_mean, y.ln1_rstd, rows, c, b.dres, grad(kLn1W),
+                           grad(kLn1B), th);
+    return;
+  }
+  gpt_logits_backward(b.lnf, b.wte, b.dlogits, rows, c, d.padded_vocab, b.dln, b.dwte_head, th);
+  std::fill(b.dres, b.dres + rows * c, T(0));
+  gpt_layernorm_backward(b.dln, b.residual.back(), p + offset(unit, kLnfW), b.lnf_mean, b.lnf_rstd, rows, c, b.dres,
+                         g + offset(unit, kLnfW), g + offset(unit, kLnfB), th);
+}
+
+void check_positive(const char* field, int64_t value) {
+  if (value <= 0) MP_THROW(ConfigError, "gpt.", field, " = ", value, ": must be positive");
+}
+
+}  // namespace
+
+namespace detail {
+struct GptWorkspace {
+  GptDims dims;
+  GptBuffers<float> buffers;
+};
+}  // namespace detail
+
+// ---- config -------------------------------------------------------------------
+
+void validate(const GptConfig& config) {
+  check_positive("vocab", config.vocab);
+  check_positive("context", config.context);
+  check_positive("channels", config.channels);
+  check_positive("heads", config.heads);
+  check_positive("layers", config.layers);
+  check_positive("micro_batch_size", config.micro_batch_size);
+  constexpr int64_t kMaxVocab = int64_t{1} << 30;  // token ids are int32
+  if (config.vocab > kMaxVocab) {
+    MP_THROW(ConfigError, "gpt.vocab = ", config.vocab, ": must be at most ", kMaxVocab);
+  }
+  if (config.channels % config.heads != 0) {
+    MP_THROW(ConfigError, "gpt.heads = ", config.heads, " does not divide gpt.channels = ", config.channels);
+  }
+  if (config.threads < 0) {
+    MP_THROW(ConfigError, "gpt.threads = ", config.threads, ": must be 0 (default) or positive");
+  }
+}
+
+int64_t gpt_padded_vocab(int64_t vocab) {
+  return (vocab + kGptVocabMultiple - 1) / kGptVocabMultiple * kGptVocabMultiple;
+}
+
+// ---- data -------------------------------------------------------------------
+
+GptData::GptData(const GptConfig& config) {
+  validate(config);
+  vocab_ = config.vocab;
+  context_ = config.context;
+  batch_ = config.micro_batch_size;
+  seed_ = config.data_seed;
+  successors_.resize(static_cast<size_t>(vocab_ * kGptSuccessors));
+  for (size_t i = 0; i < successors_.size(); ++i) {
+    const uint32_t word = math::philox_u32(seed_, kGptTransitionStream, i);
+    successors_[i] = static_cast<int32_t>(word % static_cast<uint64_t>(vocab_));
+  }
+}
+
+void GptData::sequence(int64_t index, int32_t* tokens) const {
+  MP_ENFORCE_GE(index, 0, "sequence index");
+  walk(index, tokens, tokens + 1);
+}
+
+void GptData::micro_batch(int64_t global_index, int32_t* inputs, int32_t* targets) const {
+  MP_ENFORCE_GE(global_index, 0, "micro-batch index");
+  for (int64_t b = 0; b < batch_; ++b) {
+    walk(global_index * batch_ + b, inputs + b * context_, targets + b * context_);
+  }
+}
+
+// Token j of the sequence goes to inputs[j] (j < context) and targets[j - 1]
+// (j >= 1). Word j >= 1: noise when bits 0-2 are all zero (1/8), the noise
+// token from bits 8-31; else the successor that bits 3-4 pick.
+void GptData::walk(int64_t index, int32_t* inputs, int32_t* targets) const {
+  const auto stream = static_cast<uint64_t>(index);
+  const auto vocab = static_cast<uint64_t>(vocab_);
+  auto token = static_cast<int32_t>(math::philox_u32(seed_, stream, 0) % vocab);
+  inputs[0] = token;
+  for (int64_t j = 1; j <= context_; ++j) {
+    const uint32_t word = math::philox_u32(seed_, stream, static_cast<uint64_t>(j));
+    if ((word & 7u) == 0) {
+      token = static_cast<int32_t>((word >> 8) % vocab);
+    } else {
+      token = successors_[static_cast<size_t>(token * kGptSuccessors + ((word >> 3) & 3u))];
+    }
+    targets[j - 1] = token;
+    if (j < context_) inputs[j] = token;
+  }
+}
+
+// ---- whole model on flat buffers ---------------------------------------------
+
+template <class T>
+double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const int32_t* targets,
+                          const std::vector<std::vector<T>>& unit_params, std::vector<std::vector<T>>& unit_grads) {
+  const FlatLayout layout(Gpt::spec_for(config), 1);
+  const GptDims d = dims_for(config);
+  MP_ENFORCE_EQ(static_cast<int64_t>(unit_params.size()), static_cast<int64_t>(layout.num_units()),
+                "parameter buffers, one per unit");
+  unit_grads.resize(unit_params.size());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const auto k = static_cast<size_t>(u);
+    MP_ENFORCE_GE(static_cast<int64_t>(unit_params[k].size()), layout.unit(u).numel, "unit ", layout.unit(u).name);
+    if (static_cast<int64_t>(unit_grads[k].size()) < layout.unit(u).numel) {
+      unit_grads[k].resize(static_cast<size_t>(layout.unit(u).numel));
+    }
+  }
+  int64_t numel = 0;
+  carve<T>(d, nullptr, &numel);
+  std::vector<T> ws(static_cast<size_t>(numel));
+  const GptBuffers<T> b = carve<T>(d, ws.data(), &numel);
+  double loss = 0.0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    loss = unit_forward(d, b, u, layout.unit(u), unit_params[static_cast<size_t>(u)].data(), inputs, targets);
+  }
+  for (int u = layout.num_units() - 1; u >= 0; --u) {
+    const auto k = static_cast<size_t>(u);
+    unit_backward(d, b, u, layout.unit(u), unit_params[k].data(), inputs, unit_grads[k].data());
+  }
+  return loss;
+}
+
+template double gpt_loss_and_grads<float>(const GptConfig&, const int32_t*, const int32_t*,
+                                          const std::vector<std::vector<float>>&,
+                                          std::vector<std::vector<float>>&);
+template double gpt_loss_and_grads<double>(const GptConfig&, const int32_t*, const int32_t*,
+                                           const std::vector<std::vector<double>>&,
+                                           std::vector<std::vector<double>>&);
+
+// ---- the model ----------------------------------------------------------------
+
+ModelSpec Gpt::spec_for(const GptConfig& config) {
+  validate(config);
+  using Kind = ParamInit::Kind;
+  const int64_t c = config.channels;
+  const ParamInit ones{Kind::kOnes, 0.0}, zeros{Kind::kZeros, 0.0}, normal{Kind::kNormal, 0.02};
+  const ParamInit residual{Kind::kNormal, 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers))};
+  ModelSpec spec;
+  spec.units.push_back(UnitSpec{"embed",
+                                {ParamSpec{"wte", {gpt_padded_vocab(config.vocab), c}, normal},
+                                 ParamSpec{"wpe", {config.context, c}, normal}}});
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const std::string h = "h" + std::to_string(l);
+    // Declaration order is the BlockParam order.
+    spec.units.push_back(UnitSpec{h,
+                                  {ParamSpec{h + ".ln_1.weight", {c}, ones},
+                                   ParamSpec{h + ".ln_1.bias", {c}, zeros},
+                                   ParamSpec{h + ".attn.c_attn.weight", {c, 3 * c}, normal},
+                                   ParamSpec{h + ".attn.c_attn.bias", {3 * c}, zeros},
+                                   ParamSpec{h + ".attn.c_proj.weight", {c, c}, residual},
+                                   ParamSpec{h + ".attn.c_proj.bias", {c}, zeros},
+                                   ParamSpec{h + ".ln_2.weight", {c}, ones},
+                                   ParamSpec{h + ".ln_2.bias", {c}, zeros},
+                                   ParamSpec{h + ".mlp.c_fc.weight", {c, 4 * c}, normal},
+                                   ParamSpec{h + ".mlp.c_fc.bias", {4 * c}, zeros},
+                                   ParamSpec{h + ".mlp.c_proj.weight", {4 * c, c}, residual},
+                                   ParamSpec{h + ".mlp.c_proj.bias", {c}, zeros}}});
+  }
+  spec.units.push_back(UnitSpec{"head", {ParamSpec{"ln_f.weight", {c}, ones}, ParamSpec{"ln_f.bias", {c}, zeros}}});
+  return spec;
+}
+
+Gpt::Gpt(const GptConfig& config, Allocator allocator)
+    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), data_(config) {
+  auto ws = std::make_unique<detail::GptWorkspace>();
+  ws->dims = dims_for(config_);
+  int64_t numel = 0;
+  carve<float>(ws->dims, nullptr, &numel);
+  workspace_ = Tensor::empty(allocator, DType::kF32, {numel}, MemCategory::kActivations);
+  ws->buffers = carve<float>(ws->dims, workspace_.data_as<float>(), &numel);
+  ws_ = std::move(ws);
+  int64_t max_numel = 0;
+  for (const UnitLayout& unit : layout_) max_numel = std::max(max_numel, unit.numel);
+  param_ws_ = Tensor::empty(allocator, DType::kF32, {max_numel}, MemCategory::kActivations);
+  const int64_t tokens = config_.micro_batch_size * config_.context;
+  tokens_ = allocator.allocate(static_cast<size_t>(2 * tokens) * sizeof(int32_t), MemCategory::kActivations);
+}
+
+Gpt::~Gpt() = default;
+
+const int32_t* Gpt::inputs() const { return static_cast<const int32_t*>(tokens_.data()); }
+const int32_t* Gpt::targets() const { return inputs() + config_.micro_batch_size * config_.context; }
+
+void Gpt::begin_micro_batch(int64_t global_index) {
+  auto* in = static_cast<int32_t*>(tokens_.data());
+  data_.micro_batch(global_index, in, in + config_.micro_batch_size * config_.context);
+  micro_batch_ = global_index;
+  forwarded_ = 0;
+  next_backward_ = -1;
+}
+
+void Gpt::check_unit(int unit, const char* what) const {
+  MP_ENFORCE(micro_batch_ >= 0, "Gpt::", what, " before begin_micro_batch");
+  MP_ENFORCE(unit >= 0 && unit < static_cast<int>(layout_.size()), "Gpt::", what, " of unit ", unit, " of ",
+             layout_.size());
+}
+
+const float* Gpt::unit_params(int unit, const Tensor& params) {
+  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
+  MP_ENFORCE(params.device().is_cpu() && params.shape().size() == 1 && params.numel() >= layout.numel,
+             "parameters of unit ", layout.name, " (", layout.numel, " elements): got ", params.describe());
+  if (params.dtype() == DType::kF32) return params.data_as<float>();
+  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
+             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
+  const Tensor ws = param_ws_.flat(0, layout.numel);
+  convert(params.flat(0, layout.numel), ws);
+  return ws.data_as<float>();
+}
+
+void Gpt::forward(int unit, const Tensor& params) {
+  check_unit(unit, "forward");
+  MP_ENFORCE_EQ(unit, forwarded_, "Gpt::forward runs units in order");
+  const auto u = static_cast<size_t>(unit);
+  const float* p = unit_params(unit, params);
+  const double loss = unit_forward(ws_->dims, ws_->buffers, unit, layout_[u], p, inputs(), targets());
+  ++forwarded_;
+  if (forwarded_ == static_cast<int>(layout_.size())) {
+    loss_ = loss;
+    next_backward_ = forwarded_ - 1;
+  }
+}
+
+double Gpt::loss() const {
+  MP_ENFORCE(micro_batch_ >= 0 && forwarded_ == static_cast<int>(layout_.size()),
+             "Gpt::loss before the forward of every unit");
+  return loss_;
+}
+
+void Gpt::backward(int unit, const Tensor& params, const Tensor& grads) {
+  check_unit(unit, "backward");
+  MP_ENFORCE(next_backward_ >= 0, "Gpt::backward before the forward of every unit (or after unit 0)");
+  MP_ENFORCE_EQ(unit, next_backward_, "Gpt::backward runs units in reverse order, once each");
+  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
+  MP_ENFORCE(grads.device().is_cpu() && grads.dtype() == DType::kF32 && grads.shape().size() == 1 &&
+                 grads.numel() >= layout.numel,
+             "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements): got ", grads.describe());
+  // Unit 0's backward reads no parameters (Note [Tied head]).
+  const float* p = unit > 0 ? unit_params(unit, params) : nullptr;
+  unit_backward(ws_->dims, ws_->buffers, unit, layout, p, inputs(), grads.data_as<float>());
+  --next_backward_;
+}
+
+}  // namespace mp

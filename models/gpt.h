@@ -1,0 +1,173 @@
+// models/gpt.h: a small GPT-2 on the CPU, deterministic, on synthetic data:
+// the transformer the engine's tests train ("sharded training equals
+// single-rank training"), to be grown into the production GPT.
+//
+// Architecture (GPT-2, as llm.c): token and position embeddings; `layers`
+// pre-LN blocks x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with causal
+// multi-head self-attention (softmax scaled by 1/sqrt(head_dim)) and a GELU
+// (tanh approximation) MLP of width 4 C; a final ln_f; a head tied to wte,
+// logits = ln_f(x) wte^T. LayerNorm eps is 1e-5. The loss is the mean
+// softmax cross-entropy of next-token targets over all batch * context
+// positions.
+//
+// Units, in forward order (Note [Flat units] in runtime/flat_layout.h):
+//   "embed": "wte" [Vp, C], "wpe" [context, C]
+//   "h{i}", i = 0 .. layers-1: "h{i}.ln_1.weight"/"bias" [C],
+//       "h{i}.attn.c_attn.weight" [C, 3C], "h{i}.attn.c_attn.bias" [3C],
+//       "h{i}.attn.c_proj.weight" [C, C], "h{i}.attn.c_proj.bias" [C],
+//       "h{i}.ln_2.weight"/"bias" [C], "h{i}.mlp.c_fc.weight" [C, 4C],
+//       "h{i}.mlp.c_fc.bias" [4C], "h{i}.mlp.c_proj.weight" [4C, C],
+//       "h{i}.mlp.c_proj.bias" [C]
+//   "head": "ln_f.weight" [C], "ln_f.bias" [C]
+// Weights are in the Hugging Face Conv1D layout [in, out]. Init: wte, wpe and
+// the weights normal(0.02), the two c_proj weights normal(0.02 / sqrt(2
+// layers)) (GPT-2's residual scaling), LayerNorm weights ones, biases zeros.
+// Vp is the vocabulary padded to a multiple of 128 (llm.c): logits of the
+// padded ids are computed but the softmax and the loss cover only the first
+// `vocab` ids, so the padded rows of wte get zero gradient.
+//
+// Note [Tied head]
+// The head (the last unit) needs wte, which lives in unit 0, and the engine
+// may have released unit 0's gathered buffer by then (FULL_SHARD). So:
+//   forward(0)      copies wte, as fp32, into a model workspace;
+//   forward(last)   computes the logits from that copy;
+//   backward(last)  computes the head's d loss / d wte into another fp32
+//                   model workspace;
+//   backward(0)     writes d wte = (head's contribution) + (the embedding's,
+//                   added row by row in position order) into unit 0's grads.
+// Both workspaces are activation memory, allocated once with the model. So
+// unit 0's grads carry the whole tied gradient and no other unit's do.
+//
+// Note [GPT data]
+// A first-order Markov chain over the vocabulary, a pure function of
+// (data_seed, sequence index): every token v has kGptSuccessors likely
+// successors drawn once from philox stream kGptTransitionStream; sequence s
+// draws its words from philox_u32(data_seed, s, j): token 0 is uniform, and
+// token j >= 1 is, with probability 1/8, uniform (noise), else one of the
+// previous token's successors, equally likely. Micro-batch g holds sequences
+// s = g * micro_batch_size + b; a sequence's context + 1 tokens give the
+// inputs tokens[0 .. context) and the targets tokens[1 .. context].
+// The best achievable loss is the chain's conditional entropy: for vocab 64
+// about 2.0 nats, against ln 64 = 4.16 for a model that learned nothing.
+//
+// Determinism: the op math (models/gpt_ops.h) computes every element on one
+// thread in a fixed order, so the model gives the same bits for any thread
+// count and on any process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/model.h"
+#include "runtime/tensor.h"
+
+namespace mp {
+
+struct GptConfig {
+  int64_t vocab = 64;            // real vocabulary; the model pads it (gpt_padded_vocab)
+  int64_t context = 16;          // sequence length T
+  int64_t channels = 32;         // C
+  int64_t heads = 4;             // must divide channels
+  int64_t layers = 2;
+  int64_t micro_batch_size = 2;  // sequences per micro-batch, B
+  uint64_t data_seed = 1234;
+  int threads = 0;               // CPU threads of the op loops; 0: default_cpu_threads()
+};
+
+// Throws ConfigError naming the field, e.g. "gpt.heads = 5 does not divide
+// gpt.channels = 32" or "gpt.layers = 0: must be positive".
+void validate(const GptConfig& config);
+
+inline constexpr int64_t kGptVocabMultiple = 128;
+// vocab rounded up to a multiple of kGptVocabMultiple.
+int64_t gpt_padded_vocab(int64_t vocab);
+
+// ---- data (Note [GPT data]) ---------------------------------------------------
+
+inline constexpr uint64_t kGptTransitionStream = uint64_t{1} << 63;
+inline constexpr int64_t kGptSuccessors = 4;
+
+class GptData {
+ public:
+  explicit GptData(const GptConfig& config);  // validates config
+  // The context + 1 tokens of sequence `index` >= 0.
+  void sequence(int64_t index, int32_t* tokens) const;
+  // inputs, targets: micro_batch_size * context tokens each, row-major
+  // [batch, context]. global_index >= 0.
+  void micro_batch(int64_t global_index, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  void walk(int64_t index, int32_t* inputs, int32_t* targets) const;
+
+  int64_t vocab_ = 0;
+  int64_t context_ = 0;
+  int64_t batch_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<int32_t> successors_;  // [vocab, kGptSuccessors]
+};
+
+// ---- whole model on flat buffers ---------------------------------------------
+
+// The whole model on one micro-batch (inputs and targets: micro_batch_size *
+// context tokens) through the same unit code as Gpt, with T = double for
+// reference tests. Unit u's parameters and gradients are flat buffers in the
+// layout of FlatLayout(Gpt::spec_for(config), 1) (or any group size);
+// gradients are resized to at least the unit's numel and overwritten on the
+// parameters' ranges only. Returns the mean loss.
+template <class T>
+double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const int32_t* targets,
+                          const std::vector<std::vector<T>>& unit_params, std::vector<std::vector<T>>& unit_grads);
+
+// ---- the model ----------------------------------------------------------------
+
+namespace detail {
+struct GptWorkspace;  // activations and scratch, carved from one buffer (gpt.cc)
+}
+
+class Gpt final : public Model {
+ public:
+  // Validates config; allocates every workspace (MemCategory::kActivations)
+  // here, so forward and backward never allocate.
+  explicit Gpt(const GptConfig& config, Allocator allocator = Allocator());
+  ~Gpt() override;
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  static ModelSpec spec_for(const GptConfig& config);  // validates config
+
+  const GptConfig& config() const { return config_; }
+  const ModelSpec& spec() const override { return spec_; }
+  // Loads micro-batch global_index (Note [GPT data]).
+  void begin_micro_batch(int64_t global_index) override;
+  // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
+  // (non-fp32 parameters are converted to an fp32 workspace first).
+  void forward(int unit, const Tensor& params) override;
+  double loss() const override;
+  // grads: CPU, 1-D, fp32, at least the unit's numel elements. Unit 0's wte
+  // gradient includes the tied head's (Note [Tied head]).
+  void backward(int unit, const Tensor& params, const Tensor& grads) override;
+
+  // The current micro-batch (for tests): micro_batch_size * context each.
+  const int32_t* inputs() const;
+  const int32_t* targets() const;
+
+ private:
+  const float* unit_params(int unit, const Tensor& params);  // fp32 view, converted if needed
+  void check_unit(int unit, const char* what) const;
+
+  GptConfig config_;
+  ModelSpec spec_;
+  std::vector<UnitLayout> layout_;  // FlatLayout(spec_, 1)
+  GptData data_;
+  Tensor workspace_;  // fp32 activations and scratch (detail::GptWorkspace points into it)
+  Tensor param_ws_;   // fp32 copy of a non-fp32 unit
+  Buffer tokens_;     // int32 inputs then targets, micro_batch_size * context each
+  std::unique_ptr<detail::GptWorkspace> ws_;
+  int64_t micro_batch_ = -1;  // loaded by begin_micro_batch; -1: none yet
+  int forwarded_ = 0;         // units forwarded in the current micro-batch
+  int next_backward_ = -1;    // the unit backward expects next; -1: none
+  double loss_ = 0.0;
+};
+
+}  // namespace mp

@@ -1,0 +1,447 @@
+// The GPT model (models/gpt.h): the whole model's gradients (double)
+// against central finite differences, the fp32 model against the double
+// path, narrow parameters, determinism across runs and thread counts,
+// untouched gaps, no allocations per call, config errors, the padded
+// vocabulary, the data, and a short training run.
+#include "tests/gpt_test_util.h"
+
+namespace mp {
+namespace {
+
+using namespace gpt_test;  // NOLINT(build/namespaces)
+
+TEST(Gpt, DoubleGradientsMatchFiniteDifferences) {
+  const GptConfig c = make_config(11, 5, 8, 2, 2, 2);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  const Batch data = load(c, 3);
+  // Larger weights than the init, so attention and gelu are far from linear.
+  Units64 p = to_double(init_params(layout, 21, 10.0f, 0.2f));
+  Units64 grads, scratch;
+  auto loss_of = [&](Units64& g) {
+    return gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p, g);
+  };
+  loss_of(grads);
+  const double h = 1e-5;
+  double max_rel = 0.0;
+  for (size_t u = 0; u < p.size(); ++u) {
+    for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
+      for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+        double& v = p[u][static_cast<size_t>(i)];
+        const double saved = v;
+        v = saved + h;
+        const double up = loss_of(scratch);
+        v = saved - h;
+        const double down = loss_of(scratch);
+        v = saved;
+        const double fd = (up - down) / (2 * h);
+        const double g = grads[u][static_cast<size_t>(i)];
+        const double scale = std::max(std::abs(fd), 1e-3);
+        max_rel = std::max(max_rel, std::abs(g - fd) / scale);
+        EXPECT_NEAR(g, fd, 1e-6 * scale) << pp.name << "[" << i - pp.offset << "]";
+      }
+    }
+  }
+  RecordProperty("max_rel_err", sci(max_rel));
+}
+
+TEST(Gpt, Fp32ModelMatchesDoublePath) {
+  const GptConfig c = make_config(64, 16, 32, 4, 2, 2, 2);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Units32 p32 = init_params(layout, 5, 1.0f, 0.1f);
+  const Units64 p64 = to_double(p32);
+  Units32 g32 = p32;  // same sizes
+  std::vector<Tensor> params, grads;
+  for (size_t u = 0; u < p32.size(); ++u) {
+    params.push_back(wrap(p32[u]));
+    grads.push_back(wrap(g32[u]));
+  }
+  Gpt model(c);
+  double max_loss_rel = 0.0, max_grad_rel = 0.0;
+  for (int64_t g : {0, 3, 1000}) {
+    const double loss32 = run_model(model, g, params, grads);
+    const Batch data = load(c, g);
+    ASSERT_EQ(std::vector<int32_t>(model.inputs(), model.inputs() + data.inputs.size()), data.inputs);
+    ASSERT_EQ(std::vector<int32_t>(model.targets(), model.targets() + data.targets.size()), data.targets);
+    Units64 g64;
+    const double loss64 = gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p64, g64);
+    max_loss_rel = std::max(max_loss_rel, std::abs(loss32 - loss64) / loss64);
+    EXPECT_NEAR(loss32, loss64, 1e-6 * loss64) << "micro-batch " << g;
+    // The Model and the float whole-model path run the same unit code.
+    Units32 gf;
+    const double lossf = gpt_loss_and_grads<float>(c, data.inputs.data(), data.targets.data(), p32, gf);
+    EXPECT_EQ(std::memcmp(&lossf, &loss32, sizeof(double)), 0) << "micro-batch " << g;
+    for (size_t u = 0; u < p32.size(); ++u) {
+      for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
+        // Tolerance relative to the parameter's largest gradient: single
+        // elements can cancel to near zero in any precision.
+        double scale = 0.0;
+        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+          scale = std::max(scale, std::abs(g64[u][static_cast<size_t>(i)]));
+        }
+        ASSERT_GT(scale, 0.0) << pp.name;
+        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+          const auto k = static_cast<size_t>(i);
+          max_grad_rel = std::max(max_grad_rel, std::abs(g32[u][k] - g64[u][k]) / scale);
+          EXPECT_NEAR(g32[u][k], g64[u][k], 1e-5 * scale) << pp.name << "[" << i - pp.offset << "] micro-batch " << g;
+          EXPECT_EQ(gf[u][k], g32[u][k]) << pp.name << "[" << i - pp.offset << "] micro-batch " << g;
+        }
+      }
+    }
+  }
+  RecordProperty("max_loss_rel_err", sci(max_loss_rel));
+  RecordProperty("max_grad_rel_err", sci(max_grad_rel));
+}
+
+TEST(Gpt, NarrowParamsEqualFp32OfTheRoundedValues) {
+  const GptConfig c = make_config(50, 8, 24, 3, 2, 2, 2);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Allocator alloc;
+  const Units32 p32 = init_params(layout, 7, 1.0f, 0.1f);
+  for (DType narrow : {DType::kBF16, DType::kF16}) {
+    std::vector<Tensor> narrow_params, rounded_params, narrow_grads, rounded_grads;
+    for (size_t u = 0; u < p32.size(); ++u) {
+      const auto n = static_cast<int64_t>(p32[u].size());
+      const Tensor src = Tensor::wrap(const_cast<float*>(p32[u].data()), Device::cpu(), DType::kF32, {n});
+      narrow_params.push_back(Tensor::empty(alloc, narrow, {n}, MemCategory::kOther));
+      rounded_params.push_back(Tensor::empty(alloc, DType::kF32, {n}, MemCategory::kOther));
+      convert(src, narrow_params.back());
+      convert(narrow_params.back(), rounded_params.back());
+      narrow_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
+      rounded_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
+    }
+    Gpt a(c), b(c);
+    const double loss_narrow = run_model(a, 4, narrow_params, narrow_grads);
+    const double loss_rounded = run_model(b, 4, rounded_params, rounded_grads);
+    EXPECT_EQ(std::memcmp(&loss_narrow, &loss_rounded, sizeof(double)), 0) << dtype_name(narrow);
+    for (size_t u = 0; u < p32.size(); ++u) {
+      EXPECT_EQ(std::memcmp(narrow_grads[u].data(), rounded_grads[u].data(), narrow_grads[u].size_bytes()), 0)
+          << dtype_name(narrow) << " unit " << u;
+    }
+  }
+}
+
+// Every gradient buffer after micro-batch g of `c` (run `repeats` times, the
+// loss and grads checked for equal bits), grads pre-filled with 7; no
+// allocation after construction.
+Units32 grads_bits(const GptConfig& c, const Units32& p, int64_t g, int repeats) {
+  Allocator alloc;
+  Units32 params = p;
+  Units32 grads, first;
+  std::vector<Tensor> pt, gt;
+  for (size_t u = 0; u < params.size(); ++u) {
+    grads.emplace_back(params[u].size(), 7.0f);
+    pt.push_back(wrap(params[u]));
+    gt.push_back(wrap(grads[u]));
+  }
+  Gpt model(c, alloc);
+  const size_t allocations = alloc.stats().total_allocations;
+  double first_loss = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const double loss = run_model(model, g, pt, gt);
+    if (r == 0) {
+      first_loss = loss;
+      first = grads;
+    }
+    EXPECT_EQ(std::memcmp(&loss, &first_loss, sizeof(double)), 0) << "repeat " << r;
+    EXPECT_EQ(grads, first) << "repeat " << r;
+    run_model(model, g + 1, pt, gt);  // a different micro-batch in between
+  }
+  run_model(model, g, pt, gt);
+  EXPECT_EQ(alloc.stats().total_allocations, allocations) << "forward/backward allocated";
+  EXPECT_GT(alloc.stats().current(MemCategory::kActivations), size_t{0});
+  return grads;
+}
+
+TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
+  // The second config is large enough that every op loop splits across
+  // threads (gpt_ops.cc gives each thread at least 2^14 multiply-adds);
+  // odd channel counts leave alignment gaps, group size 3 adds padding.
+  for (const GptConfig& c1 : {make_config(11, 7, 12, 3, 2, 3), make_config(300, 64, 100, 4, 2, 4)}) {
+    const FlatLayout layout(Gpt::spec_for(c1), 3);
+    const Units32 p = init_params(layout, 9, 1.0f, 0.1f, 7.0f);  // gaps hold 7 in params too
+    const auto ref = grads_bits(c1, p, 6, 2);
+    for (int threads : {2, 3}) {
+      GptConfig ct = c1;
+      ct.threads = threads;
+      const auto got = grads_bits(ct, p, 6, 1);
+      for (size_t u = 0; u < ref.size(); ++u) {
+        EXPECT_EQ(std::memcmp(got[u].data(), ref[u].data(), ref[u].size() * sizeof(float)), 0)
+            << "unit " << u << " threads " << threads << " channels " << c1.channels;
+      }
+    }
+    int64_t gaps = 0;
+    for (size_t u = 0; u < ref.size(); ++u) {
+      const UnitLayout& unit = layout.unit(static_cast<int>(u));
+      std::vector<bool> covered(static_cast<size_t>(unit.padded_numel), false);
+      for (const ParamPlacement& pp : unit.params) {
+        std::fill(covered.begin() + pp.offset, covered.begin() + pp.offset + pp.numel, true);
+      }
+      int64_t written = 0, params = 0;
+      for (int64_t i = 0; i < unit.padded_numel; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (covered[k]) {
+          ++params;
+          written += ref[u][k] != 7.0f;
+        } else {
+          ++gaps;
+          EXPECT_EQ(ref[u][k], 7.0f) << unit.name << " gap element " << i << " written";
+        }
+      }
+      // Every parameter element is overwritten (a gradient of exactly 7 would be a fluke).
+      EXPECT_EQ(written, params) << unit.name;
+    }
+    EXPECT_GT(gaps, 0) << "channels " << c1.channels;  // the shapes are chosen to have gaps and padding
+  }
+}
+
+TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
+  // Note [Tied head]: with FULL_SHARD the engine releases unit 0's gathered
+  // buffer after forward(0); the head and backward(0) must not read it.
+  const GptConfig c = make_config(40, 8, 16, 2, 2, 2);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Units32 p = init_params(layout, 13, 1.0f, 0.1f);
+  Units32 g_ref = p, g_released = p;
+  std::vector<Tensor> pt, gt_ref, gt_released;
+  for (size_t u = 0; u < p.size(); ++u) {
+    pt.push_back(wrap(p[u]));
+    gt_ref.push_back(wrap(g_ref[u]));
+    gt_released.push_back(wrap(g_released[u]));
+  }
+  Gpt model(c);
+  const double loss_ref = run_model(model, 5, pt, gt_ref);
+  std::vector<float> released = p[0];
+  const Tensor released_t = wrap(released);
+  model.begin_micro_batch(5);
+  model.forward(0, released_t);
+  std::fill(released.begin(), released.end(), std::nanf(""));  // "released" and reused
+  const int units = layout.num_units();
+  for (int u = 1; u < units; ++u) model.forward(u, pt[static_cast<size_t>(u)]);
+  const double loss = model.loss();
+  for (int u = units - 1; u >= 1; --u) {
+    model.backward(u, pt[static_cast<size_t>(u)], gt_released[static_cast<size_t>(u)]);
+  }
+  model.backward(0, released_t, gt_released[0]);
+  EXPECT_EQ(std::memcmp(&loss, &loss_ref, sizeof(double)), 0);
+  for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(g_released[u], g_ref[u]) << "unit " << u;
+}
+
+TEST(Gpt, PaddedVocabularyDoesNotAffectTheLoss) {
+  const GptConfig c = make_config(11, 6, 16, 2, 1, 2, 1);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  const ParamPlacement& wte = layout.param("wte");
+  ASSERT_EQ(wte.shape, (Shape{128, 16}));
+  const Batch data = load(c, 2);
+  const Units32 p = init_params(layout, 31, 1.0f, 0.1f);
+  Units32 q = p;  // large values in the padded rows of wte
+  const Vec noise = random_vec(static_cast<size_t>((128 - 11) * 16), 32, 50.0);
+  for (size_t i = 0; i < noise.size(); ++i) {
+    q[0][static_cast<size_t>(wte.offset + 11 * 16) + i] = static_cast<float>(noise[i]);
+  }
+  Units32 gp, gq;
+  const double lp = gpt_loss_and_grads<float>(c, data.inputs.data(), data.targets.data(), p, gp);
+  const double lq = gpt_loss_and_grads<float>(c, data.inputs.data(), data.targets.data(), q, gq);
+  EXPECT_EQ(std::memcmp(&lp, &lq, sizeof(double)), 0) << lp << " vs " << lq;
+  for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(gp[u], gq[u]) << "unit " << u;
+  for (int64_t i = 11 * 16; i < 128 * 16; ++i) {
+    EXPECT_EQ(gq[0][static_cast<size_t>(wte.offset + i)], 0.0f) << "padded wte element " << i;
+  }
+  EXPECT_EQ(gpt_padded_vocab(1), 128);
+  EXPECT_EQ(gpt_padded_vocab(128), 128);
+  EXPECT_EQ(gpt_padded_vocab(129), 256);
+  EXPECT_EQ(gpt_padded_vocab(50257), 50304);  // GPT-2's vocabulary, as llm.c pads it
+}
+
+TEST(Gpt, SpecNamesShapesAndInit) {
+  const GptConfig c = make_config(100, 16, 32, 4, 3, 2);
+  const ModelSpec spec = Gpt::spec_for(c);
+  ASSERT_EQ(spec.units.size(), size_t{5});
+  EXPECT_EQ(spec.units[0].name, "embed");
+  EXPECT_EQ(spec.units[1].name, "h0");
+  EXPECT_EQ(spec.units[3].name, "h2");
+  EXPECT_EQ(spec.units[4].name, "head");
+  const FlatLayout layout(spec, 1);
+  auto expect_param = [&](const std::string& name, const Shape& shape, ParamInit::Kind kind, double scale) {
+    const ParamPlacement& p = layout.param(name);
+    EXPECT_EQ(p.shape, shape) << name;
+    EXPECT_EQ(p.init.kind, kind) << name;
+    if (kind == ParamInit::Kind::kNormal) {
+      EXPECT_DOUBLE_EQ(p.init.scale, scale) << name;
+    }
+  };
+  using K = ParamInit::Kind;
+  const double residual = 0.02 / std::sqrt(6.0);
+  expect_param("wte", {128, 32}, K::kNormal, 0.02);
+  expect_param("wpe", {16, 32}, K::kNormal, 0.02);
+  expect_param("h1.ln_1.weight", {32}, K::kOnes, 0);
+  expect_param("h1.ln_1.bias", {32}, K::kZeros, 0);
+  expect_param("h1.attn.c_attn.weight", {32, 96}, K::kNormal, 0.02);
+  expect_param("h1.attn.c_attn.bias", {96}, K::kZeros, 0);
+  expect_param("h1.attn.c_proj.weight", {32, 32}, K::kNormal, residual);
+  expect_param("h1.attn.c_proj.bias", {32}, K::kZeros, 0);
+  expect_param("h1.ln_2.weight", {32}, K::kOnes, 0);
+  expect_param("h1.ln_2.bias", {32}, K::kZeros, 0);
+  expect_param("h1.mlp.c_fc.weight", {32, 128}, K::kNormal, 0.02);
+  expect_param("h1.mlp.c_fc.bias", {128}, K::kZeros, 0);
+  expect_param("h1.mlp.c_proj.weight", {128, 32}, K::kNormal, residual);
+  expect_param("h1.mlp.c_proj.bias", {32}, K::kZeros, 0);
+  expect_param("ln_f.weight", {32}, K::kOnes, 0);
+  expect_param("ln_f.bias", {32}, K::kZeros, 0);
+  EXPECT_EQ(layout.param("h2.mlp.c_proj.bias").unit, 3);
+  EXPECT_EQ(layout.param("ln_f.bias").unit, 4);
+  const int64_t block = 2 * 32 + 32 * 96 + 96 + 32 * 32 + 32 + 2 * 32 + 32 * 128 + 128 + 128 * 32 + 32;
+  EXPECT_EQ(spec.numel(), 128 * 32 + 16 * 32 + 3 * block + 2 * 32);
+}
+
+void expect_config_error(const GptConfig& c, const std::string& expected) {
+  try {
+    Gpt model(c);
+    ADD_FAILURE() << "no ConfigError; expected: " << expected;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
+  }
+}
+
+TEST(Gpt, ConfigErrorsNameTheField) {
+  expect_config_error(make_config(0, 16, 32, 4, 2, 2), "gpt.vocab = 0: must be positive");
+  expect_config_error(make_config(64, -1, 32, 4, 2, 2), "gpt.context = -1: must be positive");
+  expect_config_error(make_config(64, 16, 0, 4, 2, 2), "gpt.channels = 0: must be positive");
+  expect_config_error(make_config(64, 16, 32, 0, 2, 2), "gpt.heads = 0: must be positive");
+  expect_config_error(make_config(64, 16, 32, 4, 0, 2), "gpt.layers = 0: must be positive");
+  expect_config_error(make_config(64, 16, 32, 4, 2, 0), "gpt.micro_batch_size = 0: must be positive");
+  expect_config_error(make_config(64, 16, 32, 5, 2, 2), "gpt.heads = 5 does not divide gpt.channels = 32");
+  expect_config_error(make_config(64, 16, 32, 4, 2, 2, -1), "gpt.threads = -1: must be 0 (default) or positive");
+  expect_config_error(make_config(int64_t{1} << 31, 16, 32, 4, 2, 2), "gpt.vocab = 2147483648: must be at most");
+  EXPECT_THROW(Gpt::spec_for(make_config(64, 16, 32, 3, 2, 2)), ConfigError);
+  EXPECT_THROW(GptData(make_config(64, 0, 32, 4, 2, 2)), ConfigError);
+}
+
+TEST(Gpt, ModelEnforcesTheCallOrder) {
+  const GptConfig c = make_config(20, 4, 8, 2, 1, 1);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Units32 p = init_params(layout, 1, 1.0f, 0.0f);
+  Units32 g = p;
+  std::vector<Tensor> pt, gt;
+  for (size_t u = 0; u < p.size(); ++u) {
+    pt.push_back(wrap(p[u]));
+    gt.push_back(wrap(g[u]));
+  }
+  Gpt model(c);
+  EXPECT_THROW(model.forward(0, pt[0]), EnforceError);  // no micro-batch yet
+  model.begin_micro_batch(0);
+  EXPECT_THROW(model.forward(1, pt[1]), EnforceError);  // out of order
+  EXPECT_THROW(model.forward(0, pt[1]), EnforceError);  // too small for unit 0
+  model.forward(0, pt[0]);
+  EXPECT_THROW(model.loss(), EnforceError);
+  EXPECT_THROW(model.backward(0, pt[0], gt[0]), EnforceError);
+  model.forward(1, pt[1]);
+  model.forward(2, pt[2]);
+  EXPECT_THROW(model.forward(3, pt[2]), EnforceError);  // no unit 3
+  EXPECT_THROW(model.backward(1, pt[1], gt[1]), EnforceError);  // must start at the head
+  Allocator alloc;
+  const Tensor bf16_grads = Tensor::zeros(alloc, DType::kBF16, {gt[2].numel()}, MemCategory::kOther);
+  EXPECT_THROW(model.backward(2, pt[2], bf16_grads), EnforceError);
+  EXPECT_NO_THROW(run_model(model, 1, pt, gt));
+}
+
+TEST(Gpt, DataIsAPureFunctionOfTheIndexAndLearnable) {
+  const GptConfig c = make_config(64, 16, 32, 4, 2, 2);
+  const GptData a(c), b(c);
+  const Batch x = load(c, 17), y = load(c, 17), z = load(c, 18);
+  EXPECT_EQ(x.inputs, y.inputs);
+  EXPECT_EQ(x.targets, y.targets);
+  EXPECT_NE(x.inputs, z.inputs);
+  // Row b of micro-batch g is sequence g B + b, shifted by one for the targets.
+  std::vector<int32_t> seq(17);
+  for (int64_t r = 0; r < 2; ++r) {
+    a.sequence(17 * 2 + r, seq.data());
+    for (int64_t t = 0; t < 16; ++t) {
+      EXPECT_EQ(x.inputs[static_cast<size_t>(r * 16 + t)], seq[static_cast<size_t>(t)]) << r << " " << t;
+      EXPECT_EQ(x.targets[static_cast<size_t>(r * 16 + t)], seq[static_cast<size_t>(t + 1)]) << r << " " << t;
+    }
+  }
+  // Two micro-batches of 2 sequences hold one micro-batch of 4.
+  GptConfig c4 = c;
+  c4.micro_batch_size = 4;
+  const Batch w = load(c4, 3), lo = load(c, 6), hi = load(c, 7);
+  std::vector<int32_t> joined = lo.inputs;
+  joined.insert(joined.end(), hi.inputs.begin(), hi.inputs.end());
+  EXPECT_EQ(w.inputs, joined);
+  EXPECT_THROW(a.micro_batch(-1, seq.data(), seq.data()), EnforceError);
+  // The empirical conditional entropy H(next | token) over many sequences
+  // is far below ln(vocab): the chain is learnable.
+  std::vector<int64_t> counts(64 * 64, 0);
+  std::set<int32_t> seen;
+  for (int64_t s = 0; s < 4000; ++s) {
+    b.sequence(s, seq.data());
+    for (int64_t t = 0; t < 16; ++t) {
+      const int32_t cur = seq[static_cast<size_t>(t)], nxt = seq[static_cast<size_t>(t + 1)];
+      ASSERT_TRUE(cur >= 0 && cur < 64 && nxt >= 0 && nxt < 64) << cur << " -> " << nxt;
+      ++counts[static_cast<size_t>(cur * 64 + nxt)];
+      seen.insert(cur);
+    }
+  }
+  double h = 0.0, total = 0.0;
+  for (int64_t v = 0; v < 64; ++v) {
+    double row = 0.0;
+    for (int64_t w2 = 0; w2 < 64; ++w2) row += static_cast<double>(counts[static_cast<size_t>(v * 64 + w2)]);
+    for (int64_t w2 = 0; w2 < 64; ++w2) {
+      const auto n = static_cast<double>(counts[static_cast<size_t>(v * 64 + w2)]);
+      if (n > 0) h -= n * std::log(n / row);
+    }
+    total += row;
+  }
+  h /= total;
+  RecordProperty("conditional_entropy", std::to_string(h));
+  EXPECT_EQ(seen.size(), size_t{64});
+  EXPECT_LT(h, 0.6 * std::log(64.0));
+  EXPECT_GT(h, 0.3 * std::log(64.0));  // not deterministic either
+}
+
+TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {
+  const GptConfig c = make_config(64, 16, 32, 4, 2, 4, 1);
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Units32 p = init_params(layout, 3, 1.0f, 0.0f);
+  Units32 g = p, m = p, v = p;
+  for (size_t u = 0; u < p.size(); ++u) {
+    std::fill(m[u].begin(), m[u].end(), 0.0f);
+    std::fill(v[u].begin(), v[u].end(), 0.0f);
+  }
+  std::vector<Tensor> pt, gt;
+  for (size_t u = 0; u < p.size(); ++u) {
+    pt.push_back(wrap(p[u]));
+    gt.push_back(wrap(g[u]));
+  }
+  Gpt model(c);
+  // Held-out micro-batches, never trained on.
+  auto eval = [&] {
+    double sum = 0.0;
+    for (int64_t k = 0; k < 8; ++k) sum += run_model(model, 1'000'000 + k, pt, gt);
+    return sum / 8;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const double initial = eval();
+  const float lr = 5e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  const int steps = 300;
+  for (int s = 1; s <= steps; ++s) {
+    run_model(model, s, pt, gt);
+    const float c1 = 1.0f - std::pow(beta1, static_cast<float>(s));
+    const float c2 = 1.0f - std::pow(beta2, static_cast<float>(s));
+    for (size_t u = 0; u < p.size(); ++u) {
+      for (size_t i = 0; i < p[u].size(); ++i) {
+        m[u][i] = beta1 * m[u][i] + (1 - beta1) * g[u][i];
+        v[u][i] = beta2 * v[u][i] + (1 - beta2) * g[u][i] * g[u][i];
+        p[u][i] -= lr * (m[u][i] / c1) / (std::sqrt(v[u][i] / c2) + eps);
+      }
+    }
+  }
+  const double trained = eval();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RecordProperty("initial_loss", std::to_string(initial));
+  RecordProperty("trained_loss", std::to_string(trained));
+  RecordProperty("seconds", std::to_string(seconds));
+  EXPECT_NEAR(initial, std::log(64.0), 0.1);
+  EXPECT_LT(trained, 0.7 * std::log(64.0)) << "initial " << initial << ", after " << steps << " steps " << trained;
+}
+
+}  // namespace
+}  // namespace mp
