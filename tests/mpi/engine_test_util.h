@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/mpi/mpi_communicator.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
@@ -51,8 +52,28 @@ struct TrainRun {
   MemoryPlan plan;
 };
 
-inline TrainRun train(Communicator& world, const proto::EngineConfig& config, const MlpConfig& mlp, int steps) {
-  Mlp model(mlp);
+// The two test models: the MLP and a 2-layer GPT-2.
+enum class TestModel { kMlp, kGpt };
+inline const char* test_model_name(TestModel m) { return m == TestModel::kMlp ? "mlp" : "gpt"; }
+
+inline GptConfig small_gpt() {
+  GptConfig g;
+  g.vocab = 50;
+  g.context = 8;
+  g.channels = 16;
+  g.heads = 2;
+  g.layers = 2;
+  g.micro_batch_size = 2;
+  g.threads = 1;
+  return g;
+}
+
+inline std::unique_ptr<Model> make_model(TestModel m) {
+  if (m == TestModel::kGpt) return std::make_unique<Gpt>(small_gpt());
+  return std::make_unique<Mlp>(small_mlp());
+}
+
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Model& model, int steps) {
   Engine engine(model.spec(), config, world);
   TrainRun run;
   for (int s = 0; s < steps; ++s) {
@@ -64,6 +85,16 @@ inline TrainRun train(Communicator& world, const proto::EngineConfig& config, co
   run.memory = engine.memory();
   run.plan = engine.plan();
   return run;
+}
+
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, const MlpConfig& mlp, int steps) {
+  Mlp model(mlp);
+  return train(world, config, model, steps);
+}
+
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, TestModel m, int steps) {
+  const std::unique_ptr<Model> model = make_model(m);
+  return train(world, config, *model, steps);
 }
 
 }  // namespace mp::testing

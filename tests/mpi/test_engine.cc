@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "tests/mpi/engine_test_util.h"
@@ -42,6 +44,10 @@ size_t first_difference(const std::vector<float>& a, const std::vector<float>& b
   return std::min(a.size(), b.size());
 }
 
+// What 20 steps must bring the loss down to, as a fraction of the first
+// (GPT: about 0.88 measured, from ln 50; MLP: about 0.6).
+double trained_fraction(TestModel m) { return m == TestModel::kGpt ? 0.92 : 0.8; }
+
 constexpr int kGlobalMicroBatches = 12;  // divisible by 1, 2, 3 and 4
 constexpr int kSteps = 20;
 
@@ -49,43 +55,46 @@ constexpr int kSteps = 20;
 // running all 12 micro-batches, losses and master weights, with clipping on.
 TEST_F(EngineTest, DeterministicShardedTrainingIsBitwiseSingleRank) {
   const int n = size();
-  const MlpConfig mlp = small_mlp();
-  proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
-  ref_config.set_deterministic(true);
-  ref_config.mutable_optimizer()->set_grad_clip(0.5);
-  const TrainRun ref = train(*self_, ref_config, mlp, kSteps);
-  for (Strategy s : all_strategies()) {
-    SCOPED_TRACE(std::string(strategy_name(s)) + " on " + std::to_string(n) + " ranks");
-    proto::EngineConfig config = engine_config(s, "fp32", n, kGlobalMicroBatches / n);
-    config.set_deterministic(true);
-    config.mutable_optimizer()->set_grad_clip(0.5);
-    const TrainRun run = train(*world_, config, mlp, kSteps);
-    for (int i = 0; i < kSteps; ++i) {
-      EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
-      EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
+  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
+    proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
+    ref_config.set_deterministic(true);
+    ref_config.mutable_optimizer()->set_grad_clip(0.5);
+    const TrainRun ref = train(*self_, ref_config, m, kSteps);
+    for (Strategy s : all_strategies()) {
+      SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
+                   std::to_string(n) + " ranks");
+      proto::EngineConfig config = engine_config(s, "fp32", n, kGlobalMicroBatches / n);
+      config.set_deterministic(true);
+      config.mutable_optimizer()->set_grad_clip(0.5);
+      const TrainRun run = train(*world_, config, m, kSteps);
+      for (int i = 0; i < kSteps; ++i) {
+        EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
+        EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
+      }
+      for (size_t u = 0; u < ref.weights.size(); ++u) {
+        EXPECT_TRUE(same_bits(run.weights[u], ref.weights[u]))
+            << "unit " << u << " differs first at element " << first_difference(run.weights[u], ref.weights[u]);
+      }
+      EXPECT_LT(run.losses.back(), trained_fraction(m) * run.losses.front()) << "the model did not train";
     }
-    for (size_t u = 0; u < ref.weights.size(); ++u) {
-      EXPECT_TRUE(same_bits(run.weights[u], ref.weights[u]))
-          << "unit " << u << " differs first at element " << first_difference(run.weights[u], ref.weights[u]);
-    }
-    EXPECT_LT(run.losses.back(), 0.8 * run.losses.front()) << "the model did not train";
   }
 }
 
-}  // namespace
-}  // namespace mp::testing
-
-namespace mp::testing {
-namespace {
-
-// Documented in README.md ("Precision recipes"): about 4x the largest
+// Documented in README.md ("Other recipes against fp32"): 2-5x the largest
 // distance measured over N = 1..4 and every strategy (20 AdamW steps, lr
-// 1e-2, the test MLP).
+// 1e-2, the test MLP and GPT).
 struct Tolerance {
   double loss;
   double weights;
 };
-Tolerance tolerance_for(const std::string& recipe) {
+Tolerance tolerance_for(TestModel m, const std::string& recipe) {
+  if (m == TestModel::kGpt) {
+    // Adam turns tiny gradient differences (rare tokens' embedding rows)
+    // into full-size steps, so weights drift further than losses.
+    if (recipe == "fp32" || recipe == "tf32") return {1e-6, 2e-4};
+    if (recipe == "amp_fp16") return {4e-2, 0.15};
+    return {2e-2, 0.15};  // amp_bf16, bf16_master, bf16_remainder, pure_bf16
+  }
   if (recipe == "fp32" || recipe == "tf32") return {1e-6, 1e-6};
   if (recipe == "amp_fp16") return {5e-4, 5e-4};
   if (recipe == "pure_bf16") return {1e-2, 5e-2};
@@ -114,22 +123,28 @@ double loss_distance(const TrainRun& a, const TrainRun& b) {
 // recipe's documented tolerance of the fp32 single-rank reference.
 TEST_F(EngineTest, EveryStrategyAndRecipeIsReproducibleAndCloseToFp32) {
   const int n = size();
-  const MlpConfig mlp = small_mlp();
-  proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, kGlobalMicroBatches);
-  ref_config.set_deterministic(true);
-  const TrainRun ref = train(*self_, ref_config, mlp, kSteps);
-  for (const std::string& recipe : precision_recipe_names()) {
-    for (Strategy s : all_strategies()) {
-      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)) + " on " + std::to_string(n) + " ranks");
-      const proto::EngineConfig config = engine_config(s, recipe, n, kGlobalMicroBatches / n);
-      const TrainRun a = train(*world_, config, mlp, kSteps);
-      const TrainRun b = train(*world_, config, mlp, kSteps);
-      EXPECT_EQ(a.losses, b.losses);
-      for (size_t u = 0; u < a.weights.size(); ++u) EXPECT_TRUE(same_bits(a.weights[u], b.weights[u])) << "unit " << u;
-      const Tolerance tol = tolerance_for(recipe);
-      EXPECT_LT(loss_distance(a, ref), tol.loss) << "max relative loss difference over " << kSteps << " steps";
-      EXPECT_LT(weight_distance(a, ref), tol.weights) << "relative L2 distance of the final weights";
-      EXPECT_LT(a.losses.back(), 0.8 * a.losses.front()) << "the model did not train";
+  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
+    // One micro-batch per rank; the reference runs all n on one rank.
+    proto::EngineConfig ref_config = engine_config(SC::FULL_SHARD, "fp32", 1, n);
+    ref_config.set_deterministic(true);
+    const TrainRun ref = train(*self_, ref_config, m, kSteps);
+    for (const std::string& recipe : precision_recipe_names()) {
+      for (Strategy s : all_strategies()) {
+        SCOPED_TRACE(std::string(test_model_name(m)) + " " + recipe + " " + std::string(strategy_name(s)) + " on " +
+                     std::to_string(n) + " ranks");
+        const proto::EngineConfig config = engine_config(s, recipe, n, 1);
+        const TrainRun a = train(*world_, config, m, kSteps);
+        const TrainRun b = train(*world_, config, m, kSteps);
+        EXPECT_EQ(a.losses, b.losses);
+        for (size_t u = 0; u < a.weights.size(); ++u) EXPECT_TRUE(same_bits(a.weights[u], b.weights[u])) << "unit " << u;
+        const Tolerance tol = tolerance_for(m, recipe);
+        EXPECT_LT(loss_distance(a, ref), tol.loss) << "max relative loss difference over " << kSteps << " steps";
+        EXPECT_LT(weight_distance(a, ref), tol.weights) << "relative L2 distance of the final weights";
+        if (rank() == 0 && std::getenv("MP_TEST_PRINT_DISTANCES") != nullptr) {
+          std::printf("DIST %s %s %s n=%d loss %.3g weights %.3g\n", test_model_name(m), recipe.c_str(),
+                      std::string(strategy_name(s)).c_str(), n, loss_distance(a, ref), weight_distance(a, ref));
+        }
+      }
     }
   }
 }
