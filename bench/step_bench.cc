@@ -53,12 +53,16 @@ void run_step_suite(const BenchContext& ctx) {
   const int n = ctx.world.size();
   if (n < 2) MP_THROW(ConfigError, "the step suite measures communication: run it with -np 2 or more");
   auto world = MpiCommunicator::create_world("bench", CommOptions{});
+  // --sizes W: the hidden width (default 2048: 16.8M parameters).
+  const int64_t width = ctx.options.sizes_bytes.empty() ? 2048 : ctx.options.sizes_bytes.front();
+  if (width < 8 || width > (1 << 16)) MP_THROW(ConfigError, "step suite: --sizes ", width, ": a width in [8, 65536]");
   MlpConfig mlp;
-  mlp.dims = {1024, 2048, 2048, 2048, 2048, 1024};
+  mlp.dims = {width / 2, width, width, width, width, width / 2};
   mlp.micro_batch_size = 8;
   mlp.threads = 1;
   const double params = static_cast<double>(Mlp::spec_for(mlp).numel());
-  ctx.reporter.note(detail::str("MLP ", params / 1e6, "M parameters, 5 units, micro-batch ", mlp.micro_batch_size,
+  ctx.reporter.note(detail::str("MLP ", params / 1e6, "M parameters (width ", width, "), 5 units, micro-batch ",
+                                mlp.micro_batch_size,
                                 ", bf16_master, ", n, " ranks"));
   for (Strategy s : {SC::FULL_SHARD, SC::SHARD_GRAD_OP}) {
     for (int depth : {0, 1}) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mp/config.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
 
@@ -49,7 +50,9 @@ size_t first_difference(const std::vector<float>& a, const std::vector<float>& b
 double trained_fraction(TestModel m) { return m == TestModel::kGpt ? 0.92 : 0.8; }
 
 constexpr int kGlobalMicroBatches = 12;  // divisible by 1, 2, 3 and 4
-constexpr int kSteps = 20;
+// Under the sanitizers (10-20x slower) the runs are shorter: they look for
+// memory errors, the full-length runs for numerics.
+constexpr int kSteps = MP_SANITIZE ? 6 : 20;
 
 // Deterministic mode: every strategy on N ranks gives the bits of one rank
 // running all 12 micro-batches, losses and master weights, with clipping on.
@@ -75,7 +78,9 @@ TEST_F(EngineTest, DeterministicShardedTrainingIsBitwiseSingleRank) {
         EXPECT_TRUE(same_bits(run.weights[u], ref.weights[u]))
             << "unit " << u << " differs first at element " << first_difference(run.weights[u], ref.weights[u]);
       }
-      EXPECT_LT(run.losses.back(), trained_fraction(m) * run.losses.front()) << "the model did not train";
+      if (!MP_SANITIZE) {
+        EXPECT_LT(run.losses.back(), trained_fraction(m) * run.losses.front()) << "the model did not train";
+      }
     }
   }
 }
