@@ -199,8 +199,8 @@ Tensor Engine::Impl::gather_source(int u) {
   if (unit.param_shard.defined()) return unit.param_shard;
   if (o.precision.param_cast != ParamCast::kAtGather) return unit.master;  // fp32 params
   Tensor staging = cast_staging.flat(0, unit.n);
-  convert(unit.master, staging, {}, shard_stream);
-  cast_elements += unit.n;  // on the communication thread, before the gather
+  convert(unit.master, staging, {}, shard_stream);  // on the communication thread, before the gather
+  cast_elements += unit.n;
   return staging;
 }
 
@@ -389,11 +389,11 @@ StepResult Engine::Impl::step(Model& model) {
   }
   timings.update_s += seconds(t_update);
   if (o.optimizer_in_backward && non_finite) {
-    MP_THROW(ConfigError, "step ", steps_run, ": non-finite gradients reached the update with ",
+    MP_THROW(NumericError, "step ", steps_run, ": non-finite gradients reached the update with ",
              "sharding.optimizer_in_backward (nothing can skip the step there); turn it off to skip such steps");
   }
   // The step's loss: every micro-batch of every rank, summed in the order
-  // of their global index (as (hi, lo) fp32 pairs, exactly).
+  // of their global index (each loss sent as an fp32 (hi, lo) pair: 48 bits).
   std::vector<float> mine(2 * static_cast<size_t>(k));
   for (int m = 0; m < k; ++m) {
     const double l = losses[static_cast<size_t>(m)];

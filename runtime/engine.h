@@ -25,7 +25,8 @@
 //   once (the first k+1 units for FULL_SHARD, every unit for SHARD_GRAD_OP
 //   and SHARD_OPTIMIZER), so the gathers overlap the remaining updates.
 // With sharding.optimizer_in_backward each unit is updated on the
-// communication thread as soon as its last reduction lands.
+// communication thread as soon as its last reduction lands; non-finite
+// gradients then raise NumericError after the step (it cannot be skipped).
 //
 // On the CPU the communication thread of each communicator plays the role of
 // a CUDA stream, so the overlap is real and the timings below measure it.

@@ -53,6 +53,7 @@ MP_DEFINE_ERROR(IoError);           // a file could not be opened, read, written
 MP_DEFINE_ERROR(CommError);         // a collective failed, timed out or was mismatched
 MP_DEFINE_ERROR(CudaError);         // CUDA runtime, cuBLASLt or NCCL reported an error
 MP_DEFINE_ERROR(OutOfMemoryError);  // an allocation failed
+MP_DEFINE_ERROR(NumericError);      // NaN/Inf where the run cannot skip the step
 MP_DEFINE_ERROR(EnforceError);      // a broken invariant: a bug in mp or in its caller
 #undef MP_DEFINE_ERROR
 

@@ -359,5 +359,54 @@ TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
   }
 }
 
+// The MLP, except that one micro-batch's gradients get a NaN.
+class PoisonedMlp final : public Model {
+ public:
+  explicit PoisonedMlp(int64_t poisoned_micro_batch) : inner_(small_mlp()), poisoned_(poisoned_micro_batch) {}
+  const ModelSpec& spec() const override { return inner_.spec(); }
+  void begin_micro_batch(int64_t g) override {
+    current_ = g;
+    inner_.begin_micro_batch(g);
+  }
+  void forward(int unit, const Tensor& params) override { inner_.forward(unit, params); }
+  double loss() const override { return inner_.loss(); }
+  void backward(int unit, const Tensor& params, const Tensor& grads) override {
+    inner_.backward(unit, params, grads);
+    if (current_ == poisoned_ && unit == 1) grads.data_as<float>()[3] = std::nanf("");
+  }
+
+ private:
+  Mlp inner_;
+  int64_t poisoned_;
+  int64_t current_ = -1;
+};
+
+// NaN gradients without loss scaling: the step is skipped on every rank and
+// counted, and nothing changes; with optimizer_in_backward, where nothing can
+// skip, every rank raises NumericError.
+TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
+  const int n = size();
+  for (bool in_backward : {false, true}) {
+    SCOPED_TRACE(in_backward ? "optimizer_in_backward" : "regular step");
+    proto::EngineConfig c = engine_config(SC::FULL_SHARD, "fp32", n, 1);
+    c.mutable_sharding()->set_optimizer_in_backward(in_backward);
+    PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
+    Engine engine(model.spec(), c, *world_);
+    EXPECT_FALSE(engine.step(model).skipped);
+    std::vector<std::vector<float>> before;
+    for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
+    if (in_backward) {
+      EXPECT_THROW(engine.step(model), NumericError);
+      continue;
+    }
+    const StepResult r = engine.step(model);
+    EXPECT_TRUE(r.skipped);
+    EXPECT_TRUE(std::isnan(r.grad_norm));
+    EXPECT_EQ(engine.optimizer().steps_skipped(), 1);
+    for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+    EXPECT_FALSE(engine.step(model).skipped);  // and the run goes on
+  }
+}
+
 }  // namespace
 }  // namespace mp::testing
