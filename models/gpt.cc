@@ -8,6 +8,7 @@
 #include "kernels/convert.h"
 #include "kernels/philox_math.h"
 #include "models/gpt_ops.h"
+#include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/flat_layout.h"
 
@@ -400,15 +401,7 @@ void Gpt::check_unit(int unit, const char* what) const {
 }
 
 const float* Gpt::unit_params(int unit, const Tensor& params) {
-  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(params.device().is_cpu() && params.shape().size() == 1 && params.numel() >= layout.numel,
-             "parameters of unit ", layout.name, " (", layout.numel, " elements): got ", params.describe());
-  if (params.dtype() == DType::kF32) return params.data_as<float>();
-  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
-             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
-  const Tensor ws = param_ws_.flat(0, layout.numel);
-  convert(params.flat(0, layout.numel), ws);
-  return ws.data_as<float>();
+  return unit_params_fp32(layout_[static_cast<size_t>(unit)], params, param_ws_);
 }
 
 void Gpt::forward(int unit, const Tensor& params) {

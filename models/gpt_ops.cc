@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 
@@ -386,18 +387,8 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
       check_token(target, vocab, n, "target");
       const T* z = logits + n * padded_vocab;
       T* dz = dlogits + n * padded_vocab;
-      T m = z[0];
-      for (int64_t v = 1; v < vocab; ++v) m = std::max(m, z[v]);
-      T sum = 0;
-      for (int64_t v = 0; v < vocab; ++v) {
-        dz[v] = std::exp(z[v] - m);
-        sum += dz[v];
-      }
-      const T inv_sum = T(1) / sum;
-      for (int64_t v = 0; v < vocab; ++v) dz[v] = dz[v] * inv_sum * inv_rows;
-      dz[target] -= inv_rows;
+      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz);
       std::fill(dz + vocab, dz + padded_vocab, T(0));
-      row_loss[n] = std::log(sum) + m - z[target];
     }
   });
   double total = 0.0;

@@ -7,6 +7,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/philox_math.h"
+#include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/flat_layout.h"
 #include "runtime/parallel.h"
@@ -136,17 +137,7 @@ double mlp_softmax_xent(const T* logits, const int32_t* labels, int64_t batch, i
     T* dz = dlogits + r * classes;
     const int32_t label = labels[r];
     MP_ENFORCE(label >= 0 && label < classes, "label ", label, " of row ", r, " with ", classes, " classes");
-    T m = z[0];
-    for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c]);
-    T sum = 0;
-    for (int64_t c = 0; c < classes; ++c) {
-      dz[c] = std::exp(z[c] - m);
-      sum += dz[c];
-    }
-    const T inv_sum = T(1) / sum;
-    for (int64_t c = 0; c < classes; ++c) dz[c] = dz[c] * inv_sum * inv_batch;
-    dz[label] -= inv_batch;
-    total += static_cast<double>(std::log(sum) + m - z[label]);
+    total += static_cast<double>(softmax_xent_row(z, classes, label, inv_batch, dz));
   }
   return total / static_cast<double>(batch);
 }
@@ -289,15 +280,7 @@ void Mlp::check_unit(int unit, const char* what) const {
 }
 
 const float* Mlp::unit_params(int unit, const Tensor& params) {
-  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(params.device().is_cpu() && params.shape().size() == 1 && params.numel() >= layout.numel,
-             "parameters of unit ", layout.name, " (", layout.numel, " elements): got ", params.describe());
-  if (params.dtype() == DType::kF32) return params.data_as<float>();
-  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
-             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
-  const Tensor ws = param_ws_.flat(0, layout.numel);
-  convert(params.flat(0, layout.numel), ws);
-  return ws.data_as<float>();
+  return unit_params_fp32(layout_[static_cast<size_t>(unit)], params, param_ws_);
 }
 
 void Mlp::forward(int unit, const Tensor& params) {

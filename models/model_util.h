@@ -1,0 +1,49 @@
+// models/model_util.h: pieces every built-in CPU model shares: the
+// softmax cross-entropy of one row, and the unit parameters as fp32.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/convert.h"
+#include "runtime/error.h"
+#include "runtime/flat_layout.h"
+#include "runtime/tensor.h"
+
+namespace mp {
+
+// One row of softmax cross-entropy over z[0, classes): writes
+// dz[c] = (softmax(z)[c] - [c == target]) * scale and returns the row's loss,
+// log(sum exp z) - z[target], computed with the max subtracted.
+template <class T>
+T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz) {
+  T m = z[0];
+  for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c]);
+  T sum = 0;
+  for (int64_t c = 0; c < classes; ++c) {
+    dz[c] = std::exp(z[c] - m);
+    sum += dz[c];
+  }
+  const T inv_sum = T(1) / sum;
+  for (int64_t c = 0; c < classes; ++c) dz[c] = dz[c] * inv_sum * scale;
+  dz[target] -= scale;
+  return std::log(sum) + m - z[target];
+}
+
+// A unit's parameters as fp32: `params` itself when it is fp32, else its
+// first layout.numel elements converted into `workspace` (fp32, at least
+// that long). Throws EnforceError naming the unit for a wrong device, shape
+// or dtype.
+inline const float* unit_params_fp32(const UnitLayout& layout, const Tensor& params, const Tensor& workspace) {
+  MP_ENFORCE(params.device().is_cpu() && params.shape().size() == 1 && params.numel() >= layout.numel,
+             "parameters of unit ", layout.name, " (", layout.numel, " elements): got ", params.describe());
+  if (params.dtype() == DType::kF32) return params.data_as<float>();
+  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
+             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
+  const Tensor ws = workspace.flat(0, layout.numel);
+  convert(params.flat(0, layout.numel), ws);
+  return ws.data_as<float>();
+}
+
+}  // namespace mp
