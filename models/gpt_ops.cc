@@ -28,35 +28,6 @@ int64_t part_align(int64_t work, int64_t multiple) {
   return (items + multiple - 1) / multiple * multiple;
 }
 
-// The sum of term(j) for j in [0, n) with eight fixed partial sums: the order
-// depends only on n, and the lanes vectorize without reassociation.
-template <class T, class Term>
-T reduce8(int64_t n, Term term) {
-  T acc[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += term(j + k);
-  }
-  for (; j < n; ++j) acc[0] += term(j);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-template <class T>
-T dot(const T* a, const T* b, int64_t n) {
-  return reduce8<T>(n, [&](int64_t j) { return a[j] * b[j]; });
-}
-
-// y[j] += a * x[j]. Blocks of eight so GCC's -O2 cost model vectorizes it;
-// each element is still one multiply and one add, as in a plain loop.
-template <class T>
-void axpy(T a, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int k = 0; k < 8; ++k) y[j + k] += a * x[j + k];
-  }
-  for (; j < n; ++j) y[j] += a * x[j];
-}
-
 void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
   MP_ENFORCE(token >= 0 && token < vocab, what, " ", token, " at row ", row, " outside [0, ", vocab, ")");
 }

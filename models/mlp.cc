@@ -21,30 +21,6 @@ constexpr int64_t kDxTile = 256;
 // Uniform in [-1, 1) with 24 random bits: exact in fp32.
 float uniform_pm1(uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-23f - 1.0f; }
 
-// A dot product with eight fixed partial sums: the order depends only on n,
-// and the lanes vectorize without reassociation.
-template <class T>
-T dot(const T* a, const T* b, int64_t n) {
-  T acc[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += a[j + k] * b[j + k];
-  }
-  for (; j < n; ++j) acc[0] += a[j] * b[j];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-// y[j] += a * x[j]. Blocks of eight so GCC's -O2 (very cheap) cost model
-// vectorizes it; each element is still one multiply-add, as in a plain loop.
-template <class T>
-void axpy(T a, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int k = 0; k < 8; ++k) y[j + k] += a * x[j + k];
-  }
-  for (; j < n; ++j) y[j] += a * x[j];
-}
-
 int64_t num_layers(const MlpConfig& config) { return static_cast<int64_t>(config.dims.size()) - 1; }
 
 struct LayerParams {

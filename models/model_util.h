@@ -1,5 +1,6 @@
-// models/model_util.h: pieces every built-in CPU model shares: the
-// softmax cross-entropy of one row, and the unit parameters as fp32.
+// models/model_util.h: pieces every built-in CPU model shares: fixed-order
+// dot products and axpy, the softmax cross-entropy of one row, and the unit
+// parameters as fp32.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,35 @@
 #include "runtime/tensor.h"
 
 namespace mp {
+
+// The sum of term(j) for j in [0, n) with eight fixed partial sums: the order
+// depends only on n, and the lanes vectorize without reassociation.
+template <class T, class Term>
+T reduce8(int64_t n, Term term) {
+  T acc[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += term(j + k);
+  }
+  for (; j < n; ++j) acc[0] += term(j);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  return reduce8<T>(n, [&](int64_t j) { return a[j] * b[j]; });
+}
+
+// y[j] += a * x[j]. Blocks of eight so GCC's -O2 cost model vectorizes it;
+// each element is still one multiply and one add, as in a plain loop.
+template <class T>
+void axpy(T a, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) y[j + k] += a * x[j + k];
+  }
+  for (; j < n; ++j) y[j] += a * x[j];
+}
 
 // One row of softmax cross-entropy over z[0, classes): writes
 // dz[c] = (softmax(z)[c] - [c == target]) * scale and returns the row's loss,
