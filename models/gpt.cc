@@ -293,6 +293,55 @@ void GptData::walk(int64_t index, int32_t* inputs, int32_t* targets) const {
   }
 }
 
+std::string GptData::describe() const {
+  return "synthetic Markov language (vocab " + std::to_string(vocab_) + ", seed " + std::to_string(seed_) + ")";
+}
+
+// P(x % n == v) for x uniform on [0, 2^bits): the count of such x over 2^bits.
+static double uniform_mod_probability(int bits, uint64_t n, uint64_t v) {
+  const uint64_t range = uint64_t{1} << bits;
+  return static_cast<double>((range - 1 - v) / n + 1) / static_cast<double>(range);
+}
+
+double GptData::entropy_floor() const {
+  const auto vocab = static_cast<size_t>(vocab_);
+  std::vector<double> noise(vocab), dist(vocab), next(vocab), row(vocab);
+  for (size_t w = 0; w < vocab; ++w) {
+    noise[w] = uniform_mod_probability(24, vocab, w);  // bits 8-31 of the word
+    dist[w] = uniform_mod_probability(32, vocab, w);   // token 0
+  }
+  // H(next | v) and the transition rows, one token v at a time.
+  std::vector<double> entropy(vocab);
+  std::vector<std::vector<double>> transition(vocab);
+  for (size_t v = 0; v < vocab; ++v) {
+    for (size_t w = 0; w < vocab; ++w) row[w] = noise[w] / 8.0;
+    for (int64_t j = 0; j < kGptSuccessors; ++j) {
+      row[static_cast<size_t>(successors_[v * kGptSuccessors + static_cast<size_t>(j)])] +=
+          7.0 / 8.0 / static_cast<double>(kGptSuccessors);
+    }
+    double h = 0;
+    for (size_t w = 0; w < vocab; ++w) {
+      if (row[w] > 0) h -= row[w] * std::log(row[w]);
+    }
+    entropy[v] = h;
+    transition[v] = row;
+  }
+  // Target j (1 .. context) follows token j - 1, whose distribution is
+  // token 0's pushed through the chain j - 1 times.
+  double total = 0;
+  for (int64_t j = 1; j <= context_; ++j) {
+    double expected = 0;
+    for (size_t v = 0; v < vocab; ++v) expected += dist[v] * entropy[v];
+    total += expected;
+    std::fill(next.begin(), next.end(), 0.0);
+    for (size_t v = 0; v < vocab; ++v) {
+      for (size_t w = 0; w < vocab; ++w) next[w] += dist[v] * transition[v][w];
+    }
+    dist.swap(next);
+  }
+  return total / static_cast<double>(context_);
+}
+
 // ---- whole model on flat buffers ---------------------------------------------
 
 template <class T>
@@ -365,8 +414,9 @@ ModelSpec Gpt::spec_for(const GptConfig& config) {
   return spec;
 }
 
-Gpt::Gpt(const GptConfig& config, Allocator allocator)
-    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), data_(config) {
+Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const TokenBatchSource> source)
+    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()) {
+  set_source(source ? std::move(source) : std::make_shared<GptData>(config));
   auto ws = std::make_unique<detail::GptWorkspace>();
   ws->dims = dims_for(config_);
   int64_t numel = 0;
@@ -386,9 +436,17 @@ Gpt::~Gpt() = default;
 const int32_t* Gpt::inputs() const { return static_cast<const int32_t*>(tokens_.data()); }
 const int32_t* Gpt::targets() const { return inputs() + config_.micro_batch_size * config_.context; }
 
+void Gpt::set_source(std::shared_ptr<const TokenBatchSource> source) {
+  MP_ENFORCE(source != nullptr, "Gpt token source");
+  MP_ENFORCE(source->batch() == config_.micro_batch_size && source->context() == config_.context,
+             "token source ", source->describe(), " gives batch ", source->batch(), " x context ", source->context(),
+             "; the model takes ", config_.micro_batch_size, " x ", config_.context);
+  source_ = std::move(source);
+}
+
 void Gpt::begin_micro_batch(int64_t global_index) {
   auto* in = static_cast<int32_t*>(tokens_.data());
-  data_.micro_batch(global_index, in, in + config_.micro_batch_size * config_.context);
+  source_->micro_batch(global_index, in, in + config_.micro_batch_size * config_.context);
   micro_batch_ = global_index;
   forwarded_ = 0;
   next_backward_ = -1;

@@ -49,6 +49,10 @@
 // inputs tokens[0 .. context) and the targets tokens[1 .. context].
 // The best achievable loss is the chain's conditional entropy: for vocab 64
 // about 2.0 nats, against ln 64 = 4.16 for a model that learned nothing.
+// GptData::entropy_floor() computes it exactly (the mean over the context
+// positions of the expected entropy of the next token given the previous
+// one), so a training log can show how far the loss is from the best
+// possible. This is the embedded default data of mp_worker.
 //
 // Determinism: the op math (models/gpt_ops.h) computes every element on one
 // thread in a fixed order, so the model gives the same bits for any thread
@@ -57,8 +61,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "models/token_data.h"
 #include "runtime/model.h"
 #include "runtime/tensor.h"
 
@@ -88,14 +94,20 @@ int64_t gpt_padded_vocab(int64_t vocab);
 inline constexpr uint64_t kGptTransitionStream = uint64_t{1} << 63;
 inline constexpr int64_t kGptSuccessors = 4;
 
-class GptData {
+class GptData final : public TokenBatchSource {
  public:
   explicit GptData(const GptConfig& config);  // validates config
   // The context + 1 tokens of sequence `index` >= 0.
   void sequence(int64_t index, int32_t* tokens) const;
+  int64_t batch() const override { return batch_; }
+  int64_t context() const override { return context_; }
   // inputs, targets: micro_batch_size * context tokens each, row-major
   // [batch, context]. global_index >= 0.
-  void micro_batch(int64_t global_index, int32_t* inputs, int32_t* targets) const;
+  void micro_batch(int64_t global_index, int32_t* inputs, int32_t* targets) const override;
+  std::string describe() const override;
+  // The best achievable mean loss in nats (Note [GPT data]), exact up to
+  // double rounding: the philox words' distributions are counted exactly.
+  double entropy_floor() const;
 
  private:
   void walk(int64_t index, int32_t* inputs, int32_t* targets) const;
@@ -128,8 +140,10 @@ struct GptWorkspace;  // activations and scratch, carved from one buffer (gpt.cc
 class Gpt final : public Model {
  public:
   // Validates config; allocates every workspace (MemCategory::kActivations)
-  // here, so forward and backward never allocate.
-  explicit Gpt(const GptConfig& config, Allocator allocator = Allocator());
+  // here, so forward and backward never allocate. source: the tokens
+  // (models/token_data.h); null: GptData(config), the synthetic language.
+  explicit Gpt(const GptConfig& config, Allocator allocator = Allocator(),
+               std::shared_ptr<const TokenBatchSource> source = nullptr);
   ~Gpt() override;
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -138,8 +152,12 @@ class Gpt final : public Model {
 
   const GptConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
-  // Loads micro-batch global_index (Note [GPT data]).
+  // Loads micro-batch global_index of the current source.
   void begin_micro_batch(int64_t global_index) override;
+  // Switches the token source (e.g. to validation data and back); its batch
+  // and context must equal the config's (EnforceError otherwise).
+  void set_source(std::shared_ptr<const TokenBatchSource> source);
+  const TokenBatchSource& source() const { return *source_; }
   // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
   // (non-fp32 parameters are converted to an fp32 workspace first).
   void forward(int unit, const Tensor& params) override;
@@ -159,7 +177,7 @@ class Gpt final : public Model {
   GptConfig config_;
   ModelSpec spec_;
   std::vector<UnitLayout> layout_;  // FlatLayout(spec_, 1)
-  GptData data_;
+  std::shared_ptr<const TokenBatchSource> source_;
   Tensor workspace_;  // fp32 activations and scratch (detail::GptWorkspace points into it)
   Tensor param_ws_;   // fp32 copy of a non-fp32 unit
   Buffer tokens_;     // int32 inputs then targets, micro_batch_size * context each
