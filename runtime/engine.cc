@@ -392,8 +392,23 @@ StepResult Engine::Impl::step(Model& model) {
     MP_THROW(NumericError, "step ", steps_run, ": non-finite gradients reached the update with ",
              "sharding.optimizer_in_backward (nothing can skip the step there); turn it off to skip such steps");
   }
-  // The step's loss: every micro-batch of every rank, summed in the order
-  // of their global index (each loss sent as an fp32 (hi, lo) pair: 48 bits).
+  result.loss = mean_loss(losses);
+  result.grad_norm = plan.grad_norm;
+  result.skipped = plan.skip;
+  result.loss_scale = o.precision.loss_scaling == LossScalingMode::kStatic ? o.precision.static_loss_scale
+                                                                            : plan.loss_scale;
+  result.lr = plan.lr;
+  result.param_cast_elements = cast_elements - casts_before;
+  timings.total_s = seconds(t_step);
+  result.timings = timings;
+  return result;
+}
+
+// The mean of every rank's micro-batch losses (losses[m] is this rank's
+// m-th), summed in the order of their global index m * W + r (each loss sent
+// as an fp32 (hi, lo) pair: 48 bits). Collective over the world.
+double Engine::Impl::mean_loss(const std::vector<double>& losses) {
+  const int k = static_cast<int>(losses.size()), W = world.size();
   std::vector<float> mine(2 * static_cast<size_t>(k));
   for (int m = 0; m < k; ++m) {
     const double l = losses[static_cast<size_t>(m)];
@@ -410,16 +425,19 @@ StepResult Engine::Impl::step(Model& model) {
       loss += static_cast<double>(all[at]) + static_cast<double>(all[at + 1]);
     }
   }
-  result.loss = loss / (static_cast<double>(W) * k);
-  result.grad_norm = plan.grad_norm;
-  result.skipped = plan.skip;
-  result.loss_scale = o.precision.loss_scaling == LossScalingMode::kStatic ? o.precision.static_loss_scale
-                                                                            : plan.loss_scale;
-  result.lr = plan.lr;
-  result.param_cast_elements = cast_elements - casts_before;
-  timings.total_s = seconds(t_step);
-  result.timings = timings;
-  return result;
+  return loss / (static_cast<double>(W) * k);
+}
+
+double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
+  MP_ENFORCE(count >= 1 && first >= 0, "evaluate: first ", first, ", count ", count);
+  const int W = world.size(), r = world.rank(), U = layout.num_units();
+  std::vector<double> losses(static_cast<size_t>(count));
+  for (int j = 0; j < count; ++j) {
+    model.begin_micro_batch(first + static_cast<int64_t>(j) * W + r);
+    for (int u = 0; u < U; ++u) model.forward(u, params_for(u, +1));
+    losses[static_cast<size_t>(j)] = model.loss();
+  }
+  return mean_loss(losses);
 }
 
 std::vector<float> Engine::Impl::master_shard(int u) const {
@@ -465,6 +483,7 @@ int Engine::shard_rank() const { return impl_->mesh.shard->rank(); }
 MemStats Engine::memory() const { return impl_->alloc.stats(); }
 MemoryPlan Engine::plan() const { return plan_memory(impl_->spec, impl_->o); }
 StepResult Engine::step(Model& model) { return impl_->step(model); }
+double Engine::evaluate(Model& model, int64_t first, int count) { return impl_->evaluate(model, first, count); }
 std::vector<float> Engine::master_shard(int unit) const { return impl_->master_shard(unit); }
 
 std::vector<float> Engine::gather_master(int unit) {

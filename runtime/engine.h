@@ -88,6 +88,12 @@ class Engine {
   // One optimizer step: micro_batches forward and backward passes of
   // `model` on this rank, then the update. Collective.
   StepResult step(Model& model);
+  // The mean loss of `count` forward-only passes per rank over the current
+  // weights: rank r runs micro-batches first + j * world + r, j < count
+  // (so the ranks read disjoint data), and the losses are summed in the
+  // order of that index, as step() sums them. Changes no weights, moments
+  // or step count. Collective; count >= 1.
+  double evaluate(Model& model, int64_t first, int count);
 
   // This rank's shard of unit u's weights as fp32 (shard_numel elements,
   // padding included): the fp32 master, the exact bf16 + remainder master,

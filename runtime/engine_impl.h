@@ -52,6 +52,8 @@ class Engine::Impl {
   Tensor gather_source(int u);
   void update_unit(int u, const StepPlan& plan);
   StepResult step(Model& model);
+  double evaluate(Model& model, int64_t first, int count);
+  double mean_loss(const std::vector<double>& losses);
   std::vector<float> master_shard(int u) const;
   double loss_scale_now() const;
 

@@ -271,6 +271,34 @@ TEST_F(EngineTest, ScheduleOptionsDoNotChangeResults) {
   }
 }
 
+// evaluate() before a step sees exactly the step's micro-batches and
+// weights, so it returns the step's loss bit for bit; evaluating between
+// steps changes nothing about the training run, for every strategy.
+TEST_F(EngineTest, EvaluateIsTheForwardOfAStepAndChangesNothing) {
+  const int n = size();
+  for (Strategy s : all_strategies()) {
+    for (const std::string recipe : {"fp32", "bf16_master"}) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)));
+      const proto::EngineConfig c = engine_config(s, recipe, n, 2);
+      const TrainRun ref = train(*world_, c, small_mlp(), 4);
+      Mlp model(small_mlp());
+      Engine engine(model.spec(), c, *world_);
+      std::vector<double> losses;
+      for (int step = 0; step < 4; ++step) {
+        const double before = engine.evaluate(model, static_cast<int64_t>(step) * n * 2, 2);
+        EXPECT_EQ(engine.evaluate(model, 1000, 3), engine.evaluate(model, 1000, 3));
+        const StepResult r = engine.step(model);
+        EXPECT_EQ(before, r.loss) << "step " << step + 1;
+        losses.push_back(r.loss);
+      }
+      EXPECT_EQ(losses, ref.losses);
+      for (int u = 0; u < engine.layout().num_units(); ++u) {
+        EXPECT_TRUE(same_bits(engine.gather_master(u), ref.weights[static_cast<size_t>(u)])) << "unit " << u;
+      }
+    }
+  }
+}
+
 // fp16 with a static loss scale trains like fp32; a scale that overflows
 // skips every step and leaves the weights untouched.
 TEST_F(EngineTest, StaticLossScaling) {
