@@ -13,6 +13,8 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(Protobuf REQUIRED)
 find_package(GTest REQUIRED)
 find_package(CLI11 REQUIRED)
+# 3.9: ordered_json (metrics.jsonl keeps its key order).
+find_package(nlohmann_json 3.9 REQUIRED)
 # oneDNN 2.x (Debian libdnnl-dev): CPU GEMMs. Its package config needs OpenCL.
 find_package(dnnl REQUIRED CONFIG)
 
