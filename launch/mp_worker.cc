@@ -17,6 +17,9 @@
 #include "launch/mpi_world.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
+#include "launch/train_config.h"
+#include "launch/trainer.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "mp/config.h"
 #include "runtime/engine.h"
@@ -57,113 +60,66 @@ void print_version() {
 #endif
 }
 
-// What the command line asks for (issue 6 replaces the model flags with
-// TrainConfig).
-struct WorkerOptions {
-  int steps = 30;
-  std::string strategy = "FULL_SHARD";
-  std::string recipe = "bf16_master";
-  int micro_batches = 1;
-  int prefetch_depth = 1;
-  int hybrid_shard_size = 0;
-  std::vector<int64_t> mlp_dims = {64, 256, 256, 256, 16};
-  int64_t micro_batch_size = 32;
-  double lr = 3e-3;
-  bool deterministic = false;
-  bool plan = false;        // print the memory plan for plan_world_size ranks and exit
-  int plan_world_size = 1;
-  bool plan_all = false;
-};
-
-proto::EngineConfig engine_config(const WorkerOptions& w) {
-  proto::EngineConfig c;
-  c.mutable_sharding()->set_strategy(parse_strategy(w.strategy));
-  c.mutable_sharding()->set_prefetch_depth(w.prefetch_depth);
-  if (w.hybrid_shard_size > 0) c.mutable_sharding()->set_hybrid_shard_size(w.hybrid_shard_size);
-  *c.mutable_precision() = precision_recipe(w.recipe);
-  c.mutable_optimizer()->set_lr(w.lr);
-  c.set_micro_batches(w.micro_batches);
-  c.set_deterministic(w.deterministic);
-  c.set_seed(1);
-  return c;
-}
-
-MlpConfig mlp_config(const WorkerOptions& w) {
-  MlpConfig m;
-  m.dims = w.mlp_dims;
-  m.micro_batch_size = w.micro_batch_size;
-  return m;
-}
-
 // --plan: the long-lived bytes per category of one rank, without running.
-int print_plan(const WorkerOptions& w) {
-  const ModelSpec spec = Mlp::spec_for(mlp_config(w));
-  if (w.plan_all) {
-    std::printf("bytes per parameter per rank, MLP of %lld parameters, world size %d\n%-16s",
-                static_cast<long long>(spec.numel()), w.plan_world_size, "strategy");
+ModelSpec model_spec(const TrainSettings& s) {
+  return s.model == ModelKind::kGpt ? Gpt::spec_for(s.gpt) : Mlp::spec_for(s.mlp);
+}
+
+int print_plan(const TrainSettings& s, int world_size, bool all) {
+  const ModelSpec spec = model_spec(s);
+  const char* model = s.model == ModelKind::kGpt ? "GPT" : "MLP";
+  if (all) {
+    std::printf("bytes per parameter per rank, %s of %lld parameters, world size %d\n%-16s", model,
+                static_cast<long long>(spec.numel()), world_size, "strategy");
     for (const std::string& r : precision_recipe_names()) std::printf(" %14s", r.c_str());
     std::printf("\n");
-    for (const char* s : {"NO_SHARD", "SHARD_OPTIMIZER", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD"}) {
-      std::printf("%-16s", s);
+    for (const char* name : {"NO_SHARD", "SHARD_OPTIMIZER", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD"}) {
+      std::printf("%-16s", name);
       for (const std::string& r : precision_recipe_names()) {
-        WorkerOptions o = w;
-        o.strategy = s;
-        o.recipe = r;
-        if (std::string(s) == "HYBRID_SHARD" && o.hybrid_shard_size == 0) o.hybrid_shard_size = std::min(8, w.plan_world_size);
-        std::printf(" %14.4f", plan_memory(spec, engine_config(o), w.plan_world_size).total_bytes_per_param());
+        proto::EngineConfig e = s.config.engine();
+        e.mutable_sharding()->set_strategy(parse_strategy(name));
+        if (std::string(name) == "HYBRID_SHARD" && e.sharding().hybrid_shard_size() == 0) {
+          e.mutable_sharding()->set_hybrid_shard_size(std::min(8, world_size));
+        }
+        *e.mutable_precision() = precision_recipe(r);
+        std::printf(" %14.4f", plan_memory(spec, e, world_size).total_bytes_per_param());
       }
       std::printf("\n");
     }
     return 0;
   }
-  const MemoryPlan plan = plan_memory(spec, engine_config(w), w.plan_world_size);
-  std::printf("memory plan: MLP of %lld parameters, %s, recipe %s, world size %d\n%s",
-              static_cast<long long>(plan.params), w.strategy.c_str(), w.recipe.c_str(), w.plan_world_size,
-              plan.to_string().c_str());
+  const MemoryPlan plan = plan_memory(spec, s.config.engine(), world_size);
+  const EngineOptions o = resolve_engine_options(s.config.engine(), world_size);
+  std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d\n%s", model,
+              static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
+              world_size, plan.to_string().c_str());
   return 0;
 }
 
-int run(const MpiWorld& world, const WorkerOptions& w) {
+void print_ranks(const MpiWorld& world) {
   const Device device = default_device(world.local_rank());
   set_current_device(device);
   const auto infos = gather_rank_infos(world, local_rank_info(world, device));
-  if (world.rank() == 0) {
-    std::cout << build_string() << ": " << world.size() << " rank(s)\n";
-    for (const auto& info : infos) {
-      std::cout << "  rank " << info.rank() << ": " << info.hostname() << " pid " << info.pid()
-                << ", local rank " << info.local_rank() << "/" << info.local_size() << ", "
-                << info.device_description();
-      if (!info.cuda_unavailable_reason().empty()) {
-        std::cout << " [CUDA unavailable: " << info.cuda_unavailable_reason() << "]";
-      }
-      std::cout << "\n";
+  if (world.rank() != 0) return;
+  std::cout << build_string() << ": " << world.size() << " rank(s)\n";
+  for (const auto& info : infos) {
+    std::cout << "  rank " << info.rank() << ": " << info.hostname() << " pid " << info.pid() << ", local rank "
+              << info.local_rank() << "/" << info.local_size() << ", " << info.device_description();
+    if (!info.cuda_unavailable_reason().empty()) {
+      std::cout << " [CUDA unavailable: " << info.cuda_unavailable_reason() << "]";
     }
+    std::cout << "\n";
   }
-  // The sharded engine trains the built-in MLP on the CPU (the GPT model,
-  // its data and CUDA compute arrive with issue 6).
-  const proto::EngineConfig config = engine_config(w);
-  auto comm = MpiCommunicator::create_world("world", comm_options_from_config(config.comm()));
-  Mlp model(mlp_config(w));
-  Engine engine(model.spec(), config, *comm);
-  if (world.rank() == 0) {
-    std::printf("training an MLP of %lld parameters: %s, %s, %d micro-batch(es) of %lld per rank\n%s",
-                static_cast<long long>(model.spec().numel()), w.strategy.c_str(),
-                engine.options().precision.describe().c_str(), w.micro_batches,
-                static_cast<long long>(w.micro_batch_size), engine.plan().to_string().c_str());
+  std::cout.flush();
+}
+
+// The world size a run started by mpirun/srun will have, read before MPI
+// starts (--plan and config checks run without MPI); 1 otherwise.
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    if (const char* env = std::getenv(var); env != nullptr && std::atoi(env) > 0) return std::atoi(env);
   }
-  for (int s = 0; s < w.steps; ++s) {
-    const StepResult r = engine.step(model);
-    if (world.rank() == 0 && (s % 5 == 0 || s + 1 == w.steps)) {
-      std::printf("step %4lld  loss %.5f  grad_norm %.4f  lr %.2e%s  step %.1f ms (compute %.1f, exposed comm %.1f, "
-                  "update %.1f)\n",
-                  static_cast<long long>(r.step), r.loss, r.grad_norm, r.lr, r.skipped ? "  skipped" : "",
-                  1e3 * r.timings.total_s, 1e3 * r.timings.compute_s, 1e3 * r.timings.exposed_comm_s,
-                  1e3 * r.timings.update_s);
-      std::fflush(stdout);
-    }
-  }
-  if (world.rank() == 0) std::printf("measured: %s\n", engine.memory().to_string().c_str());
-  return 0;
+  return 1;
 }
 
 }  // namespace
@@ -171,27 +127,28 @@ int run(const MpiWorld& world, const WorkerOptions& w) {
 
 int main(int argc, char** argv) {
   CLI::App app{"mp_worker: one rank of a sharded mixed-precision training job.\n"
-               "Launch with: launch/mprun -np N build/mp_worker"};
-  bool version = false;
-  mp::WorkerOptions w;
+               "  build/mp_worker [CONFIG.textproto] [--set field.path=value]... [--steps N] [--out DIR]\n"
+               "Without CONFIG it trains the embedded default (configs/default.textproto): a small GPT on a\n"
+               "synthetic language whose entropy floor is known. Launch N ranks with launch/mprun -np N, or\n"
+               "launch/mp_node on one node; a bare build/mp_worker runs as world size 1."};
+  bool version = false, plan = false, plan_all = false, print_config = false;
+  std::string config_path, out;
+  std::vector<std::string> sets;
+  int64_t steps = 0;
+  int plan_world_size = 0;
   app.add_flag("--version", version, "Print the version and build, then exit");
-  app.add_option("--steps", w.steps, "Optimizer steps")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--strategy", w.strategy,
-                 "NO_SHARD, SHARD_OPTIMIZER, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD");
-  app.add_option("--recipe", w.recipe, "fp32, tf32, amp_bf16, bf16_master, bf16_remainder, pure_bf16, amp_fp16");
-  app.add_option("--micro-batches", w.micro_batches, "Micro-batches per rank per step")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--micro-batch-size", w.micro_batch_size, "Samples per micro-batch")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--prefetch-depth", w.prefetch_depth, "All-gathers issued ahead")->check(CLI::Range(0, 64));
-  app.add_option("--hybrid-shard-size", w.hybrid_shard_size, "HYBRID_SHARD group size");
-  app.add_option("--mlp-dims", w.mlp_dims, "MLP layer widths: input, hidden..., classes")->delimiter(',');
-  app.add_option("--lr", w.lr, "Peak learning rate (AdamW)");
-  app.add_flag("--deterministic", w.deterministic, "World-size-independent gradient reduction");
-  app.add_flag("--plan", w.plan, "Print the per-rank memory plan and exit, without running");
-  auto* world_size = app.add_option("--world-size", w.plan_world_size,
+  app.add_option("config", config_path, "Text-format TrainConfig (configs/*.textproto); default: the embedded one");
+  app.add_option("--set", sets, "Override one field, e.g. --set engine.optimizer.lr=3e-4 (repeatable, in order)")
+      ->allow_extra_args(false);
+  app.add_option("--steps", steps, "Optimizer steps (same as --set steps=N)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--out", out, "Run directory: metrics.jsonl, config.textproto, TensorBoard events (--set out_dir=DIR)");
+  app.add_flag("--print-config", print_config, "Print the resolved config in text format and exit");
+  app.add_flag("--plan", plan, "Print the per-rank memory plan and exit, without running");
+  auto* world_size = app.add_option("--world-size", plan_world_size,
                                     "With --plan: the (hypothetical) number of ranks, e.g. 1024; default: the "
-                                    "mpirun world size, else 1")
+                                    "launcher's world size, else 1")
                          ->check(CLI::Range(1, 1 << 24));
-  app.add_flag("--plan-all", w.plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
+  app.add_flag("--plan-all", plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -201,22 +158,34 @@ int main(int argc, char** argv) {
     mp::print_version();
     return 0;
   }
-  if (w.plan_all) w.plan = true;
-  if (world_size->count() > 0 && !w.plan) {
-    std::fprintf(stderr, "mp_worker: --world-size applies to --plan only (a run takes its size from mpirun)\n");
+  if (plan_all) plan = true;
+  if (world_size->count() > 0 && !plan) {
+    std::fprintf(stderr, "mp_worker: --world-size applies to --plan only (a run takes its size from the launcher)\n");
     return 2;
   }
-  if (w.plan) {
-    if (world_size->count() == 0) {
-      const char* env = std::getenv("OMPI_COMM_WORLD_SIZE");
-      if (env != nullptr) w.plan_world_size = std::max(1, std::atoi(env));
+  const int launch_size = mp::launcher_world_size();
+  const int check_size = world_size->count() > 0 ? plan_world_size : launch_size;
+  // The config is read and checked before MPI starts: a bad file or field
+  // ends every rank at once with exit code 2 and the same message.
+  mp::TrainSettings settings;
+  try {
+    mp::proto::TrainConfig config =
+        config_path.empty() ? mp::default_train_config() : mp::load_train_config(config_path);
+    for (const std::string& a : sets) mp::apply_override(config, a);
+    if (steps > 0) config.set_steps(steps);
+    if (!out.empty()) config.set_out_dir(out);
+    settings = mp::resolve_train_config(config, check_size);
+    if (print_config) {
+      std::cout << mp::to_text(settings.config);
+      return 0;
     }
-    try {
-      return mp::print_plan(w);
-    } catch (const mp::ConfigError& e) {
-      std::fprintf(stderr, "mp_worker: %s\n", e.what());
-      return 2;
-    }
+    if (plan) return mp::print_plan(settings, check_size, plan_all);
+  } catch (const mp::Error& e) {
+    std::fprintf(stderr, "mp_worker: %s\n", e.what());
+    return 2;
   }
-  return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) { return mp::run(world, w); });
+  return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) {
+    mp::print_ranks(world);
+    return mp::train(world, world.size() == check_size ? settings : mp::resolve_train_config(settings.config, world.size()));
+  });
 }

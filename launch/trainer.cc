@@ -1,0 +1,295 @@
+#include "launch/trainer.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "comm/comm_config.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "launch/rank_info.h"
+#include "mp/config.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
+#include "models/token_data.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/metrics.h"
+#include "runtime/parallel.h"
+#include "runtime/tensorboard.h"
+#include "runtime/token_file.h"
+
+namespace mp {
+
+double gpt_train_flops_per_token(const GptConfig& c) {
+  const auto C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
+  const double block = 12 * C * C + 13 * C;              // attn 4C^2 + 4C, mlp 8C^2 + 5C, two LNs 4C
+  const double n = static_cast<double>(c.vocab) * C + L * block + 2 * C;  // wte (tied head), blocks, ln_f
+  return 6 * n + 12 * L * C * static_cast<double>(c.context);
+}
+
+int default_threads_per_rank(int local_size) {
+  if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') {
+    return default_cpu_threads();  // parses and checks MP_NUM_THREADS
+  }
+  cpu_set_t set;
+  int allowed = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = std::max(1, CPU_COUNT(&set));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Bound to fewer cores than the node has: the launcher split them already.
+  if (allowed < cores) return allowed;
+  return std::max(1, allowed / std::max(1, local_size));
+}
+
+namespace {
+
+// Micro-batch indices of the held-out data: the synthetic language and the
+// MLP's data are pure functions of the index, and training never reaches
+// this one (it would take 2^40 micro-batches).
+constexpr int64_t kHeldOutFirst = int64_t{1} << 40;
+
+// Note [Run log]'s live line: MP_PROGRESS=1 or 0 decides; else
+// MP_STDOUT_TTY, which launch/mprun sets from its own stdout (under mpirun
+// a rank's stdout is a pseudo-terminal even when mpirun's is a pipe); else
+// whether stdout is a terminal (a bare mp_worker).
+bool live_progress() {
+  for (const char* var : {"MP_PROGRESS", "MP_STDOUT_TTY"}) {
+    if (const char* env = std::getenv(var); env != nullptr && *env != '\0') return std::string(env) != "0";
+  }
+  return isatty(fileno(stdout)) != 0;
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", s / 60, s % 60);
+  }
+  return buf;
+}
+
+std::string si(double v, const char* unit) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::fabs(v) >= 1000 && i < 5) {
+    v /= 1000;
+    ++i;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f %s%s", v < 10 ? 2 : (v < 100 ? 1 : 0), v, prefixes[i], unit);
+  return buf;
+}
+
+// The model, its data and what the log says about them.
+struct RunModel {
+  std::unique_ptr<Model> model;
+  Gpt* gpt = nullptr;                                   // when the model is the GPT
+  std::shared_ptr<const TokenBatchSource> train, val;  // GPT sources; val null: held-out indices of train
+  int64_t val_first = kHeldOutFirst;                    // first validation micro-batch index
+  std::optional<double> floor;                          // the synthetic language's entropy floor
+  double items_per_micro_batch = 0;                     // tokens (GPT) or samples (MLP)
+  double flops_per_item = 0;
+  std::string description;
+  std::string data_description;
+};
+
+RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
+  RunModel m;
+  const proto::TrainConfig& c = s.config;
+  if (s.model == ModelKind::kMlp) {
+    MlpConfig mc = s.mlp;
+    mc.threads = mc.threads > 0 ? mc.threads : threads;
+    m.model = std::make_unique<Mlp>(mc, allocator);
+    m.items_per_micro_batch = static_cast<double>(mc.micro_batch_size);
+    m.flops_per_item = 6.0 * static_cast<double>(m.model->spec().numel());
+    m.description = "MLP of " + std::to_string(m.model->spec().numel()) + " parameters";
+    m.data_description = "synthetic classification data (models/mlp.h), held out: micro-batches from 2^40";
+    return m;
+  }
+  GptConfig g = s.gpt;
+  g.threads = g.threads > 0 ? g.threads : threads;
+  const std::string& train_path = c.data().train_path();
+  if (train_path.empty()) {
+    auto data = std::make_shared<const GptData>(g);
+    m.floor = data->entropy_floor();
+    m.train = data;
+  } else {
+    auto file = std::make_shared<const TokenFile>(TokenFile::read(train_path, g.vocab));
+    int64_t train_end = file->size();
+    const uint64_t seed = c.data().seed();
+    if (!c.data().val_path().empty()) {
+      auto val = std::make_shared<const TokenFile>(TokenFile::read(c.data().val_path(), g.vocab));
+      m.val = std::make_shared<TokenWindows>(val, 0, val->size(), g.micro_batch_size, g.context, seed, false);
+    } else if (c.data().val_fraction() > 0) {
+      train_end = file->size() - static_cast<int64_t>(std::floor(c.data().val_fraction() * file->size()));
+      m.val = std::make_shared<TokenWindows>(file, train_end, file->size(), g.micro_batch_size, g.context, seed,
+                                             false);
+    }
+    m.train = std::make_shared<TokenWindows>(file, 0, train_end, g.micro_batch_size, g.context, seed, true);
+    if (m.val) m.val_first = 0;
+  }
+  auto gpt = std::make_unique<Gpt>(g, allocator, m.train);
+  m.gpt = gpt.get();
+  m.model = std::move(gpt);
+  m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
+  m.flops_per_item = gpt_train_flops_per_token(g);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "GPT-2 of %lld parameters (layers %lld, channels %lld, heads %lld, context %lld, "
+                "vocab %lld)", static_cast<long long>(m.model->spec().numel()), static_cast<long long>(g.layers),
+                static_cast<long long>(g.channels), static_cast<long long>(g.heads),
+                static_cast<long long>(g.context), static_cast<long long>(g.vocab));
+  m.description = buf;
+  m.data_description = "train: " + m.train->describe() + "\n  validation: " +
+                       (m.val ? m.val->describe() : "held-out sequences of the same source (index 2^40 on)");
+  return m;
+}
+
+double validate(Engine& engine, RunModel& m, int batches) {
+  if (m.gpt != nullptr && m.val) m.gpt->set_source(m.val);
+  const double loss = engine.evaluate(*m.model, m.val_first, batches);
+  if (m.gpt != nullptr && m.val) m.gpt->set_source(m.train);
+  return loss;
+}
+
+// Rank 0's run directory: config.textproto, metrics.jsonl, TensorBoard.
+struct RunDir {
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+};
+
+RunDir open_run_dir(const TrainSettings& s) {
+  RunDir d;
+  const std::string& out = s.config.out_dir();
+  if (out.empty()) return d;
+  make_run_dir(out);
+  const std::string text = to_text(s.config);
+  const std::string path = out + "/config.textproto";
+  std::ofstream f(path);
+  f << "# The resolved config of this run (mp_worker " << MP_VERSION << "); mp_worker " << path
+    << " runs it again.\n"
+    << text;
+  f.close();
+  if (!f) MP_THROW(IoError, "cannot write ", path);
+  d.metrics = std::make_unique<MetricsWriter>(out);
+  d.tensorboard = std::make_unique<TensorBoardWriter>(out);
+  d.tensorboard->add_text("config", 0, "```\n" + text + "```");
+  return d;
+}
+
+}  // namespace
+
+int train(const MpiWorld& world, const TrainSettings& s) {
+  const proto::TrainConfig& c = s.config;
+  const bool lead = world.rank() == 0;
+  const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
+  Allocator allocator;
+  auto comm = MpiCommunicator::create_world("world", comm_options_from_config(c.engine().comm()));
+  RunModel m = make_model(s, threads, allocator);
+  Engine engine(m.model->spec(), c.engine(), *comm, allocator);
+  RunDir dir = lead ? open_run_dir(s) : RunDir{};
+
+  const int W = world.size();
+  const int k = engine.options().micro_batches;
+  const double items_per_step = m.items_per_micro_batch * k * W;
+  const bool tty = lead && live_progress();
+  if (lead) {
+    std::printf("model: %s\ndata: %s\n", m.description.c_str(), m.data_description.c_str());
+    std::printf("engine: %s, %s; %d rank(s) x %d thread(s), %d micro-batch(es) per rank per step, %s per step\n",
+                std::string(strategy_name(engine.options().strategy)).c_str(), engine.options().precision.describe().c_str(), W, threads,
+                k, si(items_per_step, s.model == ModelKind::kGpt ? "tokens" : "samples").c_str());
+    std::printf("memory per rank (planned): %s", engine.plan().to_string().c_str());
+    if (m.floor) {
+      std::printf("the synthetic language's entropy floor: %.4f nats (a model that learned nothing: ln %lld = %.4f)\n",
+                  *m.floor, static_cast<long long>(s.gpt.vocab), std::log(static_cast<double>(s.gpt.vocab)));
+    }
+    if (dir.metrics) std::printf("run directory: %s\n", c.out_dir().c_str());
+    std::fflush(stdout);
+  }
+
+  const int64_t steps = c.steps();
+  const int64_t log_every = std::max<int64_t>(1, c.log_interval());
+  double elapsed = 0;  // seconds of steps so far (validation excluded)
+  double last_loss = 0;
+  std::optional<double> last_val;
+  for (int64_t i = 1; i <= steps; ++i) {
+    const StepResult r = engine.step(*m.model);
+    elapsed += r.timings.total_s;
+    last_loss = r.loss;
+    std::optional<double> val;
+    if (c.val_interval() > 0 && (i % c.val_interval() == 0 || i == steps)) {
+      val = validate(engine, m, std::max(1, c.val_batches()));
+      last_val = val;
+    }
+    if (!lead) continue;
+    const double step_s = std::max(r.timings.total_s, 1e-9);
+    StepMetrics sm;
+    sm.step = r.step;
+    sm.loss = r.loss;
+    sm.lr = r.lr;
+    sm.grad_norm = r.grad_norm;
+    sm.loss_scale = r.loss_scale;
+    sm.skipped = r.skipped;
+    sm.tokens_per_s = items_per_step / step_s;
+    sm.step_ms = 1e3 * step_s;
+    sm.model_flops_per_s = sm.tokens_per_s * m.flops_per_item;
+    const MemStats mem = allocator.stats();
+    for (int cat = 0; cat < kNumMemCategories; ++cat) {
+      const size_t bytes = mem.current_bytes[static_cast<size_t>(cat)];
+      if (bytes > 0) {
+        sm.memory_bytes.emplace_back(std::string(mem_category_name(static_cast<MemCategory>(cat))),
+                                     static_cast<int64_t>(bytes));
+      }
+    }
+    sm.val_loss = val;
+    if (dir.metrics) {
+      dir.metrics->write(sm);
+      TensorBoardWriter& tb = *dir.tensorboard;
+      tb.add_scalar("train/loss", r.step, r.loss);
+      tb.add_scalar("train/lr", r.step, r.lr);
+      tb.add_scalar("train/grad_norm", r.step, r.grad_norm);
+      tb.add_scalar("train/loss_scale", r.step, r.loss_scale);
+      tb.add_scalar("perf/tokens_per_s", r.step, sm.tokens_per_s);
+      tb.add_scalar("perf/step_ms", r.step, sm.step_ms);
+      tb.add_scalar("perf/model_flops_per_s", r.step, sm.model_flops_per_s);
+      if (val) tb.add_scalar("val/loss", r.step, *val);
+      if (i % log_every == 0 || i == steps) tb.flush();
+    }
+    char line[320];
+    int n = std::snprintf(line, sizeof(line), "step %*lld/%lld  loss %.4f", static_cast<int>(std::to_string(steps).size()),
+                          static_cast<long long>(i), static_cast<long long>(steps), r.loss);
+    if (val) n += std::snprintf(line + n, sizeof(line) - static_cast<size_t>(n), "  val %.4f", *val);
+    n += std::snprintf(line + n, sizeof(line) - static_cast<size_t>(n), "  lr %.2e  norm %.3f%s  %s  %.1f ms  %s  ETA %s",
+                       r.lr, r.grad_norm, r.skipped ? "  SKIPPED" : "",
+                       si(sm.tokens_per_s, s.model == ModelKind::kGpt ? "tok/s" : "samples/s").c_str(), sm.step_ms,
+                       si(sm.model_flops_per_s, "FLOP/s").c_str(),
+                       format_duration(elapsed / static_cast<double>(i) * static_cast<double>(steps - i)).c_str());
+    if (i % log_every == 0 || i == steps || i == 1 || val) {
+      std::printf(tty ? "\r\033[K%s\n" : "%s\n", line);
+    } else if (tty) {
+      std::printf("\r\033[K%s", line);
+    }
+    std::fflush(stdout);
+  }
+  if (lead) {
+    std::printf("done: %lld steps in %s, final loss %.4f", static_cast<long long>(steps),
+                format_duration(elapsed).c_str(), last_loss);
+    if (last_val) std::printf(", validation loss %.4f", *last_val);
+    if (m.floor) std::printf(", %.4f above the entropy floor %.4f", last_loss - *m.floor, *m.floor);
+    std::printf("\nmemory per rank (measured): %s\n", allocator.stats().to_string().c_str());
+    if (dir.tensorboard) dir.tensorboard->close();
+  }
+  return 0;
+}
+
+}  // namespace mp

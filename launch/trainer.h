@@ -1,0 +1,46 @@
+// launch/trainer.h: one rank's training run, as mp_worker runs it: the model
+// and data of a resolved TrainConfig (launch/train_config.h), the sharded
+// engine, periodic validation, the progress log on rank 0 and the run
+// directory (metrics.jsonl, config.textproto, TensorBoard events).
+//
+// Note [Run log]
+// Rank 0 prints a header (ranks, model, data, memory plan, the synthetic
+// language's entropy floor) and then one line per log_interval steps:
+//   step   40/300  loss 3.1234  val 3.2011  lr 2.10e-03  norm 0.812  84.1k tok/s  12.2 ms  1.35 GFLOP/s  ETA 0:03
+// On a terminal the line of the latest step is also redrawn in place after
+// every step (a live progress line); elsewhere (a file, CI) only the
+// log_interval lines are written, so logs stay small and diffable. Under
+// mpirun a rank's stdout is a pseudo-terminal even when mpirun's output goes
+// to a file, so launch/mprun passes its own answer in MP_STDOUT_TTY;
+// MP_PROGRESS=0 or 1 forces it. Validation steps always get a line.
+//
+// Note [Throughput]
+// tokens/s counts every rank's tokens: world x micro_batches x
+// micro_batch_size x context per step (samples for the MLP), over the
+// step's wall time on rank 0. Model FLOP/s is that rate times
+// gpt_train_flops_per_token below, or 6 x parameters per sample for the MLP.
+#pragma once
+
+#include "launch/mpi_world.h"
+#include "launch/train_config.h"
+
+namespace mp {
+
+// Trains on every rank of `world`. Collective. Returns the process exit
+// code (0). Errors are thrown (launch/rank_main.h turns them into exit codes).
+int train(const MpiWorld& world, const TrainSettings& settings);
+
+// Training FLOPs per token of the GPT, nanoGPT's (and PaLM's) estimate
+// 6 N + 12 L C T: N the parameters without the position embeddings and
+// without the vocabulary padding (6 N: the forward and backward GEMMs), and
+// 12 L C T the attention scores and their weighted sums (forward and
+// backward, the causal half not subtracted).
+double gpt_train_flops_per_token(const GptConfig& config);
+
+// The CPU threads each rank's compute gets when compute.threads is 0: the
+// cores this process may run on, divided among the node's `local_size`
+// ranks when they all share the same cores (no binding), at least 1.
+// MP_NUM_THREADS overrides it (launch/mp_node sets it).
+int default_threads_per_rank(int local_size);
+
+}  // namespace mp
