@@ -180,7 +180,7 @@ TEST(TokenData, SyntheticEntropyFloorMatchesMonteCarlo) {
     }
     // The plug-in estimate is biased low by about (cells - rows) / (2 n).
     const double estimate = total / n + static_cast<double>(vocab * (vocab - 1)) / (2 * n);
-    EXPECT_NEAR(estimate, floor, 0.0) << "vocab " << vocab;
+    EXPECT_NEAR(estimate, floor, 0.01) << "vocab " << vocab;
   }
 }
 
