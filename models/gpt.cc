@@ -2,15 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/convert.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/philox_math.h"
 #include "models/gpt_ops.h"
 #include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/flat_layout.h"
+#include "runtime/parallel.h"
 
 namespace mp {
 
@@ -22,8 +26,22 @@ struct GptDims {
   int64_t batch = 0, seq = 0, channels = 0, heads = 0, layers = 0, vocab = 0, padded_vocab = 0;
   int64_t rows = 0;  // batch * seq
   int threads = 0;
+  // Note [GPT autocast], float path only: the input dtype of GEMM op i
+  // (block l's ops are 4 l .. 4 l + 3 in kBlockOp order, the head last),
+  // and how bf16 inputs are stored (gemm_bf16_storage()).
+  std::vector<DType> op_dtype;
+  DType bf16_storage = DType::kF32;
+  bool any_bf16_op() const {
+    return std::find(op_dtype.begin(), op_dtype.end(), DType::kBF16) != op_dtype.end();
+  }
+  DType head_dtype() const { return op_dtype.empty() ? DType::kF32 : op_dtype.back(); }
 };
 
+enum BlockOp { kCAttn = 0, kAttnCProj, kCFc, kMlpCProj, kBlockOps };
+
+// Only the float path rounds GEMM inputs to bf16; the double path is the
+// exact reference (Note [GPT autocast]).
+template <class T>
 GptDims dims_for(const GptConfig& c) {
   GptDims d;
   d.batch = c.micro_batch_size;
@@ -35,6 +53,12 @@ GptDims dims_for(const GptConfig& c) {
   d.padded_vocab = gpt_padded_vocab(c.vocab);
   d.rows = d.batch * d.seq;
   d.threads = c.threads;
+  if constexpr (std::is_same_v<T, float>) {
+    d.op_dtype = gpt_matmul_op_dtypes(c);
+    d.bf16_storage = gemm_bf16_storage();
+  } else {
+    d.op_dtype.assign(static_cast<size_t>(kBlockOps * c.layers + 1), DType::kF32);
+  }
   return d;
 }
 
@@ -52,9 +76,14 @@ struct GptBuffers {
   std::vector<Layer> layers;
   T *lnf, *lnf_mean, *lnf_rstd;
   T *logits, *row_loss;  // [rows, Vp], [rows]
-  T *wte, *dwte_head;    // Note [Tied head]: [Vp, C] each
+  // Note [Tied head]: [Vp, C] each. wte holds the head's GEMM input: T, or
+  // for a bf16 head its bf16 values in the dims' bf16_storage.
+  T *wte, *dwte_head;
   // Backward scratch, shared by the layers. dres is d loss / d residual stream.
   T *dres, *dln, *datty, *dqkv, *dfch, *dlogits, *att_scratch;
+  // bf16 GEMM inputs (Note [GPT autocast]), in bf16_storage; null without
+  // bf16 ops: an activation, a gradient or dlogits, a weight.
+  void *x16 = nullptr, *dy16 = nullptr, *w16 = nullptr;
 };
 
 // Hands out consecutive 64-byte aligned ranges of one buffer; with a null
@@ -114,6 +143,13 @@ GptBuffers<T> carve(const GptDims& d, T* base, int64_t* numel) {
   b.dfch = k.take(4 * nc);
   b.dlogits = k.take(d.rows * d.padded_vocab);
   b.att_scratch = k.take(d.batch * d.heads * d.seq);
+  if (d.any_bf16_op()) {
+    // Sized for fp32 storage, which bf16 storage never exceeds.
+    const int64_t dy = d.head_dtype() == DType::kBF16 ? std::max(4 * nc, d.rows * d.padded_vocab) : 4 * nc;
+    b.x16 = k.take(4 * nc);
+    b.dy16 = k.take(dy);
+    b.w16 = k.take(4 * d.channels * d.channels);
+  }
   *numel = k.used();
   return b;
 }
@@ -131,78 +167,188 @@ enum HeadParam { kLnfW = 0, kLnfB };
 
 int64_t offset(const UnitLayout& unit, int param) { return unit.params[static_cast<size_t>(param)].offset; }
 
+// A unit's parameters: all of them as T, and the tensor the engine handed
+// over when that was converted (bf16 weights feed bf16 GEMMs as they are).
+template <class T>
+struct UnitParams {
+  const T* p = nullptr;
+  const void* raw = nullptr;  // null: the parameters are p itself
+  DType raw_dtype = DType::kF32;
+};
+
+// ---- GEMM ops under Note [GPT autocast] ----------------------------------------
+// For T = double every op is the plain loop; for float, op i's inputs are
+// fp32 or rounded to bf16 by d.op_dtype[i].
+
+// The bf16 input of a weight of n elements at offset `off`: the engine's
+// bf16 values where it handed bf16 (or their exact fp32 copy in p, when
+// gemm_cpu multiplies bf16 as fp32), else p rounded into b.w16.
+template <class T>
+GptGemmInput bf16_weight(const GptDims& d, const GptBuffers<T>& b, const UnitParams<T>& w, int64_t off,
+                         int64_t n) {
+  if (w.raw != nullptr && w.raw_dtype == DType::kBF16) {
+    if (d.bf16_storage == DType::kBF16) return GptGemmInput{static_cast<const bf16*>(w.raw) + off, DType::kBF16};
+    return gemm_input(w.p + off);
+  }
+  return gpt_round_to_bf16(w.p + off, n, d.bf16_storage, b.w16, d.threads);
+}
+
+// y = x w + bias for block op `op`, w and bias at offsets of the unit.
+template <class T>
+void matmul_forward(const GptDims& d, const GptBuffers<T>& b, size_t op, const UnitParams<T>& w, int64_t w_off,
+                    int64_t bias_off, const T* x, int64_t in, int64_t out, T* y) {
+  const T* bias = w.p + bias_off;
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.op_dtype[op] == DType::kBF16) {
+      const GptGemmInput x16 = gpt_round_to_bf16(x, d.rows * in, d.bf16_storage, b.x16, d.threads);
+      gpt_matmul_forward(x16, bf16_weight(d, b, w, w_off, in * out), bias, d.rows, in, out, y, d.threads);
+      return;
+    }
+  }
+  gpt_matmul_forward(x, w.p + w_off, bias, d.rows, in, out, y, d.threads);
+}
+
+// dx = dy w^T, dw = x^T dy, db = column sums of dy for block op `op`.
+template <class T>
+void matmul_backward(const GptDims& d, const GptBuffers<T>& b, size_t op, const UnitParams<T>& w, int64_t w_off,
+                     const T* x, const T* dy, int64_t in, int64_t out, T* dx, T* dw, T* db) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.op_dtype[op] == DType::kBF16) {
+      const GptGemmInput x16 = gpt_round_to_bf16(x, d.rows * in, d.bf16_storage, b.x16, d.threads);
+      const GptGemmInput dy16 = gpt_round_to_bf16(dy, d.rows * out, d.bf16_storage, b.dy16, d.threads);
+      gpt_matmul_backward(x16, bf16_weight(d, b, w, w_off, in * out), dy16, d.rows, in, out, dx, dw, d.threads);
+      gpt_bias_backward(dy, d.rows, out, db, d.threads);
+      return;
+    }
+  }
+  gpt_matmul_backward(x, w.p + w_off, dy, d.rows, in, out, dx, dw, db, d.threads);
+}
+
+// logits = lnf wte^T, with b.wte already in the head's input form.
+template <class T>
+void logits_forward(const GptDims& d, const GptBuffers<T>& b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.head_dtype() == DType::kBF16) {
+      const GptGemmInput x16 = gpt_round_to_bf16(b.lnf, d.rows * d.channels, d.bf16_storage, b.x16, d.threads);
+      gpt_logits_forward(x16, GptGemmInput{b.wte, d.bf16_storage}, d.rows, d.channels, d.padded_vocab, b.logits,
+                         d.threads);
+      return;
+    }
+  }
+  gpt_logits_forward(b.lnf, b.wte, d.rows, d.channels, d.padded_vocab, b.logits, d.threads);
+}
+
+// dln = dlogits wte, dwte_head = dlogits^T lnf.
+template <class T>
+void logits_backward(const GptDims& d, const GptBuffers<T>& b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.head_dtype() == DType::kBF16) {
+      const GptGemmInput x16 = gpt_round_to_bf16(b.lnf, d.rows * d.channels, d.bf16_storage, b.x16, d.threads);
+      const GptGemmInput dlogits16 =
+          gpt_round_to_bf16(b.dlogits, d.rows * d.padded_vocab, d.bf16_storage, b.dy16, d.threads);
+      gpt_logits_backward(x16, GptGemmInput{b.wte, d.bf16_storage}, dlogits16, d.rows, d.channels, d.padded_vocab,
+                          b.dln, b.dwte_head, d.threads);
+      return;
+    }
+  }
+  gpt_logits_backward(b.lnf, b.wte, b.dlogits, d.rows, d.channels, d.padded_vocab, b.dln, b.dwte_head, d.threads);
+}
+
+// b.wte := the head's GEMM input form of wte (Note [Tied head]).
+template <class T>
+void keep_head_wte(const GptDims& d, const GptBuffers<T>& b, const T* wte) {
+  const int64_t n = d.padded_vocab * d.channels;
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.head_dtype() == DType::kBF16) {
+      gpt_round_to_bf16(wte, n, d.bf16_storage, b.wte, d.threads);
+      return;
+    }
+  }
+  parallel_for(n, d.threads, int64_t{1} << 16,
+               [&](int64_t i0, int64_t i1) { std::copy(wte + i0, wte + i1, b.wte + i0); });
+}
+
 // Returns the loss after the head, 0 before.
 template <class T>
-double unit_forward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const T* p,
+double unit_forward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const UnitParams<T>& w,
                     const int32_t* inputs, const int32_t* targets) {
   const int64_t rows = d.rows, c = d.channels;
   const int th = d.threads;
+  const T* p = w.p;
   if (u == 0) {
-    std::copy(p + offset(unit, kWte), p + offset(unit, kWte) + d.padded_vocab * c, b.wte);
-    gpt_embedding_forward(inputs, b.wte, p + offset(unit, kWpe), d.batch, d.seq, c, d.vocab, b.residual[0], th);
+    keep_head_wte(d, b, p + offset(unit, kWte));
+    gpt_embedding_forward(inputs, p + offset(unit, kWte), p + offset(unit, kWpe), d.batch, d.seq, c, d.vocab,
+                          b.residual[0], th);
     return 0.0;
   }
   if (u <= d.layers) {
     const auto l = static_cast<size_t>(u - 1);
+    const size_t op = l * kBlockOps;
     const typename GptBuffers<T>::Layer& y = b.layers[l];
     const T* x = b.residual[l];
     T* out = b.residual[l + 1];
     auto at = [&](int param) { return p + offset(unit, param); };
+    auto off = [&](int param) { return offset(unit, param); };
     gpt_layernorm_forward(x, at(kLn1W), at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd, th);
-    gpt_matmul_forward(y.ln1, at(kAttnW), at(kAttnB), rows, c, 3 * c, y.qkv, th);
+    matmul_forward(d, b, op + kCAttn, w, off(kAttnW), off(kAttnB), y.ln1, c, 3 * c, y.qkv);
     gpt_attention_forward(y.qkv, d.batch, d.seq, c, d.heads, y.att, y.atty, th);
-    gpt_matmul_forward(y.atty, at(kAttnProjW), at(kAttnProjB), rows, c, c, y.res2, th);
+    matmul_forward(d, b, op + kAttnCProj, w, off(kAttnProjW), off(kAttnProjB), y.atty, c, c, y.res2);
     gpt_add(x, y.res2, rows * c, y.res2, th);
     gpt_layernorm_forward(y.res2, at(kLn2W), at(kLn2B), rows, c, y.ln2, y.ln2_mean, y.ln2_rstd, th);
-    gpt_matmul_forward(y.ln2, at(kFcW), at(kFcB), rows, c, 4 * c, y.fch, th);
+    matmul_forward(d, b, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch);
     gpt_gelu_forward(y.fch, rows * 4 * c, y.fch_gelu, th);
-    gpt_matmul_forward(y.fch_gelu, at(kFcProjW), at(kFcProjB), rows, 4 * c, c, out, th);
+    matmul_forward(d, b, op + kMlpCProj, w, off(kFcProjW), off(kFcProjB), y.fch_gelu, 4 * c, c, out);
     gpt_add(y.res2, out, rows * c, out, th);
     return 0.0;
   }
   gpt_layernorm_forward(b.residual.back(), p + offset(unit, kLnfW), p + offset(unit, kLnfB), rows, c, b.lnf,
                         b.lnf_mean, b.lnf_rstd, th);
-  gpt_logits_forward(b.lnf, b.wte, rows, c, d.padded_vocab, b.logits, th);
+  logits_forward(d, b);
   // d loss / d logits lands in b.dlogits, where the head's backward reads it.
   return gpt_softmax_xent(b.logits, targets, rows, d.vocab, d.padded_vocab, b.row_loss, b.dlogits, th);
 }
 
-// p may be null for unit 0, which reads no parameters.
+// w.p may be null for unit 0, which reads no parameters.
 template <class T>
-void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const T* p,
+void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLayout& unit, const UnitParams<T>& w,
                    const int32_t* inputs, T* g) {
   const int64_t rows = d.rows, c = d.channels;
   const int th = d.threads;
+  const T* p = w.p;
   if (u == 0) {
     // Note [Tied head]: the head's d wte, then the embedding's added in.
     T* dwte = g + offset(unit, kWte);
     T* dwpe = g + offset(unit, kWpe);
-    std::copy(b.dwte_head, b.dwte_head + d.padded_vocab * c, dwte);
+    parallel_for(d.padded_vocab * c, th, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
+      std::copy(b.dwte_head + i0, b.dwte_head + i1, dwte + i0);
+    });
     std::fill(dwpe, dwpe + d.seq * c, T(0));
     gpt_embedding_backward(inputs, b.dres, d.batch, d.seq, c, dwte, dwpe, th);
     return;
   }
   if (u <= d.layers) {
     const auto l = static_cast<size_t>(u - 1);
+    const size_t op = l * kBlockOps;
     const typename GptBuffers<T>::Layer& y = b.layers[l];
     auto at = [&](int param) { return p + offset(unit, param); };
+    auto off = [&](int param) { return offset(unit, param); };
     auto grad = [&](int param) { return g + offset(unit, param); };
     // b.dres holds d loss / d (block output); it becomes d loss / d (block input).
-    gpt_matmul_backward(y.fch_gelu, at(kFcProjW), b.dres, rows, 4 * c, c, b.dfch, grad(kFcProjW), grad(kFcProjB),
-                        th);
+    matmul_backward(d, b, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
+                    grad(kFcProjB));
     gpt_gelu_backward(y.fch, b.dfch, rows * 4 * c, b.dfch, th);
-    gpt_matmul_backward(y.ln2, at(kFcW), b.dfch, rows, c, 4 * c, b.dln, grad(kFcW), grad(kFcB), th);
+    matmul_backward(d, b, op + kCFc, w, off(kFcW), y.ln2, b.dfch, c, 4 * c, b.dln, grad(kFcW), grad(kFcB));
     gpt_layernorm_backward(b.dln, y.res2, at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
                            grad(kLn2B), th);
-    gpt_matmul_backward(y.atty, at(kAttnProjW), b.dres, rows, c, c, b.datty, grad(kAttnProjW), grad(kAttnProjB),
-                        th);
+    matmul_backward(d, b, op + kAttnCProj, w, off(kAttnProjW), y.atty, b.dres, c, c, b.datty, grad(kAttnProjW),
+                    grad(kAttnProjB));
     gpt_attention_backward(y.qkv, y.att, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv, th);
-    gpt_matmul_backward(y.ln1, at(kAttnW), b.dqkv, rows, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB), th);
+    matmul_backward(d, b, op + kCAttn, w, off(kAttnW), y.ln1, b.dqkv, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB));
     gpt_layernorm_backward(b.dln, b.residual[l], at(kLn1W), y.ln1_mean, y.ln1_rstd, rows, c, b.dres, grad(kLn1W),
                            grad(kLn1B), th);
     return;
   }
-  gpt_logits_backward(b.lnf, b.wte, b.dlogits, rows, c, d.padded_vocab, b.dln, b.dwte_head, th);
+  logits_backward(d, b);
   std::fill(b.dres, b.dres + rows * c, T(0));
   gpt_layernorm_backward(b.dln, b.residual.back(), p + offset(unit, kLnfW), b.lnf_mean, b.lnf_rstd, rows, c, b.dres,
                          g + offset(unit, kLnfW), g + offset(unit, kLnfB), th);
@@ -240,6 +386,41 @@ void validate(const GptConfig& config) {
   if (config.threads < 0) {
     MP_THROW(ConfigError, "gpt.threads = ", config.threads, ": must be 0 (default) or positive");
   }
+  if (config.matmul_dtype != DType::kF32 && config.matmul_dtype != DType::kBF16) {
+    MP_THROW(ConfigError, "compute.matmul_dtype = ", dtype_name(config.matmul_dtype), ": must be fp32 or bf16");
+  }
+  for (size_t k = 0; k < config.fp32_ops.size(); ++k) {
+    try {
+      const std::regex check(config.fp32_ops[k], std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      MP_THROW(ConfigError, "compute.fp32_ops[", k, "] = '", config.fp32_ops[k],
+               "': not a valid regular expression (", e.what(), ")");
+    }
+  }
+}
+
+std::vector<std::string> gpt_matmul_op_names(int64_t layers) {
+  std::vector<std::string> names;
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string h = "h" + std::to_string(l);
+    // The BlockOp order.
+    for (const char* op : {".attn.c_attn", ".attn.c_proj", ".mlp.c_fc", ".mlp.c_proj"}) names.push_back(h + op);
+  }
+  names.emplace_back("head");
+  return names;
+}
+
+std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config) {
+  validate(config);
+  std::vector<std::regex> fp32;
+  for (const std::string& pattern : config.fp32_ops) fp32.emplace_back(pattern, std::regex::ECMAScript);
+  std::vector<DType> dtypes;
+  for (const std::string& name : gpt_matmul_op_names(config.layers)) {
+    const bool keep =
+        std::any_of(fp32.begin(), fp32.end(), [&](const std::regex& r) { return std::regex_match(name, r); });
+    dtypes.push_back(keep ? DType::kF32 : config.matmul_dtype);
+  }
+  return dtypes;
 }
 
 int64_t gpt_padded_vocab(int64_t vocab) {
@@ -348,7 +529,7 @@ template <class T>
 double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const int32_t* targets,
                           const std::vector<std::vector<T>>& unit_params, std::vector<std::vector<T>>& unit_grads) {
   const FlatLayout layout(Gpt::spec_for(config), 1);
-  const GptDims d = dims_for(config);
+  const GptDims d = dims_for<T>(config);
   MP_ENFORCE_EQ(static_cast<int64_t>(unit_params.size()), static_cast<int64_t>(layout.num_units()),
                 "parameter buffers, one per unit");
   unit_grads.resize(unit_params.size());
@@ -365,11 +546,12 @@ double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const 
   const GptBuffers<T> b = carve<T>(d, ws.data(), &numel);
   double loss = 0.0;
   for (int u = 0; u < layout.num_units(); ++u) {
-    loss = unit_forward(d, b, u, layout.unit(u), unit_params[static_cast<size_t>(u)].data(), inputs, targets);
+    const UnitParams<T> w{unit_params[static_cast<size_t>(u)].data()};
+    loss = unit_forward(d, b, u, layout.unit(u), w, inputs, targets);
   }
   for (int u = layout.num_units() - 1; u >= 0; --u) {
     const auto k = static_cast<size_t>(u);
-    unit_backward(d, b, u, layout.unit(u), unit_params[k].data(), inputs, unit_grads[k].data());
+    unit_backward(d, b, u, layout.unit(u), UnitParams<T>{unit_params[k].data()}, inputs, unit_grads[k].data());
   }
   return loss;
 }
@@ -418,7 +600,7 @@ Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const Tok
     : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));
   auto ws = std::make_unique<detail::GptWorkspace>();
-  ws->dims = dims_for(config_);
+  ws->dims = dims_for<float>(config_);
   int64_t numel = 0;
   carve<float>(ws->dims, nullptr, &numel);
   workspace_ = Tensor::empty(allocator, DType::kF32, {numel}, MemCategory::kActivations);
@@ -459,20 +641,38 @@ void Gpt::check_unit(int unit, const char* what) const {
 }
 
 const float* Gpt::unit_params(int unit, const Tensor& params) {
-  return unit_params_fp32(layout_[static_cast<size_t>(unit)], params, param_ws_);
+  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
+  const bool narrow = params.dtype() == DType::kBF16 || params.dtype() == DType::kF16;
+  if (!narrow || !params.device().is_cpu() || params.shape().size() != 1 || params.numel() < layout.numel) {
+    return unit_params_fp32(layout, params, param_ws_);  // as it is, or the error naming the unit
+  }
+  // Narrow parameters: the same conversion, split over the op threads (a
+  // GPT-2 124M step converts 2 x 124M elements; convert() alone runs on the
+  // calling thread). Element-wise, so the bits do not depend on the split.
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  parallel_for(layout.numel, config_.threads, kChunk, [&](int64_t i0, int64_t i1) {
+    convert(params.flat(i0, i1 - i0), param_ws_.flat(i0, i1 - i0));
+  });
+  return param_ws_.data_as<float>();
 }
 
 void Gpt::forward(int unit, const Tensor& params) {
   check_unit(unit, "forward");
   MP_ENFORCE_EQ(unit, forwarded_, "Gpt::forward runs units in order");
   const auto u = static_cast<size_t>(unit);
-  const float* p = unit_params(unit, params);
-  const double loss = unit_forward(ws_->dims, ws_->buffers, unit, layout_[u], p, inputs(), targets());
+  const UnitParams<float> w{unit_params(unit, params), params.data(), params.dtype()};
+  const double loss = unit_forward(ws_->dims, ws_->buffers, unit, layout_[u], w, inputs(), targets());
   ++forwarded_;
   if (forwarded_ == static_cast<int>(layout_.size())) {
     loss_ = loss;
     next_backward_ = forwarded_ - 1;
   }
+}
+
+const float* Gpt::logits() const {
+  MP_ENFORCE(micro_batch_ >= 0 && forwarded_ == static_cast<int>(layout_.size()),
+             "Gpt::logits before the forward of every unit");
+  return ws_->buffers.logits;
 }
 
 double Gpt::loss() const {
@@ -490,8 +690,9 @@ void Gpt::backward(int unit, const Tensor& params, const Tensor& grads) {
                  grads.numel() >= layout.numel,
              "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements): got ", grads.describe());
   // Unit 0's backward reads no parameters (Note [Tied head]).
-  const float* p = unit > 0 ? unit_params(unit, params) : nullptr;
-  unit_backward(ws_->dims, ws_->buffers, unit, layout, p, inputs(), grads.data_as<float>());
+  const UnitParams<float> w = unit > 0 ? UnitParams<float>{unit_params(unit, params), params.data(), params.dtype()}
+                                        : UnitParams<float>{};
+  unit_backward(ws_->dims, ws_->buffers, unit, layout, w, inputs(), grads.data_as<float>());
   --next_backward_;
 }
 

@@ -29,7 +29,9 @@
 // Note [Tied head]
 // The head (the last unit) needs wte, which lives in unit 0, and the engine
 // may have released unit 0's gathered buffer by then (FULL_SHARD). So:
-//   forward(0)      copies wte, as fp32, into a model workspace;
+//   forward(0)      copies wte, as the head's GEMM input (fp32, or its bf16
+//                   values for a bf16 head: Note [GPT autocast]), into a
+//                   model workspace;
 //   forward(last)   computes the logits from that copy;
 //   backward(last)  computes the head's d loss / d wte into another fp32
 //                   model workspace;
@@ -54,9 +56,32 @@
 // one), so a training log can show how far the loss is from the best
 // possible. This is the embedded default data of mp_worker.
 //
+// Note [GPT autocast]
+// The model's GEMM ops are named "h{i}.attn.c_attn", "h{i}.attn.c_proj",
+// "h{i}.mlp.c_fc", "h{i}.mlp.c_proj" (block i) and "head" (the tied logits
+// GEMM). matmul_dtype bf16 runs each of them as torch.autocast(dtype=bf16)
+// runs nn.Linear on the CPU: its activation input and its weight are rounded
+// to bf16 (nearest even) and the products accumulated in fp32; its backward
+// GEMMs take bf16 inputs too (dy rounded to bf16, with the bf16 x and w), so
+// dx = dy w^T and dw = x^T dy multiply bf16 values. Unlike autocast, every
+// GEMM output (y, dx, dw, logits) stays fp32, not rounded to bf16, and the
+// bias (added in fp32) and its gradient (column sums of the fp32 dy) never
+// pass through bf16. Everything else (embeddings, layernorm, attention's
+// q k^T, softmax and att v, GELU, the residual adds, the cross-entropy)
+// computes in fp32 as autocast's fp32 ops do. An op whose whole name matches
+// one of fp32_ops (ECMAScript regexes; e.g. "head", "h0\..*", ".*") keeps
+// fp32 inputs, bit for bit the matmul_dtype fp32 op.
+// bf16 parameters from the engine (param_dtype bf16) are the GEMM weights
+// as they are, never widened and rounded again; the same values given as
+// fp32 give the same bits. The double instantiation of gpt_loss_and_grads
+// (the reference) ignores matmul_dtype and fp32_ops: exact math.
+//
 // Determinism: the op math (models/gpt_ops.h) computes every element on one
-// thread in a fixed order, so the model gives the same bits for any thread
-// count and on any process.
+// thread in a fixed order, and the GEMMs split their work into tiles that do
+// not depend on the thread count (Note [CPU GEMM threads] in
+// kernels/cpu/gemm.h), so the model gives the same bits for any thread count
+// and on any process of the same CPU type (oneDNN picks its kernels by
+// instruction set, so AVX2 and AVX-512 machines may differ in the last bits).
 #pragma once
 
 #include <cstdint>
@@ -78,11 +103,23 @@ struct GptConfig {
   int64_t layers = 2;
   int64_t micro_batch_size = 2;  // sequences per micro-batch, B
   uint64_t data_seed = 1234;
-  int threads = 0;               // CPU threads of the op loops; 0: default_cpu_threads()
+  int threads = 0;               // CPU threads of the op loops and GEMMs; 0: default_cpu_threads()
+  // Note [GPT autocast]: the inputs of the GEMM ops, fp32 or bf16 ...
+  DType matmul_dtype = DType::kF32;
+  // ... except the ops whose names match one of these (ECMAScript), which keep fp32.
+  std::vector<std::string> fp32_ops;
 };
 
+// The names of the GEMM ops of a GPT with `layers` blocks, in forward order:
+// h0.attn.c_attn, h0.attn.c_proj, h0.mlp.c_fc, h0.mlp.c_proj, h1..., head.
+std::vector<std::string> gpt_matmul_op_names(int64_t layers);
+// The input dtype of each op of gpt_matmul_op_names(config.layers) under
+// Note [GPT autocast]. Validates config.
+std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config);
+
 // Throws ConfigError naming the field, e.g. "gpt.heads = 5 does not divide
-// gpt.channels = 32" or "gpt.layers = 0: must be positive".
+// gpt.channels = 32", "gpt.layers = 0: must be positive" or
+// "compute.fp32_ops[1] = "h(": not an ECMAScript regex (...)".
 void validate(const GptConfig& config);
 
 inline constexpr int64_t kGptVocabMultiple = 128;
@@ -169,6 +206,10 @@ class Gpt final : public Model {
   // The current micro-batch (for tests): micro_batch_size * context each.
   const int32_t* inputs() const;
   const int32_t* targets() const;
+  // The logits of the last forward, [micro_batch_size * context rows,
+  // gpt_padded_vocab(vocab)] row-major (the columns past vocab are padding);
+  // valid until the next forward. EnforceError before a whole forward.
+  const float* logits() const;
 
  private:
   const float* unit_params(int unit, const Tensor& params);  // fp32 view, converted if needed

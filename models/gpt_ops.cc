@@ -2,9 +2,13 @@
 #include "models/gpt_ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
 #include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
@@ -235,6 +239,149 @@ void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t row
   });
 }
 
+// ---- GEMM ops (float path) --------------------------------------------------------
+
+namespace {
+
+GemmInput stored(GptGemmInput x, int64_t ld, bool transposed) { return GemmInput{x.data, x.dtype, ld, transposed}; }
+
+// C[m, n] (ldc n) = op(a) op(b) (+ bias).
+void gemm(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, const float* bias, float* c, int threads) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a;
+  p.b = b;
+  p.bias = bias;
+  p.c = c;
+  p.ldc = n;
+  GemmOptions o;
+  o.threads = threads;
+  gemm_cpu(p, o);
+}
+
+}  // namespace
+
+void gpt_matmul_forward(GptGemmInput x, GptGemmInput w, const float* bias, int64_t rows, int64_t in, int64_t out,
+                        float* y, int threads) {
+  gemm(rows, out, in, stored(x, in, false), stored(w, out, false), bias, y, threads);
+}
+
+void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_t rows, int64_t in, int64_t out,
+                         float* dx, float* dw, int threads) {
+  // dx[rows, in] = dy[rows, out] w^T (w stored [in, out]).
+  if (dx != nullptr) gemm(rows, in, out, stored(dy, out, false), stored(w, out, true), nullptr, dx, threads);
+  // dw[in, out] = x^T (x stored [rows, in]) dy[rows, out].
+  gemm(in, out, rows, stored(x, in, true), stored(dy, out, false), nullptr, dw, threads);
+}
+
+void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads) {
+  parallel_for(out, threads, part_align(rows, 8), [&](int64_t o0, int64_t o1) {
+    std::fill(db + o0, db + o1, 0.0f);
+    for (int64_t n = 0; n < rows; ++n) {
+      const float* g = dy + n * out;
+      for (int64_t o = o0; o < o1; ++o) db[o] += g[o];
+    }
+  });
+}
+
+void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
+                        float* logits, int threads) {
+  // logits[rows, V] = x[rows, C] wte^T (wte stored [V, C]).
+  gemm(rows, vocab_rows, channels, stored(x, channels, false), stored(wte, channels, true), nullptr, logits,
+       threads);
+}
+
+void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, float* dx, float* dwte, int threads) {
+  // dx[rows, C] = dlogits[rows, V] wte[V, C].
+  gemm(rows, channels, vocab_rows, stored(dlogits, vocab_rows, false), stored(wte, channels, false), nullptr, dx,
+       threads);
+  // dwte[V, C] = dlogits^T (stored [rows, V]) x[rows, C].
+  gemm(vocab_rows, channels, rows, stored(dlogits, vocab_rows, true), stored(x, channels, false), nullptr, dwte,
+       threads);
+}
+
+template <>
+void gpt_matmul_forward<float>(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                               int64_t out, float* y, int threads) {
+  gpt_matmul_forward(gemm_input(x), gemm_input(w), bias, rows, in, out, y, threads);
+}
+
+template <>
+void gpt_matmul_backward<float>(const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
+                                int64_t out, float* dx, float* dw, float* db, int threads) {
+  gpt_matmul_backward(gemm_input(x), gemm_input(w), gemm_input(dy), rows, in, out, dx, dw, threads);
+  if (db != nullptr) gpt_bias_backward(dy, rows, out, db, threads);
+}
+
+template <>
+void gpt_logits_forward<float>(const float* x, const float* wte, int64_t rows, int64_t channels,
+                               int64_t vocab_rows, float* logits, int threads) {
+  gpt_logits_forward(gemm_input(x), gemm_input(wte), rows, channels, vocab_rows, logits, threads);
+}
+
+template <>
+void gpt_logits_backward<float>(const float* x, const float* wte, const float* dlogits, int64_t rows,
+                                int64_t channels, int64_t vocab_rows, float* dx, float* dwte, int threads) {
+  gpt_logits_backward(gemm_input(x), gemm_input(wte), gemm_input(dlogits), rows, channels, vocab_rows, dx, dwte,
+                      threads);
+}
+
+GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads) {
+  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
+    if (storage == DType::kBF16) {
+      auto* o = static_cast<bf16*>(out);
+      for (int64_t j = j0; j < j1; ++j) o[j] = math::from_f32<bf16>(x[j]);
+    } else {
+      auto* o = static_cast<float*>(out);
+      for (int64_t j = j0; j < j1; ++j) o[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+    }
+  });
+  return GptGemmInput{out, storage};
+}
+
+// ---- elementwise math ---------------------------------------------------------------
+
+namespace {
+
+// exp(x) for the float path, in plain arithmetic so that loops of it
+// vectorize (libm's expf is a call per element; GELU's tanhf was 7% of a
+// GPT-2 124M step). Cephes' expf: x = n ln 2 + r with |r| <= ln 2 / 2, a
+// degree-6 polynomial for e^r, 2^n from the exponent bits; relative error
+// about 2 ulp. x is clamped to [-87, 88], where 2^n stays a normal float:
+// exp(-87) = 1.6e-38 stands for anything smaller. NaN gives NaN (so a
+// diverged loss still shows as non-finite gradients).
+[[gnu::always_inline]] inline float exp_approx(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  // Selects, not branches, so loops of it vectorize (with
+  // -fno-trapping-math: models/CMakeLists.txt).
+  const float xc = x == x ? std::min(std::max(x, -87.0f), 88.0f) : 0.0f;
+  const float fx = xc * kLog2e + 0.5f;
+  const float tf = static_cast<float>(static_cast<int32_t>(fx));
+  const float n = tf - (tf > fx ? 1.0f : 0.0f);  // floor(fx)
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  const float p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                   1.6666665459e-1f) * r + 5.0000001201e-1f;
+  const float e = p * (r * r) + r + 1.0f;
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  const float result = e * scale;
+  return x == x ? result : x;  // NaN in, NaN out
+}
+
+}  // namespace
+
+template <class T>
+[[gnu::always_inline]] inline T gpt_exp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_approx(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
 // ---- gelu -----------------------------------------------------------------------
 
 namespace {
@@ -242,13 +389,18 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluCubic = 0.044715;
 }  // namespace
 
+// GPT-2's gelu, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+// is x sigmoid(2 u): 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2 u)). Its
+// derivative is sigmoid(2u) + 2 x sigmoid(2u) (1 - sigmoid(2u)) u'(x), with
+// 1 - tanh(u)^2 = 4 sigmoid(2u) (1 - sigmoid(2u)). One exp, no tanh.
 template <class T>
 void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
   const auto s = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kGeluCubic);
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const T v = x[j];
-      out[j] = T(0.5) * v * (T(1) + std::tanh(s * (v + a * v * v * v)));
+      const T u = s * (v + a * v * v * v);
+      out[j] = v / (T(1) + gpt_exp(T(-2) * u));
     }
   });
 }
@@ -259,9 +411,9 @@ void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads)
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const T v = x[j];
-      const T th = std::tanh(s * (v + a * v * v * v));
-      const T sech2 = T(1) - th * th;
-      const T local = T(0.5) * (T(1) + th) + T(0.5) * v * sech2 * s * (T(1) + T(3) * a * v * v);
+      const T u = s * (v + a * v * v * v);
+      const T sig = T(1) / (T(1) + gpt_exp(T(-2) * u));
+      const T local = sig + T(2) * v * sig * (T(1) - sig) * s * (T(1) + T(3) * a * v * v);
       dx[j] = local * dout[j];
     }
   });
@@ -358,7 +510,7 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
       check_token(target, vocab, n, "target");
       const T* z = logits + n * padded_vocab;
       T* dz = dlogits + n * padded_vocab;
-      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz);
+      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz, [](T v) { return gpt_exp(v); });
       std::fill(dz + vocab, dz + padded_vocab, T(0));
     }
   });
@@ -383,11 +535,6 @@ void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
   template void gpt_layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, T*, T*, T*, int);    \
   template void gpt_layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
                                           T*, T*, T*, int);                                                   \
-  template void gpt_matmul_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, int);      \
-  template void gpt_matmul_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, T*, T*,   \
-                                       int);                                                                  \
-  template void gpt_logits_forward<T>(const T*, const T*, int64_t, int64_t, int64_t, T*, int);                \
-  template void gpt_logits_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, T*, int); \
   template void gpt_gelu_forward<T>(const T*, int64_t, T*, int);                                              \
   template void gpt_gelu_backward<T>(const T*, const T*, int64_t, T*, int);                                   \
   template void gpt_attention_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, int);          \
@@ -398,5 +545,15 @@ void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
 MP_GPT_OPS_INSTANTIATE(float)
 MP_GPT_OPS_INSTANTIATE(double)
 #undef MP_GPT_OPS_INSTANTIATE
+
+// The loops of the GEMM ops, for the double path (float has the
+// specializations above).
+template void gpt_matmul_forward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                         double*, int);
+template void gpt_matmul_backward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                          double*, double*, double*, int);
+template void gpt_logits_forward<double>(const double*, const double*, int64_t, int64_t, int64_t, double*, int);
+template void gpt_logits_backward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                          double*, double*, int);
 
 }  // namespace mp

@@ -1,6 +1,9 @@
 // models/gpt_ops.h: the GPT-2 layer math on the CPU, written once as
 // templates over the scalar T (float for the model, double for reference
-// tests; both are instantiated in gpt_ops.cc).
+// tests; both are instantiated in gpt_ops.cc). The GEMMs of the float path
+// (the matmul and tied-head ops) run on oneDNN through gemm_cpu
+// (kernels/cpu/gemm.h), with fp32 or bf16 inputs; the double path keeps the
+// plain loops, the reference the float path is tested against.
 //
 // Note [GPT op math]
 // Activations are row-major with one row per token position: rows = batch *
@@ -11,7 +14,11 @@
 // depends only on the shapes, never on how parallel_for splits the work; so
 // results are bitwise identical for any thread count. Reductions use fixed
 // per-lane partial sums (see `dot` in gpt_ops.cc) so they vectorize without
-// reassociation.
+// reassociation. The float GEMMs keep the promise by construction: gemm_cpu
+// computes each tile of C in one single-threaded oneDNN call whose arguments
+// do not depend on the thread count (Note [CPU GEMM threads] in
+// kernels/cpu/gemm.h). Bits may differ between CPUs with different
+// instruction sets (oneDNN's kernels, libm's vector exp).
 // Gradients overwrite their outputs, except where a function says
 // "accumulates": the residual-stream input gradient of layernorm_backward
 // and the embedding tables of embedding_backward, which are sums of several
@@ -19,6 +26,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "runtime/dtype.h"
 
 namespace mp {
 
@@ -72,6 +81,52 @@ void gpt_logits_forward(const T* x, const T* wte, int64_t rows, int64_t channels
 template <class T>
 void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t rows, int64_t channels,
                          int64_t vocab_rows, T* dx, T* dwte, int threads);
+
+// The float instantiations are the GEMM ops below with fp32 inputs.
+template <>
+void gpt_matmul_forward<float>(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                               int64_t out, float* y, int threads);
+template <>
+void gpt_matmul_backward<float>(const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
+                                int64_t out, float* dx, float* dw, float* db, int threads);
+template <>
+void gpt_logits_forward<float>(const float* x, const float* wte, int64_t rows, int64_t channels,
+                               int64_t vocab_rows, float* logits, int threads);
+template <>
+void gpt_logits_backward<float>(const float* x, const float* wte, const float* dlogits, int64_t rows,
+                                int64_t channels, int64_t vocab_rows, float* dx, float* dwte, int threads);
+
+// ---- GEMM ops with fp32 or bf16 inputs (float path) -----------------------------
+// The same products as above, on gemm_cpu: every input is fp32 or bf16
+// values (`dtype`), accumulated and written in fp32 (Note [GPT autocast] in
+// models/gpt.h says which op gets which).
+struct GptGemmInput {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+};
+inline GptGemmInput gemm_input(const float* values) { return GptGemmInput{values, DType::kF32}; }
+
+// y = x w + bias (bias fp32, may be null).
+void gpt_matmul_forward(GptGemmInput x, GptGemmInput w, const float* bias, int64_t rows, int64_t in, int64_t out,
+                        float* y, int threads);
+// dx = dy w^T (skipped if dx is null) and dw = x^T dy. The bias gradient
+// is gpt_bias_backward of the fp32 dy.
+void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_t rows, int64_t in, int64_t out,
+                         float* dx, float* dw, int threads);
+// db[out] = column sums of dy[rows, out], summed over rows in order.
+void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads);
+// logits = x wte^T.
+void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
+                        float* logits, int threads);
+// dx = dlogits wte and dwte = dlogits^T x.
+void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, float* dx, float* dwte, int threads);
+
+// out[i] := x[i] rounded to bf16 (nearest even), for a bf16 GEMM input:
+// stored as bf16 (storage kBF16) or as the fp32 of the bf16 value (kF32,
+// exact; gemm_bf16_storage() says which gemm_cpu multiplies faster).
+// Returns the GEMM input that reads out.
+GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads);
 
 // ---- gelu -----------------------------------------------------------------------
 // The tanh approximation of GPT-2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -45,16 +45,22 @@ void axpy(T a, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
 
 // One row of softmax cross-entropy over z[0, classes): writes
 // dz[c] = (softmax(z)[c] - [c == target]) * scale and returns the row's loss,
-// log(sum exp z) - z[target], computed with the max subtracted.
-template <class T>
-T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz) {
+// log(sum exp z) - z[target], computed with the max subtracted. `exp` is
+// std::exp unless the caller brings a vectorizable one (the GPT's float path).
+struct StdExp {
+  template <class T>
+  T operator()(T x) const {
+    return std::exp(x);
+  }
+};
+
+template <class T, class Exp = StdExp>
+T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz, Exp exp = Exp()) {
   T m = z[0];
   for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c]);
+  for (int64_t c = 0; c < classes; ++c) dz[c] = exp(z[c] - m);
   T sum = 0;
-  for (int64_t c = 0; c < classes; ++c) {
-    dz[c] = std::exp(z[c] - m);
-    sum += dz[c];
-  }
+  for (int64_t c = 0; c < classes; ++c) sum += dz[c];
   const T inv_sum = T(1) / sum;
   for (int64_t c = 0; c < classes; ++c) dz[c] = dz[c] * inv_sum * scale;
   dz[target] -= scale;

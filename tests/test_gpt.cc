@@ -93,7 +93,11 @@ TEST(Gpt, Fp32ModelMatchesDoublePath) {
 }
 
 TEST(Gpt, NarrowParamsEqualFp32OfTheRoundedValues) {
-  const GptConfig c = make_config(50, 8, 24, 3, 2, 2, 2);
+  // With bf16 GEMMs too: bf16 weights go to the GEMMs as they are (Note [GPT
+  // autocast]), fp32 weights are rounded first; the same values, the same bits.
+  for (DType matmul : {DType::kF32, DType::kBF16}) {
+  GptConfig c = make_config(50, 8, 24, 3, 2, 2, 2);
+  c.matmul_dtype = matmul;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Allocator alloc;
   const Units32 p32 = init_params(layout, 7, 1.0f, 0.1f);
@@ -112,11 +116,13 @@ TEST(Gpt, NarrowParamsEqualFp32OfTheRoundedValues) {
     Gpt a(c), b(c);
     const double loss_narrow = run_model(a, 4, narrow_params, narrow_grads);
     const double loss_rounded = run_model(b, 4, rounded_params, rounded_grads);
-    EXPECT_EQ(std::memcmp(&loss_narrow, &loss_rounded, sizeof(double)), 0) << dtype_name(narrow);
+    EXPECT_EQ(std::memcmp(&loss_narrow, &loss_rounded, sizeof(double)), 0)
+        << dtype_name(narrow) << " params, " << dtype_name(matmul) << " GEMMs";
     for (size_t u = 0; u < p32.size(); ++u) {
       EXPECT_EQ(std::memcmp(narrow_grads[u].data(), rounded_grads[u].data(), narrow_grads[u].size_bytes()), 0)
-          << dtype_name(narrow) << " unit " << u;
+          << dtype_name(narrow) << " params, " << dtype_name(matmul) << " GEMMs, unit " << u;
     }
+  }
   }
 }
 
@@ -156,7 +162,11 @@ TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
   // The second config is large enough that every op loop splits across
   // threads (gpt_ops.cc gives each thread at least 2^14 multiply-adds);
   // odd channel counts leave alignment gaps, group size 3 adds padding.
-  for (const GptConfig& c1 : {make_config(11, 7, 12, 3, 2, 3), make_config(300, 64, 100, 4, 2, 4)}) {
+  // Both GEMM precisions (Note [GPT autocast]): the GEMMs' tiles do not
+  // depend on the thread count either (Note [CPU GEMM threads]).
+  GptConfig bf16 = make_config(300, 64, 100, 4, 2, 4);
+  bf16.matmul_dtype = DType::kBF16;
+  for (const GptConfig& c1 : {make_config(11, 7, 12, 3, 2, 3), make_config(300, 64, 100, 4, 2, 4), bf16}) {
     const FlatLayout layout(Gpt::spec_for(c1), 3);
     const Units32 p = init_params(layout, 9, 1.0f, 0.1f, 7.0f);  // gaps hold 7 in params too
     const auto ref = grads_bits(c1, p, 6, 2);
@@ -166,7 +176,8 @@ TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
       const auto got = grads_bits(ct, p, 6, 1);
       for (size_t u = 0; u < ref.size(); ++u) {
         EXPECT_EQ(std::memcmp(got[u].data(), ref[u].data(), ref[u].size() * sizeof(float)), 0)
-            << "unit " << u << " threads " << threads << " channels " << c1.channels;
+            << "unit " << u << " threads " << threads << " channels " << c1.channels << " "
+            << dtype_name(c1.matmul_dtype) << " GEMMs";
       }
     }
     int64_t gaps = 0;
@@ -197,7 +208,9 @@ TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
 TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
   // Note [Tied head]: with FULL_SHARD the engine releases unit 0's gathered
   // buffer after forward(0); the head and backward(0) must not read it.
-  const GptConfig c = make_config(40, 8, 16, 2, 2, 2);
+  for (DType matmul : {DType::kF32, DType::kBF16}) {  // a bf16 head keeps its own rounded wte
+  GptConfig c = make_config(40, 8, 16, 2, 2, 2);
+  c.matmul_dtype = matmul;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Units32 p = init_params(layout, 13, 1.0f, 0.1f);
   Units32 g_ref = p, g_released = p;
@@ -221,8 +234,9 @@ TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
     model.backward(u, pt[static_cast<size_t>(u)], gt_released[static_cast<size_t>(u)]);
   }
   model.backward(0, released_t, gt_released[0]);
-  EXPECT_EQ(std::memcmp(&loss, &loss_ref, sizeof(double)), 0);
-  for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(g_released[u], g_ref[u]) << "unit " << u;
+  EXPECT_EQ(std::memcmp(&loss, &loss_ref, sizeof(double)), 0) << dtype_name(matmul);
+  for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(g_released[u], g_ref[u]) << "unit " << u << " " << dtype_name(matmul);
+  }
 }
 
 TEST(Gpt, PaddedVocabularyDoesNotAffectTheLoss) {
@@ -311,6 +325,12 @@ TEST(Gpt, ConfigErrorsNameTheField) {
   expect_config_error(make_config(64, 16, 32, 5, 2, 2), "gpt.heads = 5 does not divide gpt.channels = 32");
   expect_config_error(make_config(64, 16, 32, 4, 2, 2, -1), "gpt.threads = -1: must be 0 (default) or positive");
   expect_config_error(make_config(int64_t{1} << 31, 16, 32, 4, 2, 2), "gpt.vocab = 2147483648: must be at most");
+  GptConfig fp16 = make_config(64, 16, 32, 4, 2, 2);
+  fp16.matmul_dtype = DType::kF16;
+  expect_config_error(fp16, "compute.matmul_dtype = fp16: must be fp32 or bf16");
+  GptConfig bad_regex = make_config(64, 16, 32, 4, 2, 2);
+  bad_regex.fp32_ops = {"head", "h(0"};
+  expect_config_error(bad_regex, "compute.fp32_ops[1] = 'h(0': not a valid regular expression");
   EXPECT_THROW(Gpt::spec_for(make_config(64, 16, 32, 3, 2, 2)), ConfigError);
   EXPECT_THROW(GptData(make_config(64, 0, 32, 4, 2, 2)), ConfigError);
 }
@@ -395,6 +415,127 @@ TEST(Gpt, DataIsAPureFunctionOfTheIndexAndLearnable) {
   EXPECT_EQ(seen.size(), size_t{64});
   EXPECT_LT(h, 0.6 * std::log(64.0));
   EXPECT_GT(h, 0.3 * std::log(64.0));  // not deterministic either
+}
+
+// ---- Note [GPT autocast] -----------------------------------------------------
+
+// Loss and gradients of `c` on micro-batch g through the Model interface.
+double loss_and_grads(const GptConfig& c, const Units32& p, int64_t g, Units32& grads) {
+  Units32 params = p;
+  grads = p;
+  std::vector<Tensor> pt, gt;
+  for (size_t u = 0; u < params.size(); ++u) {
+    pt.push_back(wrap(params[u]));
+    gt.push_back(wrap(grads[u]));
+  }
+  Gpt model(c);
+  return run_model(model, g, pt, gt);
+}
+
+TEST(Gpt, Bf16MatmulsMatchTheDoublePathWithinBf16Rounding) {
+  GptConfig c = make_config(64, 16, 32, 4, 2, 2, 2);
+  c.matmul_dtype = DType::kBF16;
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  const Units32 p32 = init_params(layout, 5, 1.0f, 0.1f);
+  const Units64 p64 = to_double(p32);
+  GptConfig c32 = c;
+  c32.matmul_dtype = DType::kF32;
+  double max_loss_rel = 0.0, max_grad_rel = 0.0;
+  for (int64_t g : {0, 3, 1000}) {
+    Units32 g16, g32;
+    const double loss16 = loss_and_grads(c, p32, g, g16);
+    const double loss32 = loss_and_grads(c32, p32, g, g32);
+    const Batch data = load(c, g);
+    Units64 g64;
+    const double loss64 = gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p64, g64);
+    // The bf16 path is taken: the result differs from the fp32 GEMMs'.
+    EXPECT_NE(loss16, loss32) << "micro-batch " << g;
+    // GEMM inputs rounded to 8 significant bits (relative error <= 2^-9
+    // each): measured 1.1e-5 relative on the loss, 7.7e-3 of a parameter's
+    // largest gradient on its elements; the bounds leave about 2.5x.
+    max_loss_rel = std::max(max_loss_rel, std::abs(loss16 - loss64) / loss64);
+    EXPECT_NEAR(loss16, loss64, 3e-5 * loss64) << "micro-batch " << g;
+    for (size_t u = 0; u < p32.size(); ++u) {
+      for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
+        double scale = 0.0;
+        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+          scale = std::max(scale, std::abs(g64[u][static_cast<size_t>(i)]));
+        }
+        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+          const auto k = static_cast<size_t>(i);
+          max_grad_rel = std::max(max_grad_rel, std::abs(g16[u][k] - g64[u][k]) / scale);
+          EXPECT_NEAR(g16[u][k], g64[u][k], 2e-2 * scale) << pp.name << "[" << i - pp.offset << "] micro-batch " << g;
+        }
+      }
+    }
+  }
+  RecordProperty("max_loss_rel_err", sci(max_loss_rel));
+  RecordProperty("max_grad_rel_err", sci(max_grad_rel));
+}
+
+TEST(Gpt, Fp32OpsKeepTheirOpsExactlyFp32) {
+  GptConfig c = make_config(64, 16, 32, 4, 3, 2, 2);
+  c.matmul_dtype = DType::kBF16;
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  const Units32 p = init_params(layout, 11, 1.0f, 0.1f);
+  GptConfig fp32 = c;
+  fp32.matmul_dtype = DType::kF32;
+  Units32 g_fp32, g_all, g_bf16, g_head, g_head_blocks;
+  const double loss_fp32 = loss_and_grads(fp32, p, 2, g_fp32);
+  const double loss_bf16 = loss_and_grads(c, p, 2, g_bf16);
+  // ".*" matches every op: bit for bit the fp32 model.
+  GptConfig all = c;
+  all.fp32_ops = {".*"};
+  const double loss_all = loss_and_grads(all, p, 2, g_all);
+  EXPECT_EQ(std::memcmp(&loss_all, &loss_fp32, sizeof(double)), 0);
+  EXPECT_EQ(g_all, g_fp32);
+  // "head" alone: the blocks stay bf16, so neither result.
+  GptConfig head = c;
+  head.fp32_ops = {"head"};
+  const double loss_head = loss_and_grads(head, p, 2, g_head);
+  EXPECT_NE(loss_head, loss_fp32);
+  EXPECT_NE(loss_head, loss_bf16);
+  // The blocks by name plus the head: every op, the fp32 model again.
+  GptConfig named = c;
+  named.fp32_ops = {"head", "h[0-9]+\\.attn\\..*", "h[0-9]+\\.mlp\\.c_(fc|proj)"};
+  const double loss_named = loss_and_grads(named, p, 2, g_head_blocks);
+  EXPECT_EQ(std::memcmp(&loss_named, &loss_fp32, sizeof(double)), 0);
+  EXPECT_EQ(g_head_blocks, g_fp32);
+}
+
+TEST(Gpt, OpNamesAndTheirDtypes) {
+  const std::vector<std::string> names = gpt_matmul_op_names(2);
+  EXPECT_EQ(names, (std::vector<std::string>{"h0.attn.c_attn", "h0.attn.c_proj", "h0.mlp.c_fc", "h0.mlp.c_proj",
+                                             "h1.attn.c_attn", "h1.attn.c_proj", "h1.mlp.c_fc", "h1.mlp.c_proj",
+                                             "head"}));
+  GptConfig c = make_config(64, 16, 32, 4, 12, 2);
+  const auto F = DType::kF32, B = DType::kBF16;
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), std::vector<DType>(49, F));  // fp32: fp32_ops do not matter
+  c.fp32_ops = {"head"};
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), std::vector<DType>(49, F));
+  c.matmul_dtype = B;
+  std::vector<DType> expected(49, B);
+  expected[48] = F;
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), expected);
+  // The whole name must match: "h1" matches nothing, "h1\..*" only block 1
+  // (not h10, h11), "h1.*" blocks 1, 10 and 11.
+  c.fp32_ops = {"h1"};
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), std::vector<DType>(49, B));
+  c.fp32_ops = {"h1\\..*"};
+  expected.assign(49, B);
+  for (int k = 4; k < 8; ++k) expected[static_cast<size_t>(k)] = F;
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), expected);
+  c.fp32_ops = {"h1.*"};
+  for (int k = 40; k < 48; ++k) expected[static_cast<size_t>(k)] = F;
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), expected);
+  c.fp32_ops = {".*\\.mlp\\..*", "head"};
+  expected.assign(49, B);
+  for (int l = 0; l < 12; ++l) {
+    expected[static_cast<size_t>(4 * l + 2)] = F;
+    expected[static_cast<size_t>(4 * l + 3)] = F;
+  }
+  expected[48] = F;
+  EXPECT_EQ(gpt_matmul_op_dtypes(c), expected);
 }
 
 TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {

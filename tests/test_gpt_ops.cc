@@ -1,5 +1,8 @@
 // The GPT ops (models/gpt_ops.h): every backward against central finite
 // differences in double, plus the ops' own invariants.
+#include <limits>
+
+#include "kernels/convert_math.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {
@@ -174,6 +177,99 @@ TEST(GptOps, EmbeddingBackwardMatchesFiniteDifferences) {
   const std::vector<int32_t> bad = {0, 1, 5, 2, 0, 0, 0, 0};
   EXPECT_THROW(gpt_embedding_forward(bad.data(), wte.data(), wpe.data(), batch, seq, c, vocab, out.data(), 1),
                EnforceError);
+}
+
+TEST(GptOps, FloatGemmOpsMatchTheDoubleLoopsWithFp32AndBf16Inputs) {
+  // The float GEMM ops run on gemm_cpu; the double ones are the plain loops,
+  // here given the values the GEMMs see (fp32, or rounded to bf16).
+  const int64_t rows = 9, in = 13, out = 21, vocab_rows = 17;
+  auto f32 = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  const std::vector<float> x = f32(random_vec(rows * in, 31)), w = f32(random_vec(in * out, 32)),
+                           b = f32(random_vec(out, 33)), dy = f32(random_vec(rows * out, 34)),
+                           wte = f32(random_vec(vocab_rows * in, 35)),
+                           dlogits = f32(random_vec(rows * vocab_rows, 36));
+  for (const DType inputs : {DType::kF32, DType::kBF16}) {
+    std::vector<std::vector<bf16>> storage;
+    storage.reserve(5);
+    auto input = [&](const std::vector<float>& v) {
+      if (inputs == DType::kF32) return gemm_input(v.data());
+      storage.emplace_back(v.size());
+      return gpt_round_to_bf16(v.data(), static_cast<int64_t>(v.size()), DType::kBF16, storage.back().data(), 1);
+    };
+    auto seen = [&](const std::vector<float>& v) {
+      Vec r(v.begin(), v.end());
+      if (inputs == DType::kBF16) {
+        for (double& e : r) e = math::to_f32(math::from_f32<bf16>(static_cast<float>(e)));
+      }
+      return r;
+    };
+    const GptGemmInput xi = input(x), wi = input(w), dyi = input(dy), wtei = input(wte), dli = input(dlogits);
+    const Vec xr = seen(x), wr = seen(w), dyr = seen(dy), wter = seen(wte), dlr = seen(dlogits);
+    auto expect_close = [&](const std::vector<float>& got, const Vec& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::abs(want[i])))
+            << what << "[" << i << "] " << dtype_name(inputs) << " inputs";
+      }
+    };
+    // y = x w + b (the bias stays fp32).
+    std::vector<float> y(static_cast<size_t>(rows * out));
+    Vec y64(y.size());
+    const Vec b64(b.begin(), b.end());
+    gpt_matmul_forward(xi, wi, b.data(), rows, in, out, y.data(), 1);
+    gpt_matmul_forward(xr.data(), wr.data(), b64.data(), rows, in, out, y64.data(), 1);
+    expect_close(y, y64, "y");
+    // dx = dy w^T, dw = x^T dy; db = column sums of the fp32 dy.
+    std::vector<float> dx(static_cast<size_t>(rows * in)), dw(static_cast<size_t>(in * out)), db(out);
+    Vec dx64(dx.size()), dw64(dw.size()), db64(db.size(), 0.0);
+    gpt_matmul_backward(xi, wi, dyi, rows, in, out, dx.data(), dw.data(), 2);
+    gpt_bias_backward(dy.data(), rows, out, db.data(), 2);
+    gpt_matmul_backward(xr.data(), wr.data(), dyr.data(), rows, in, out, dx64.data(), dw64.data(),
+                        static_cast<double*>(nullptr), 1);
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t o = 0; o < out; ++o) db64[static_cast<size_t>(o)] += dy[static_cast<size_t>(n * out + o)];
+    }
+    expect_close(dx, dx64, "dx");
+    expect_close(dw, dw64, "dw");
+    expect_close(db, db64, "db");
+    // The tied head: logits = x wte^T, dx = dlogits wte, dwte = dlogits^T x.
+    std::vector<float> logits(static_cast<size_t>(rows * vocab_rows)), hdx(static_cast<size_t>(rows * in)),
+        dwte(static_cast<size_t>(vocab_rows * in));
+    Vec logits64(logits.size()), hdx64(hdx.size()), dwte64(dwte.size());
+    gpt_logits_forward(xi, wtei, rows, in, vocab_rows, logits.data(), 2);
+    gpt_logits_forward(xr.data(), wter.data(), rows, in, vocab_rows, logits64.data(), 1);
+    expect_close(logits, logits64, "logits");
+    gpt_logits_backward(xi, wtei, dli, rows, in, vocab_rows, hdx.data(), dwte.data(), 2);
+    gpt_logits_backward(xr.data(), wter.data(), dlr.data(), rows, in, vocab_rows, hdx64.data(), dwte64.data(), 1);
+    expect_close(hdx, hdx64, "head dx");
+    expect_close(dwte, dwte64, "dwte");
+  }
+  // The float template ops are the GEMM ops with fp32 inputs.
+  std::vector<float> y1(static_cast<size_t>(rows * out)), y2(y1.size());
+  gpt_matmul_forward(x.data(), w.data(), b.data(), rows, in, out, y1.data(), 1);
+  gpt_matmul_forward(gemm_input(x.data()), gemm_input(w.data()), b.data(), rows, in, out, y2.data(), 1);
+  EXPECT_EQ(y1, y2);
+}
+
+TEST(GptOps, RoundToBf16StoresBf16OrItsFp32) {
+  const std::vector<float> x = {1.0f, 1.00390625f, 1.01171875f, -3.14159265f, 0.0f, -0.0f, 1e-40f, 3.0e38f,
+                                std::numeric_limits<float>::infinity(), std::nanf("")};
+  std::vector<bf16> b(x.size());
+  std::vector<float> f(x.size());
+  const GptGemmInput ib = gpt_round_to_bf16(x.data(), static_cast<int64_t>(x.size()), DType::kBF16, b.data(), 2);
+  const GptGemmInput if32 = gpt_round_to_bf16(x.data(), static_cast<int64_t>(x.size()), DType::kF32, f.data(), 2);
+  EXPECT_EQ(ib.dtype, DType::kBF16);
+  EXPECT_EQ(ib.data, b.data());
+  EXPECT_EQ(if32.dtype, DType::kF32);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bf16 want = math::from_f32<bf16>(x[i]);
+    EXPECT_EQ(b[i].bits, want.bits) << i;
+    const float wf = math::to_f32(want);
+    EXPECT_EQ(std::memcmp(&f[i], &wf, sizeof(float)), 0) << i << ": " << f[i] << " vs " << wf;
+  }
+  EXPECT_EQ(f[1], 1.0f);          // a tie rounds to even
+  EXPECT_EQ(f[2], 1.015625f);     // above the tie rounds up
+  EXPECT_THROW(gpt_round_to_bf16(x.data(), 1, DType::kF16, f.data(), 1), EnforceError);
 }
 
 // ---- the whole model ---------------------------------------------------------

@@ -1,0 +1,106 @@
+// kernels/cpu/gemm.h: C = op(A) op(B) (+ bias) (+ C) on the CPU, through
+// oneDNN's matmul primitive. A and B are fp32 or bf16, C is fp32 and every
+// product is accumulated in fp32.
+//
+// Layout: every matrix is row-major with a leading dimension (the elements
+// between the starts of consecutive stored rows). A transposed operand is
+// described by strides, never copied: op(A) = A^T reads A stored [k, m].
+//
+// bf16: where oneDNN multiplies bf16 x bf16 -> fp32 natively on this CPU
+// (gemm_native_bf16(): avx512_bf16 or AMX machines) the bf16 operands go to
+// it as they are. Elsewhere (AVX2 machines: oneDNN 2.6 has no bf16 matmul
+// there) they are widened to fp32 scratch, which is exact, and the fp32 GEMM
+// runs: the same products of the same bf16 values, accumulated in fp32.
+//
+// Note [CPU GEMM threads]
+// oneDNN (Debian's build) would run its own parallel regions on OpenMP
+// threads, a second pool beside runtime/parallel.h's. gemm_cpu never lets it:
+// it splits C into tiles whose shape is a function of (m, n, k) alone
+// (gemm_tiling), runs the tiles on runtime/parallel.h's pool with `threads`
+// threads, and calls oneDNN on each tile with the OpenMP thread count of the
+// calling thread set to 1 (restored afterwards). So:
+//   - each C element is computed by one single-threaded oneDNN call whose
+//     arguments do not depend on `threads`: results are bitwise identical for
+//     any thread count (oneDNN's own threading would choose kernels and split
+//     K by thread count);
+//   - the thread count is the caller's `threads` (0: default_cpu_threads(),
+//     i.e. MP_NUM_THREADS or the CPUs this process may run on), the same knob
+//     as every other CPU loop, and no OpenMP worker ever spins beside them.
+// Bits can differ between machines: oneDNN picks kernels by instruction set.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace mp {
+
+// A read-only GEMM input: `data` holds `dtype` elements (kF32 or kBF16),
+// row-major with leading dimension `ld`. The operand the product uses is the
+// stored matrix, or its transpose when `transposed`.
+struct GemmInput {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t ld = 0;
+  bool transposed = false;
+};
+
+// C[m, n] = op(A)[m, k] op(B)[k, n] (+ bias[n] on every row) (+ C when
+// accumulate). A is stored [m, k] (ld >= k), or [k, m] (ld >= m) when
+// transposed; B is stored [k, n] (ld >= n), or [n, k] (ld >= k) when
+// transposed; C is stored [m, n] with ldc >= n. C must not overlap A, B or
+// bias. k = 0 gives C = bias (or zeros), added to C when accumulate.
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  GemmInput a;
+  GemmInput b;
+  const float* bias = nullptr;  // null: no bias
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+
+struct GemmOptions {
+  int threads = 0;  // Note [CPU GEMM threads]; 0: default_cpu_threads()
+  // fp32 scratch for inputs gemm_cpu copies first (bf16 widened where oneDNN
+  // has no bf16 matmul; a B whose rows are a multiple of 4 KiB apart,
+  // re-laid: Note [4K aliasing] in gemm.cc), at least
+  // gemm_scratch_elements(problem) long. Null or too short: a buffer of the
+  // calling thread that gemm_cpu grows as needed and keeps.
+  float* scratch = nullptr;
+  int64_t scratch_elements = 0;
+};
+
+// Throws EnforceError for a bad shape, leading dimension, dtype or pointer
+// (naming the problem), or if oneDNN fails.
+void gemm_cpu(const GemmProblem& problem, const GemmOptions& options = {});
+
+// The fp32 scratch gemm_cpu needs for `problem`: 0 unless it copies an
+// input first (about m k for A, k n for B).
+//
+// Memory: besides that scratch, each thread that runs tiles keeps a
+// scratchpad for oneDNN (a few MB at most for the GPT's shapes), grown to the
+// largest need and kept for the thread's life, so no call after the first
+// few allocates or faults in pages.
+int64_t gemm_scratch_elements(const GemmProblem& problem);
+
+// Whether oneDNN multiplies bf16 x bf16 -> fp32 natively (not a reference
+// loop) on this CPU. Probed once.
+bool gemm_native_bf16();
+
+// The dtype gemm_cpu multiplies bf16 values in on this CPU: kBF16 where
+// native, else kF32. A caller that holds bf16 values as fp32 (exactly) can
+// pass them as fp32 there and skip the widening copy: the result is the same.
+DType gemm_bf16_storage();
+
+// How gemm_cpu splits C into tiles (Note [CPU GEMM threads]): tile_m rows by
+// tile_n columns, the last ones possibly smaller. A function of the shape only.
+struct GemmTiling {
+  int64_t tile_m = 0, tile_n = 0;
+};
+GemmTiling gemm_tiling(int64_t m, int64_t n, int64_t k);
+
+// "oneDNN 2.6.3 (gemm:jit; bf16: widened to fp32)": for logs and benchmarks.
+const char* gemm_describe();
+
+}  // namespace mp

@@ -1,0 +1,93 @@
+// kernels/cuda/gemm_cublaslt.h: C = op(A) op(B) (+ bias) (+ C) on a CUDA
+// device through cuBLASLt: the device twin of gemm_cpu (kernels/cpu/gemm.h),
+// taking the same GemmProblem, so a caller switches device by switching the
+// call. A and B are fp32 or bf16, C and bias are fp32; every product is
+// accumulated in fp32 (CUBLAS_COMPUTE_32F). All pointers are device memory.
+//
+// Note [cuBLASLt GEMM]
+// - Row-major problems go to column-major cuBLASLt as C^T = op(B)^T op(A)^T:
+//   a row-major matrix [r, c] with leading dimension ld is the column-major
+//   [c, r] with the same ld, so no operand is copied or transposed.
+// - bias is CUBLASLT_EPILOGUE_BIAS (added to every row of C, after the
+//   product and before C is written; with accumulate, D = AB + C + bias).
+//   A bias not 16-byte aligned is added by a kernel after the matmul instead
+//   (one more fp32 rounding).
+// - bf16 x bf16 multiplies natively; an fp32 x bf16 pair (cuBLASLt has no
+//   mixed-input matmul) widens the bf16 operand to packed fp32 on the stream
+//   (stream-ordered scratch, cudaMallocAsync), which is exact, and runs the
+//   fp32 GEMM: the same products of the same values. A problem whose layout
+//   or pointer alignment no algorithm takes runs with both operands packed
+//   to fp32 the same way.
+// - fp32 x fp32 is true fp32 unless GemmCudaOptions::allow_tf32.
+// - cuBLASLt is not linked (README "Build"): the first GemmCuda opens
+//   libcublasLt with dlopen; a process that runs no GPU GEMM never loads it.
+// - A GemmCuda owns one cuBLASLt handle, a workspace (kGemmCudaWorkspaceBytes)
+//   and a cache of plans: the descriptors and the algorithm the heuristic
+//   picked, per problem shape (m, n, k, leading dimensions, dtypes,
+//   transposes, bias, accumulate, TF32, pointer alignments). A shape runs the
+//   same algorithm every time, and cuBLAS documents bitwise identical results
+//   run to run for one toolkit, GPU architecture and SM count; so repeated
+//   calls give the same bits (tests/gpu/test_gpu_gpt_ops.cc checks it). Bits
+//   may differ from gemm_cpu's and between GPU models.
+// - Every call on a GemmCuda uses its one workspace, so its calls must be
+//   ordered: one stream, or streams the caller orders. gemm_cuda() keeps one
+//   GemmCuda per (thread, device, stream), so its streams never share one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/gemm.h"
+
+namespace mp {
+
+inline constexpr int64_t kGemmCudaWorkspaceBytes = int64_t{32} << 20;
+
+struct GemmCudaOptions {
+  // fp32 x fp32 with TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): inputs
+  // rounded to 10 mantissa bits, fp32 accumulation. Off: exact fp32 products.
+  bool allow_tf32 = false;
+};
+
+// One cuBLASLt handle, workspace and plan cache on one device. Not thread-safe:
+// one per thread (Note [cuBLASLt GEMM]).
+class GemmCuda {
+ public:
+  // Allocates the workspace on `device`; throws CudaError when cuBLASLt cannot
+  // be loaded or the device cannot allocate.
+  explicit GemmCuda(int device, int64_t workspace_bytes = kGemmCudaWorkspaceBytes);
+  ~GemmCuda();
+  GemmCuda(const GemmCuda&) = delete;
+  GemmCuda& operator=(const GemmCuda&) = delete;
+
+  // The GemmProblem contract of kernels/cpu/gemm.h, on `stream`, asynchronous.
+  // Throws EnforceError for a bad shape, leading dimension, dtype or pointer,
+  // and CudaError (naming the shape) when cuBLASLt fails. The calling thread's
+  // current device must be device().
+  void run(const GemmProblem& problem, cudaStream_t stream, const GemmCudaOptions& options = {});
+
+  int device() const;
+  // Plans cached so far (one per distinct problem shape).
+  int64_t cached_plans() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// GemmCuda::run on the calling thread's GemmCuda for (current device, stream),
+// created on first use and kept until the thread exits.
+void gemm_cuda(const GemmProblem& problem, cudaStream_t stream, const GemmCudaOptions& options = {});
+
+// Whether libcublasLt can be loaded; if not, `why` (when given) says why.
+// Loads it on the first call.
+bool gemm_cuda_available(std::string* why = nullptr);
+
+// "cuBLASLt 130000 (libcublasLt.so.13)": for logs and benchmarks. Loads
+// cuBLASLt; throws CudaError if it cannot.
+std::string gemm_cuda_describe();
+
+}  // namespace mp

@@ -1,0 +1,627 @@
+// kernels/cuda/gpt_ops_cuda.cu: the GPT-2 layer kernels (everything but the
+// GEMMs) in fp32, deterministic (Note [GPT CUDA kernels] in gpt_ops_cuda.h).
+// A section of shared reductions, then each op's kernels and launcher.
+#include "kernels/cuda/gpt_ops_cuda.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
+
+#include "kernels/convert_math.h"
+#include "runtime/error.h"
+#include "runtime/error_cuda.h"
+
+namespace mp {
+namespace {
+
+// kGptLayerNormEps of models/gpt_ops.h (kernels/ sits below models/).
+constexpr float kLayerNormEps = 1e-5f;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+constexpr int kThreads = 256;           // elementwise and column kernels
+constexpr int64_t kMaxBlocks = 65535;   // grid-stride loops cover the rest
+constexpr int kWarp = 32;
+constexpr int kRowsPerWarpBlock = kThreads / kWarp;  // layernorm: one warp per row
+constexpr int kAttentionThreads = 128;
+constexpr int kXentThreads = 512;
+constexpr int64_t kMinRowsPerChunk = 64;  // column sums: rows per partial
+constexpr int64_t kMaxChunks = 4096;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- reductions ---------------------------------------------------------------
+// Butterfly (xor) warp reductions: every lane combines the same pairs (a + b
+// == b + a exactly), so all lanes hold the same bits. Block reductions: each
+// warp's result into shared memory, then every warp reduces those in the same
+// order. Both are fixed trees: the same inputs give the same bits.
+
+struct Sum {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <class T, class Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// blockDim.x must be a multiple of 32; `identity` fills the missing warps.
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T warp_results[kWarp];
+  v = warp_reduce(v, op);
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  __syncthreads();  // a previous reduction may still read warp_results
+  if (lane == 0) warp_results[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x) / kWarp ? warp_results[lane] : identity;
+  return warp_reduce(v, op);
+}
+
+// ---- column sums (two passes) -----------------------------------------------------
+// out_s[c] = sum over rows of term_s(r, c): chunk j of rows_per_chunk rows gives
+// partials[s][j][c] (one thread per column, rows in order); then one thread
+// per column adds the chunks in order.
+
+struct ColumnChunks {
+  int64_t rows_per_chunk, chunks;
+};
+ColumnChunks column_chunks(int64_t rows) {
+  const int64_t per = std::max(kMinRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
+  return ColumnChunks{per, std::max<int64_t>(1, (rows + per - 1) / per)};
+}
+int64_t column_sums_workspace_bytes(int64_t rows, int64_t cols, int sums) {
+  return sums * column_chunks(rows).chunks * cols * static_cast<int64_t>(sizeof(float));
+}
+
+struct BiasTerm {
+  const float* dy;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float* acc) const { acc[0] += dy[r * cols + c]; }
+};
+
+// dw = sum of dout * norm, db = sum of dout (gpt_layernorm_backward).
+struct LayerNormTerm {
+  const float* dout;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float* acc) const {
+    const float g = dout[r * cols + c];
+    acc[0] += g * ((x[r * cols + c] - mean[r]) * rstd[r]);
+    acc[1] += g;
+  }
+};
+
+template <int kSums, class Term>
+__global__ void column_partials_kernel(Term term, int64_t rows, int64_t cols, int64_t rows_per_chunk,
+                                       float* partials) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  if (c >= cols) return;
+  float acc[kSums] = {};
+  const int64_t r1 = std::min(rows, (chunk + 1) * rows_per_chunk);
+  for (int64_t r = chunk * rows_per_chunk; r < r1; ++r) term(r, c, acc);
+  for (int s = 0; s < kSums; ++s) partials[(s * static_cast<int64_t>(gridDim.y) + chunk) * cols + c] = acc[s];
+}
+
+struct ColumnOutputs {
+  float* out[2];
+};
+
+template <int kSums>
+__global__ void column_finish_kernel(const float* partials, int64_t chunks, int64_t cols, ColumnOutputs outs) {
+  for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
+    for (int s = 0; s < kSums; ++s) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < chunks; ++j) acc += partials[(s * chunks + j) * cols + c];
+      outs.out[s][c] = acc;
+    }
+  }
+}
+
+template <int kSums, class Term>
+void column_sums(Term term, int64_t rows, int64_t cols, ColumnOutputs outs, void* workspace, cudaStream_t stream) {
+  const ColumnChunks ch = column_chunks(rows);
+  auto* partials = static_cast<float*>(workspace);
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(ch.chunks));
+  column_partials_kernel<kSums><<<grid, kThreads, 0, stream>>>(term, rows, cols, ch.rows_per_chunk, partials);
+  MP_CHECK_CUDA(cudaGetLastError());
+  column_finish_kernel<kSums><<<blocks_for(cols), kThreads, 0, stream>>>(partials, ch.chunks, cols, outs);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+// ---- embedding ------------------------------------------------------------------
+
+__global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte, const float* wpe, int64_t seq,
+                                         int64_t channels, int64_t vocab_rows, int64_t count, float* out) {
+  for (int64_t i = global_thread(); i < count; i += grid_threads()) {
+    const int64_t n = i / channels, c = i % channels;
+    const int32_t token = tokens[n];
+    out[i] = token >= 0 && token < vocab_rows ? wte[token * channels + c] + wpe[(n % seq) * channels + c]
+                                              : __int_as_float(0x7fc00000);  // NaN
+  }
+}
+
+// Sort keys: the token, or vocab_rows (after every valid token) when invalid.
+__global__ void embedding_keys_kernel(const int32_t* tokens, int64_t rows, int64_t vocab_rows, uint32_t* keys,
+                                      int32_t* row_ids) {
+  for (int64_t n = global_thread(); n < rows; n += grid_threads()) {
+    const int32_t token = tokens[n];
+    keys[n] = static_cast<uint32_t>(token >= 0 && token < vocab_rows ? token : vocab_rows);
+    row_ids[n] = static_cast<int32_t>(n);
+  }
+}
+
+// Block i on channels blockIdx.y * blockDim.x ..: if sorted position i starts
+// a token's run, adds the run's rows (stable sort: increasing row order).
+__global__ void embedding_wte_backward_kernel(const uint32_t* keys, const int32_t* row_ids, const float* dout,
+                                              int64_t rows, int64_t channels, uint32_t invalid, float* dwte) {
+  const int64_t i = blockIdx.x, c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  const uint32_t key = keys[i];
+  if (c >= channels || key == invalid || (i > 0 && keys[i - 1] == key)) return;
+  float* e = dwte + static_cast<int64_t>(key) * channels + c;
+  float acc = *e;
+  for (int64_t j = i; j < rows && keys[j] == key; ++j) acc += dout[static_cast<int64_t>(row_ids[j]) * channels + c];
+  *e = acc;
+}
+
+// dwpe[t, c] += dout[b * seq + t, c] for b in increasing order.
+__global__ void embedding_wpe_backward_kernel(const float* dout, int64_t batch, int64_t seq, int64_t channels,
+                                              float* dwpe) {
+  for (int64_t i = global_thread(); i < seq * channels; i += grid_threads()) {
+    float acc = dwpe[i];
+    for (int64_t b = 0; b < batch; ++b) acc += dout[b * seq * channels + i];
+    dwpe[i] = acc;
+  }
+}
+
+// Workspace of the embedding backward: keys and row ids, in and out of the
+// sort, then CUB's scratch; each 256-byte aligned.
+struct EmbeddingWorkspace {
+  int64_t array_bytes, cub_bytes;
+  int end_bit;
+};
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+EmbeddingWorkspace embedding_workspace(int64_t rows, int64_t vocab_rows) {
+  MP_ENFORCE(rows >= 0 && rows <= INT32_MAX && vocab_rows > 0 && vocab_rows < INT32_MAX,
+             "embedding backward of ", rows, " rows over ", vocab_rows, " vocabulary rows");
+  EmbeddingWorkspace w;
+  w.array_bytes = align256(std::max<int64_t>(rows, 1) * 4);
+  w.end_bit = std::bit_width(static_cast<uint64_t>(vocab_rows));  // vocab_rows itself is the invalid key
+  size_t cub_bytes = 0;
+  MP_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<const uint32_t*>(nullptr),
+                                                static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), static_cast<int>(rows), 0, w.end_bit));
+  w.cub_bytes = align256(static_cast<int64_t>(cub_bytes));
+  return w;
+}
+
+// ---- layernorm --------------------------------------------------------------------
+
+__global__ void layernorm_forward_kernel(const float* x, const float* w, const float* b, int64_t rows,
+                                         int64_t channels, float inv_c, float* out, float* mean, float* rstd) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  if (row >= rows) return;  // the whole warp: no block-wide sync below
+  const float* xr = x + row * channels;
+  float s = 0.0f;
+  for (int64_t c = lane; c < channels; c += kWarp) s += xr[c];
+  const float m = warp_reduce(s, Sum{}) * inv_c;
+  float v = 0.0f;
+  for (int64_t c = lane; c < channels; c += kWarp) v += (xr[c] - m) * (xr[c] - m);
+  const float var = warp_reduce(v, Sum{}) * inv_c;
+  const float r = 1.0f / sqrtf(var + kLayerNormEps);
+  float* o = out + row * channels;
+  for (int64_t c = lane; c < channels; c += kWarp) o[c] = (xr[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// dx += (w g - mean(w g) - norm mean(w g norm)) rstd, one warp per row.
+__global__ void layernorm_backward_dx_kernel(const float* dout, const float* x, const float* w, const float* mean,
+                                             const float* rstd, int64_t rows, int64_t channels, float inv_c,
+                                             float* dx) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  if (row >= rows) return;
+  const float* g = dout + row * channels;
+  const float* xr = x + row * channels;
+  const float m = mean[row], r = rstd[row];
+  float s0 = 0.0f, s1 = 0.0f;
+  for (int64_t c = lane; c < channels; c += kWarp) {
+    s0 += w[c] * g[c];
+    s1 += w[c] * g[c] * ((xr[c] - m) * r);
+  }
+  const float dnorm_mean = warp_reduce(s0, Sum{}) * inv_c;
+  const float dnorm_norm_mean = warp_reduce(s1, Sum{}) * inv_c;
+  float* d = dx + row * channels;
+  for (int64_t c = lane; c < channels; c += kWarp) {
+    const float norm = (xr[c] - m) * r;
+    d[c] += (w[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  }
+}
+
+// ---- gelu -------------------------------------------------------------------------
+
+__global__ void gelu_forward_kernel(const float* x, int64_t n, float* out) {
+  const auto s = static_cast<float>(kSqrt2OverPi);
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
+    const float v = x[j];
+    out[j] = 0.5f * v * (1.0f + tanhf(s * (v + kGeluCubic * v * v * v)));
+  }
+}
+
+__global__ void gelu_backward_kernel(const float* x, const float* dout, int64_t n, float* dx) {
+  const auto s = static_cast<float>(kSqrt2OverPi);
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
+    const float v = x[j];
+    const float th = tanhf(s * (v + kGeluCubic * v * v * v));
+    const float sech2 = 1.0f - th * th;
+    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * s * (1.0f + 3.0f * kGeluCubic * v * v);
+    dx[j] = local * dout[j];
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------
+// Block p * seq + t is query row t of (batch, head) pair p = b * heads + h.
+// Dynamic shared memory: one head_dim vector and one row of seq scores.
+
+struct AttentionShape {
+  int64_t seq, channels, heads, hd;
+  float scale;
+};
+
+__global__ void attention_forward_kernel(const float* qkv, AttentionShape sh, float* att, float* out) {
+  extern __shared__ float smem[];
+  float* q = smem;
+  float* a = smem + sh.hd;
+  const int64_t p = blockIdx.x / sh.seq, t = blockIdx.x % sh.seq, b = p / sh.heads, h = p % sh.heads;
+  const int64_t stride = 3 * sh.channels;
+  const float* base = qkv + b * sh.seq * stride + h * sh.hd;  // q of row (b, 0), head h
+  for (int64_t d = threadIdx.x; d < sh.hd; d += blockDim.x) q[d] = base[t * stride + d];
+  __syncthreads();
+  float local_max = -INFINITY;
+  for (int64_t t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
+    const float* k = base + t2 * stride + sh.channels;
+    float s = 0.0f;
+    for (int64_t d = 0; d < sh.hd; ++d) s += q[d] * k[d];
+    a[t2] = s * sh.scale;
+    local_max = fmaxf(local_max, a[t2]);
+  }
+  const float m = block_reduce(local_max, Max{}, -INFINITY);
+  float local_sum = 0.0f;
+  for (int64_t t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
+    a[t2] = expf(a[t2] - m);
+    local_sum += a[t2];
+  }
+  const float inv = 1.0f / block_reduce(local_sum, Sum{}, 0.0f);
+  float* arow = att + (p * sh.seq + t) * sh.seq;
+  for (int64_t t2 = threadIdx.x; t2 < sh.seq; t2 += blockDim.x) {
+    if (t2 <= t) a[t2] *= inv;
+    arow[t2] = t2 <= t ? a[t2] : 0.0f;
+  }
+  __syncthreads();
+  float* o = out + (b * sh.seq + t) * sh.channels + h * sh.hd;
+  for (int64_t d = threadIdx.x; d < sh.hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t t2 = 0; t2 <= t; ++t2) acc += a[t2] * base[t2 * stride + 2 * sh.channels + d];
+    o[d] = acc;
+  }
+}
+
+// dscore[p, t, t2] = att (datt - sum att datt) scale, datt[t2] = dout_t . v_t2.
+__global__ void attention_dscore_kernel(const float* qkv, const float* att, const float* dout, AttentionShape sh,
+                                        float* dscore) {
+  extern __shared__ float smem[];
+  float* g = smem;
+  float* datt = smem + sh.hd;
+  const int64_t p = blockIdx.x / sh.seq, t = blockIdx.x % sh.seq, b = p / sh.heads, h = p % sh.heads;
+  const int64_t stride = 3 * sh.channels;
+  const float* base = qkv + b * sh.seq * stride + h * sh.hd;
+  for (int64_t d = threadIdx.x; d < sh.hd; d += blockDim.x) g[d] = dout[(b * sh.seq + t) * sh.channels + h * sh.hd + d];
+  __syncthreads();
+  const float* arow = att + (p * sh.seq + t) * sh.seq;
+  float local = 0.0f;
+  for (int64_t t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
+    const float* v = base + t2 * stride + 2 * sh.channels;
+    float s = 0.0f;
+    for (int64_t d = 0; d < sh.hd; ++d) s += g[d] * v[d];
+    datt[t2] = s;
+    local += arow[t2] * s;
+  }
+  const float expected = block_reduce(local, Sum{}, 0.0f);
+  float* srow = dscore + (p * sh.seq + t) * sh.seq;
+  for (int64_t t2 = threadIdx.x; t2 < sh.seq; t2 += blockDim.x) {
+    srow[t2] = t2 <= t ? arow[t2] * (datt[t2] - expected) * sh.scale : 0.0f;
+  }
+}
+
+// Row r of pair p: dq_r = sum_{t2 <= r} dscore[r, t2] k_t2; dk_r = sum_{t >= r}
+// dscore[t, r] q_t; dv_r = sum_{t >= r} att[t, r] dout_t; each in order.
+__global__ void attention_dqkv_kernel(const float* qkv, const float* att, const float* dout, const float* dscore,
+                                      AttentionShape sh, float* dqkv) {
+  const int64_t p = blockIdx.x / sh.seq, r = blockIdx.x % sh.seq, b = p / sh.heads, h = p % sh.heads;
+  const int64_t stride = 3 * sh.channels;
+  const float* base = qkv + b * sh.seq * stride + h * sh.hd;
+  const float* g = dout + b * sh.seq * sh.channels + h * sh.hd;
+  const float* s = dscore + p * sh.seq * sh.seq;
+  const float* a = att + p * sh.seq * sh.seq;
+  float* d_row = dqkv + (b * sh.seq + r) * stride + h * sh.hd;
+  for (int64_t d = threadIdx.x; d < sh.hd; d += blockDim.x) {
+    float dq = 0.0f, dk = 0.0f, dv = 0.0f;
+    for (int64_t t2 = 0; t2 <= r; ++t2) dq += s[r * sh.seq + t2] * base[t2 * stride + sh.channels + d];
+    for (int64_t t = r; t < sh.seq; ++t) {
+      dk += s[t * sh.seq + r] * base[t * stride + d];
+      dv += a[t * sh.seq + r] * g[t * sh.channels + d];
+    }
+    d_row[d] = dq;
+    d_row[sh.channels + d] = dk;
+    d_row[2 * sh.channels + d] = dv;
+  }
+}
+
+AttentionShape attention_shape(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
+  MP_ENFORCE(batch >= 0 && seq >= 0, "attention over batch ", batch, ", seq ", seq);
+  MP_ENFORCE(heads > 0 && channels > 0 && channels % heads == 0, heads, " heads do not divide ", channels,
+             " channels");
+  MP_ENFORCE(batch * heads * seq <= INT32_MAX, "attention grid of ", batch * heads * seq, " blocks");
+  const int64_t hd = channels / heads;
+  MP_ENFORCE((seq + hd) * static_cast<int64_t>(sizeof(float)) <= 48 * 1024, "attention row of seq ", seq,
+             " and head_dim ", hd, " exceeds 48 KiB of shared memory");
+  return AttentionShape{seq, channels, heads, hd, 1.0f / sqrtf(static_cast<float>(hd))};
+}
+
+// ---- loss ---------------------------------------------------------------------------
+
+__global__ void softmax_xent_kernel(const float* logits, const int32_t* targets, int64_t vocab, int64_t padded_vocab,
+                                    float scale, float* row_loss, float* dlogits) {
+  const int64_t n = blockIdx.x;
+  const float* z = logits + n * padded_vocab;
+  float* dz = dlogits + n * padded_vocab;
+  const int32_t target = targets[n];
+  const bool valid = target >= 0 && target < vocab;
+  float local_max = -INFINITY;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_max = fmaxf(local_max, z[c]);
+  const float m = block_reduce(local_max, Max{}, -INFINITY);
+  float local_sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_sum += expf(z[c] - m);
+  const float sum = block_reduce(local_sum, Sum{}, 0.0f);
+  const float inv_sum = 1.0f / sum, nan = __int_as_float(0x7fc00000);
+  for (int64_t c = threadIdx.x; c < padded_vocab; c += blockDim.x) {
+    float d = 0.0f;
+    if (c < vocab) {
+      d = expf(z[c] - m) * inv_sum * scale;
+      if (c == target) d -= scale;
+      if (!valid) d = nan;
+    }
+    dz[c] = d;
+  }
+  if (threadIdx.x == 0) row_loss[n] = valid ? logf(sum) + m - z[target] : nan;
+}
+
+__global__ void mean_loss_kernel(const float* row_loss, int64_t rows, double* mean_loss) {
+  double acc = 0.0;
+  for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) acc += static_cast<double>(row_loss[n]);
+  acc = block_reduce(acc, Sum{}, 0.0);
+  if (threadIdx.x == 0) *mean_loss = acc / static_cast<double>(rows);
+}
+
+// ---- elementwise --------------------------------------------------------------------
+
+__global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) out[j] = a[j] + b[j];
+}
+
+template <class Out>
+__global__ void round_to_bf16_kernel(const float* x, int64_t n, Out* out) {
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
+    const bf16 r = math::from_f32<bf16>(x[j]);
+    if constexpr (std::is_same_v<Out, bf16>) {
+      out[j] = r;
+    } else {
+      out[j] = math::to_f32(r);
+    }
+  }
+}
+
+void check_elementwise(int64_t n, const void* a, const void* b, const void* out, const char* op) {
+  MP_ENFORCE(n >= 0, op, " of ", n, " elements");
+  MP_ENFORCE(n == 0 || (a != nullptr && b != nullptr && out != nullptr), op, " of null memory");
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------
+
+void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream) {
+  MP_ENFORCE(batch >= 0 && seq >= 0 && channels >= 0 && vocab_rows > 0, "embedding of batch ", batch, ", seq ",
+             seq, ", channels ", channels, ", vocab rows ", vocab_rows);
+  const int64_t count = batch * seq * channels;
+  if (count == 0) return;
+  MP_ENFORCE(tokens != nullptr && wte != nullptr && wpe != nullptr && out != nullptr, "embedding of null memory");
+  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels, vocab_rows,
+                                                                       count, out);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+int64_t gpt_embedding_backward_cuda_workspace_bytes(int64_t rows, int64_t vocab_rows) {
+  const EmbeddingWorkspace w = embedding_workspace(rows, vocab_rows);
+  return 4 * w.array_bytes + w.cub_bytes;
+}
+
+void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64_t batch, int64_t seq,
+                                 int64_t channels, int64_t vocab_rows, float* dwte, float* dwpe, void* workspace,
+                                 int64_t workspace_bytes, cudaStream_t stream) {
+  MP_ENFORCE(batch >= 0 && seq >= 0 && channels >= 0, "embedding backward of batch ", batch, ", seq ", seq,
+             ", channels ", channels);
+  const int64_t rows = batch * seq;
+  if (rows == 0 || channels == 0) return;
+  MP_ENFORCE(tokens != nullptr && dout != nullptr && dwte != nullptr && dwpe != nullptr && workspace != nullptr,
+             "embedding backward of null memory");
+  const EmbeddingWorkspace w = embedding_workspace(rows, vocab_rows);
+  MP_ENFORCE_GE(workspace_bytes, 4 * w.array_bytes + w.cub_bytes, "embedding backward workspace");
+  MP_ENFORCE(channels <= int64_t{kThreads} * 65535, "embedding backward of ", channels, " channels");
+  auto* bytes = static_cast<char*>(workspace);
+  auto* keys_in = reinterpret_cast<uint32_t*>(bytes);
+  auto* keys_out = reinterpret_cast<uint32_t*>(bytes + w.array_bytes);
+  auto* ids_in = reinterpret_cast<int32_t*>(bytes + 2 * w.array_bytes);
+  auto* ids_out = reinterpret_cast<int32_t*>(bytes + 3 * w.array_bytes);
+  embedding_keys_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(tokens, rows, vocab_rows, keys_in, ids_in);
+  MP_CHECK_CUDA(cudaGetLastError());
+  auto cub_bytes = static_cast<size_t>(w.cub_bytes);
+  MP_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(bytes + 4 * w.array_bytes, cub_bytes, keys_in, keys_out, ids_in,
+                                                ids_out, static_cast<int>(rows), 0, w.end_bit, stream));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((channels + kThreads - 1) / kThreads));
+  embedding_wte_backward_kernel<<<grid, kThreads, 0, stream>>>(keys_out, ids_out, dout, rows, channels,
+                                                               static_cast<uint32_t>(vocab_rows), dwte);
+  MP_CHECK_CUDA(cudaGetLastError());
+  embedding_wpe_backward_kernel<<<blocks_for(seq * channels), kThreads, 0, stream>>>(dout, batch, seq, channels,
+                                                                                     dwpe);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
+                                float* out, float* mean, float* rstd, cudaStream_t stream) {
+  MP_ENFORCE(rows >= 0 && channels > 0, "layernorm of ", rows, " rows of ", channels, " channels");
+  if (rows == 0) return;
+  MP_ENFORCE(x && w && b && out && mean && rstd, "layernorm of null memory");
+  const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
+  layernorm_forward_kernel<<<blocks, kThreads, 0, stream>>>(x, w, b, rows, channels,
+                                                            1.0f / static_cast<float>(channels), out, mean, rstd);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+int64_t gpt_layernorm_backward_cuda_workspace_bytes(int64_t rows, int64_t channels) {
+  return column_sums_workspace_bytes(rows, channels, 2);
+}
+
+void gpt_layernorm_backward_cuda(const float* dout, const float* x, const float* w, const float* mean,
+                                 const float* rstd, int64_t rows, int64_t channels, float* dx, float* dw, float* db,
+                                 void* workspace, cudaStream_t stream) {
+  MP_ENFORCE(rows >= 0 && channels > 0, "layernorm backward of ", rows, " rows of ", channels, " channels");
+  MP_ENFORCE(dw && db && workspace, "layernorm backward of null memory");
+  MP_ENFORCE(rows == 0 || (dout && x && w && mean && rstd && dx), "layernorm backward of null memory");
+  if (rows > 0) {
+    const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
+    layernorm_backward_dx_kernel<<<blocks, kThreads, 0, stream>>>(dout, x, w, mean, rstd, rows, channels,
+                                                                  1.0f / static_cast<float>(channels), dx);
+    MP_CHECK_CUDA(cudaGetLastError());
+  }
+  column_sums<2>(LayerNormTerm{dout, x, mean, rstd, channels}, rows, channels, ColumnOutputs{{dw, db}}, workspace,
+                 stream);
+}
+
+int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out) {
+  return column_sums_workspace_bytes(rows, out, 1);
+}
+
+void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* db, void* workspace,
+                            cudaStream_t stream) {
+  MP_ENFORCE(rows >= 0 && out >= 0, "bias backward of ", rows, " x ", out);
+  if (out == 0) return;
+  MP_ENFORCE(db && workspace && (rows == 0 || dy), "bias backward of null memory");
+  column_sums<1>(BiasTerm{dy, out}, rows, out, ColumnOutputs{{db, nullptr}}, workspace, stream);
+}
+
+void gpt_gelu_forward_cuda(const float* x, int64_t n, float* out, cudaStream_t stream) {
+  check_elementwise(n, x, x, out, "gelu");
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, out);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_gelu_backward_cuda(const float* x, const float* dout, int64_t n, float* dx, cudaStream_t stream) {
+  check_elementwise(n, x, dout, dx, "gelu backward");
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dout, n, dx);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                float* att, float* out, cudaStream_t stream) {
+  const AttentionShape sh = attention_shape(batch, seq, channels, heads);
+  const int64_t blocks = batch * heads * seq;
+  if (blocks == 0) return;
+  MP_ENFORCE(qkv && att && out, "attention of null memory");
+  const auto smem_bytes = static_cast<size_t>((seq + sh.hd) * sizeof(float));
+  attention_forward_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem_bytes, stream>>>(qkv, sh, att,
+                                                                                                     out);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+int64_t gpt_attention_backward_cuda_scratch_elements(int64_t batch, int64_t seq, int64_t heads) {
+  return batch * heads * seq * seq;
+}
+
+void gpt_attention_backward_cuda(const float* qkv, const float* att, const float* dout, int64_t batch,
+                                 int64_t seq, int64_t channels, int64_t heads, float* scratch, float* dqkv,
+                                 cudaStream_t stream) {
+  const AttentionShape sh = attention_shape(batch, seq, channels, heads);
+  const int64_t blocks = batch * heads * seq;
+  if (blocks == 0) return;
+  MP_ENFORCE(qkv && att && dout && scratch && dqkv, "attention backward of null memory");
+  const auto smem_bytes = static_cast<size_t>((seq + sh.hd) * sizeof(float));
+  attention_dscore_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem_bytes, stream>>>(qkv, att, dout,
+                                                                                                    sh, scratch);
+  MP_CHECK_CUDA(cudaGetLastError());
+  const int threads = static_cast<int>(std::min<int64_t>(kAttentionThreads, (sh.hd + kWarp - 1) / kWarp * kWarp));
+  attention_dqkv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(qkv, att, dout, scratch, sh, dqkv);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
+                           cudaStream_t stream) {
+  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
+  MP_ENFORCE(rows >= 0 && rows <= INT32_MAX, "cross-entropy of ", rows, " rows");
+  if (rows == 0) return;
+  MP_ENFORCE(logits && targets && row_loss && dlogits, "cross-entropy of null memory");
+  softmax_xent_kernel<<<static_cast<unsigned>(rows), kXentThreads, 0, stream>>>(
+      logits, targets, vocab, padded_vocab, 1.0f / static_cast<float>(rows), row_loss, dlogits);
+  MP_CHECK_CUDA(cudaGetLastError());
+  if (mean_loss != nullptr) {
+    mean_loss_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, mean_loss);
+    MP_CHECK_CUDA(cudaGetLastError());
+  }
+}
+
+void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
+  check_elementwise(n, a, b, out, "add");
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, n, out);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_round_to_bf16_cuda(const float* x, int64_t n, DType storage, void* out, cudaStream_t stream) {
+  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  check_elementwise(n, x, x, out, "round to bf16");
+  if (n == 0) return;
+  if (storage == DType::kBF16) {
+    round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, static_cast<bf16*>(out));
+  } else {
+    round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, static_cast<float*>(out));
+  }
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace mp

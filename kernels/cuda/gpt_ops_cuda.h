@@ -1,0 +1,128 @@
+// kernels/cuda/gpt_ops_cuda.h: the GPT-2 layer math on a CUDA device, in
+// fp32: the device twins of models/gpt_ops.h (same formulas, layouts and
+// "accumulates" / "overwrites" contracts; Note [GPT op math] there). The GEMM
+// ops (Conv1D matmuls, the tied head) are gemm_cuda calls
+// (kernels/cuda/gemm_cublaslt.h) with the GemmProblems gpt_ops.cc builds;
+// this file has everything else.
+//
+// Note [GPT CUDA kernels]
+// - Every pointer is device memory; every call is asynchronous on `stream`
+//   and checks its launches (a bad launch throws CudaError; a fault surfaces
+//   from a later CUDA call). Shapes and null pointers are checked on the host
+//   (EnforceError); zero-sized calls launch nothing.
+// - Deterministic: every output element is computed by one thread in an order
+//   that depends only on the shapes; reductions run in a fixed tree order;
+//   there are no floating-point atomics. The same inputs give the same bits
+//   on every run (on one GPU model and toolkit). The bits differ from the CPU
+//   ops' (other summation orders, FMA contraction, CUDA's expf/tanhf), within
+//   fp32 rounding.
+// - Token and target ids are checked by the CPU ops (EnforceError); a kernel
+//   cannot throw, so here an id outside its range writes NaN where it is used
+//   (the embedding row, the row's loss and gradient) and adds nothing to
+//   the wte gradient: never an out-of-bounds access, and the NaN reaches the
+//   loss and the gradient statistics.
+// - Cross-row reductions (layernorm dw, db; bias db) are two passes: fixed
+//   chunks of rows give per-chunk partial sums in the caller's workspace,
+//   then one thread per column adds the chunks in order.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace mp {
+
+// ---- embedding --------------------------------------------------------------
+// out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]; wte has vocab_rows rows.
+void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream);
+
+// Workspace of gpt_embedding_backward_cuda (needs a current device: it asks
+// CUB for its radix-sort scratch).
+int64_t gpt_embedding_backward_cuda_workspace_bytes(int64_t rows, int64_t vocab_rows);
+
+// Accumulates: dwte[tokens[n], :] += dout[n, :] and dwpe[n % seq, :] +=
+// dout[n, :], over n in increasing order (so the same bits as the CPU op's
+// float instantiation: the same additions in the same order). The rows are
+// grouped by token with a stable radix sort (CUB), then one thread per
+// (token, channel) adds its rows in row order; one thread per (position,
+// channel) adds the batch rows in order. `workspace` holds at least
+// gpt_embedding_backward_cuda_workspace_bytes(batch * seq, vocab_rows).
+void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64_t batch, int64_t seq,
+                                 int64_t channels, int64_t vocab_rows, float* dwte, float* dwpe, void* workspace,
+                                 int64_t workspace_bytes, cudaStream_t stream);
+
+// ---- layernorm ----------------------------------------------------------------
+// out = (x - mean) * rstd * w + b per row, rstd = 1 / sqrt(var + 1e-5) with the
+// biased variance; mean and rstd ([rows]) are saved for the backward. One warp
+// per row.
+void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
+                                float* out, float* mean, float* rstd, cudaStream_t stream);
+
+int64_t gpt_layernorm_backward_cuda_workspace_bytes(int64_t rows, int64_t channels);
+
+// Accumulates the input gradient into dx (dx += d loss / d x; one warp per
+// row); overwrites dw and db (two passes, Note [GPT CUDA kernels]).
+// `workspace`: gpt_layernorm_backward_cuda_workspace_bytes(rows, channels).
+void gpt_layernorm_backward_cuda(const float* dout, const float* x, const float* w, const float* mean,
+                                 const float* rstd, int64_t rows, int64_t channels, float* dx, float* dw, float* db,
+                                 void* workspace, cudaStream_t stream);
+
+// ---- bias gradient ---------------------------------------------------------------
+int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out);
+
+// Overwrites db[out] with the column sums of dy[rows, out] (two passes).
+// `workspace`: gpt_bias_backward_cuda_workspace_bytes(rows, out).
+void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* db, void* workspace,
+                            cudaStream_t stream);
+
+// ---- gelu -----------------------------------------------------------------------
+// The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gpt_gelu_forward_cuda(const float* x, int64_t n, float* out, cudaStream_t stream);
+
+// dx = dout * gelu'(x); dx may alias dout.
+void gpt_gelu_backward_cuda(const float* x, const float* dout, int64_t n, float* dx, cudaStream_t stream);
+
+// ---- causal self-attention ------------------------------------------------------
+// qkv [rows, 3 channels] holds q | k | v per row, head h at columns h * head_dim
+// of each third. att [batch, heads, seq, seq] := softmax(q k^T / sqrt(head_dim))
+// over keys t2 <= t (zero above the diagonal); out [rows, channels] := att v.
+// One block per (batch, head, query row).
+void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                float* att, float* out, cudaStream_t stream);
+
+// The scratch of gpt_attention_backward_cuda: the score gradients, batch *
+// heads * seq * seq floats (more than the CPU op's batch * heads * seq).
+int64_t gpt_attention_backward_cuda_scratch_elements(int64_t batch, int64_t seq, int64_t heads);
+
+// Overwrites dqkv [rows, 3 channels]. First one block per (batch, head, query
+// row) writes dscore into scratch; then one block per (batch, head, row r)
+// writes row r's dq (sum over keys t2 <= r in order), dk and dv (sums over
+// queries t >= r in order).
+void gpt_attention_backward_cuda(const float* qkv, const float* att, const float* dout, int64_t batch,
+                                 int64_t seq, int64_t channels, int64_t heads, float* scratch, float* dqkv,
+                                 cudaStream_t stream);
+
+// ---- loss -----------------------------------------------------------------------
+// The cross-entropy of softmax(logits[n, 0 .. vocab)) at targets[n]; rows have
+// stride padded_vocab >= vocab and the padding columns are ignored. Overwrites
+// row_loss [rows] and dlogits [rows, padded_vocab] with the gradient of the
+// mean over rows, (softmax - onehot) / rows (zero on the padding). One block
+// per row. mean_loss (device, may be null) := the mean of row_loss, summed in
+// double (a fixed tree order, not the CPU's row order).
+void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
+                           cudaStream_t stream);
+
+// ---- residual -------------------------------------------------------------------
+// out = a + b elementwise; out may alias a or b.
+void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+
+// ---- bf16 GEMM inputs ------------------------------------------------------------
+// out[i] := x[i] rounded to bf16 (nearest even), stored as bf16 (storage
+// kBF16) or as the fp32 of the bf16 value (kF32): gpt_round_to_bf16's twin.
+void gpt_round_to_bf16_cuda(const float* x, int64_t n, DType storage, void* out, cudaStream_t stream);
+
+}  // namespace mp
