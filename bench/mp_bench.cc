@@ -33,6 +33,10 @@ constexpr Suite kSuites[] = {
      "bf16 reductions: kWire vs kFp32 error against the exact sum, at this world size and simulated rings"},
     {"update", run_update_suite, "the fused AdamW step vs a STREAM triad, 1 and 2 threads (run with -np 1)"},
     {"step", run_step_suite, "engine step phases, prefetch on/off vs serialized communication (run with -np 2)"},
+    {"gemm", run_gemm_suite, "gemm_cpu GFLOP/s on the GPT-2 124M shapes vs the 2048^3 peak (run with -np 1)"},
+    {"gpt", run_gpt_suite,
+     "GPT-2 124M and a small GPT through the engine: tokens/s, model FLOP/s vs the GEMM peak (--bind-to none)"},
+    {"recipes", run_recipes_suite, "the default GPT under every precision recipe and strategy (run with -np 2)"},
 };
 
 const Suite* find_suite(const std::string& name) {

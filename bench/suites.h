@@ -20,4 +20,16 @@ void run_update_suite(const BenchContext& ctx);
 // (step_bench.cc).
 void run_step_suite(const BenchContext& ctx);
 
+// gemm: gemm_cpu on the GPT-2 124M shapes vs the 2048^3 GEMM peak
+// (gemm_bench.cc).
+void run_gemm_suite(const BenchContext& ctx);
+
+// gpt: GPT-2 124M and a small GPT trained through the engine: tokens/s and
+// model FLOP/s vs the job's GEMM peak (gpt_bench.cc).
+void run_gpt_suite(const BenchContext& ctx);
+
+// recipes: the default GPT trained under every precision recipe and
+// strategy: loss, tokens/s, bytes per parameter (recipes_bench.cc).
+void run_recipes_suite(const BenchContext& ctx);
+
 }  // namespace mp::bench

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "comm/comm_config.h"
+#include "kernels/philox_math.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "launch/rank_info.h"
 #include "mp/config.h"
@@ -35,6 +36,19 @@ double gpt_train_flops_per_token(const GptConfig& c) {
   const double block = 12 * C * C + 13 * C;              // attn 4C^2 + 4C, mlp 8C^2 + 5C, two LNs 4C
   const double n = static_cast<double>(c.vocab) * C + L * block + 2 * C;  // wte (tied head), blocks, ln_f
   return 6 * n + 12 * L * C * static_cast<double>(c.context);
+}
+
+DType gpt_matmul_dtype(const TrainSettings& s) {
+  switch (s.config.compute().matmul_dtype()) {
+    case proto::FP32:
+      return DType::kF32;
+    case proto::BF16:
+      return DType::kBF16;
+    case proto::FP16:
+      MP_THROW(ConfigError, "compute.matmul_dtype = FP16: the CPU GEMMs take fp32 or bf16 inputs");
+    default:
+      return s.engine_options.precision.param_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  }
 }
 
 int default_threads_per_rank(int local_size) {
@@ -119,6 +133,8 @@ RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
   }
   GptConfig g = s.gpt;
   g.threads = g.threads > 0 ? g.threads : threads;
+  g.matmul_dtype = gpt_matmul_dtype(s);
+  g.fp32_ops.assign(c.compute().fp32_ops().begin(), c.compute().fp32_ops().end());
   const std::string& train_path = c.data().train_path();
   if (train_path.empty()) {
     auto data = std::make_shared<const GptData>(g);
@@ -145,14 +161,87 @@ RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
   char buf[256];
+  int fp32_ops = 0;
+  for (DType d : gpt_matmul_op_dtypes(g)) fp32_ops += d == DType::kF32 ? 1 : 0;
   std::snprintf(buf, sizeof(buf), "GPT-2 of %lld parameters (layers %lld, channels %lld, heads %lld, context %lld, "
-                "vocab %lld)", static_cast<long long>(m.model->spec().numel()), static_cast<long long>(g.layers),
-                static_cast<long long>(g.channels), static_cast<long long>(g.heads),
-                static_cast<long long>(g.context), static_cast<long long>(g.vocab));
+                "vocab %lld); GEMMs on %s inputs%s", static_cast<long long>(m.model->spec().numel()),
+                static_cast<long long>(g.layers), static_cast<long long>(g.channels), static_cast<long long>(g.heads),
+                static_cast<long long>(g.context), static_cast<long long>(g.vocab),
+                std::string(dtype_name(g.matmul_dtype)).c_str(),
+                g.matmul_dtype != DType::kF32 && fp32_ops > 0 ? (", " + std::to_string(fp32_ops) + " kept fp32 (compute.fp32_ops)").c_str() : "");
   m.description = buf;
   m.data_description = "train: " + m.train->describe() + "\n  validation: " +
                        (m.val ? m.val->describe() : "held-out sequences of the same source (index 2^40 on)");
   return m;
+}
+
+// Sampling's input: row 0 holds the text so far, the other rows and the
+// targets are zeros (the loss is not used).
+class PromptSource final : public TokenBatchSource {
+ public:
+  PromptSource(int64_t batch, int64_t context) : batch_(batch), context_(context), tokens_(batch * context, 0) {}
+  int64_t batch() const override { return batch_; }
+  int64_t context() const override { return context_; }
+  void micro_batch(int64_t, int32_t* inputs, int32_t* targets) const override {
+    std::copy(tokens_.begin(), tokens_.end(), inputs);
+    std::fill(targets, targets + batch_ * context_, 0);
+  }
+  std::string describe() const override { return "sampling prompt"; }
+  std::vector<int32_t>& tokens() { return tokens_; }
+
+ private:
+  int64_t batch_, context_;
+  std::vector<int32_t> tokens_;
+};
+
+// `count` tokens from the model at temperature 1, starting from token 10
+// ('\n' in byte-level vocabularies): one forward per token through the
+// engine (collective), each token drawn from philox(seed, step, position), so
+// every rank draws the same text without exchanging it. Bytes print as text
+// (non-printable ones as \xNN) for vocabularies up to 256, else token ids.
+std::string sample_text(Engine& engine, RunModel& m, const GptConfig& g, int count, uint64_t seed, int64_t step) {
+  auto prompt = std::make_shared<PromptSource>(g.micro_batch_size, g.context);
+  const int32_t start = g.vocab > 10 ? 10 : 0;
+  prompt->tokens()[0] = start;
+  m.gpt->set_source(prompt);
+  const int64_t padded = gpt_padded_vocab(g.vocab);
+  std::vector<double> p(static_cast<size_t>(g.vocab));
+  std::vector<int32_t> text{start};
+  for (int t = 0; t + 1 < count && t + 1 < g.context; ++t) {
+    engine.evaluate(*m.model, 0, 1);
+    const float* row = m.gpt->logits() + static_cast<int64_t>(t) * padded;
+    const double top = *std::max_element(row, row + g.vocab);
+    double sum = 0;
+    for (int64_t v = 0; v < g.vocab; ++v) sum += p[static_cast<size_t>(v)] = std::exp(static_cast<double>(row[v]) - top);
+    const double u = (math::philox_u32(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(t)) + 0.5) / 4294967296.0;
+    double acc = 0;
+    int32_t next = static_cast<int32_t>(g.vocab - 1);
+    for (int64_t v = 0; v < g.vocab; ++v) {
+      acc += p[static_cast<size_t>(v)] / sum;
+      if (u < acc) {
+        next = static_cast<int32_t>(v);
+        break;
+      }
+    }
+    prompt->tokens()[static_cast<size_t>(t + 1)] = next;
+    text.push_back(next);
+  }
+  m.gpt->set_source(m.train);
+  std::string out;
+  for (int32_t tok : text) {
+    if (g.vocab > 256) {
+      out += (out.empty() ? "" : " ") + std::to_string(tok);
+    } else if (tok >= 32 && tok < 127) {
+      out += static_cast<char>(tok);
+    } else if (tok == 10) {
+      out += "\\n";
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(tok));
+      out += buf;
+    }
+  }
+  return out;
 }
 
 double validate(Engine& engine, RunModel& m, int batches) {
@@ -231,6 +320,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
       val = validate(engine, m, std::max(1, c.val_batches()));
       last_val = val;
     }
+    std::optional<std::string> sample;
+    if (m.gpt != nullptr && c.sample_interval() > 0 && (i % c.sample_interval() == 0 || i == steps)) {
+      sample = sample_text(engine, m, m.gpt->config(), c.sample_tokens(), c.engine().seed(), i);
+    }
     if (!lead) continue;
     const double step_s = std::max(r.timings.total_s, 1e-9);
     StepMetrics sm;
@@ -278,6 +371,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
       std::printf(tty ? "\r\033[K%s\n" : "%s\n", line);
     } else if (tty) {
       std::printf("\r\033[K%s", line);
+    }
+    if (sample) {
+      std::printf("sample at step %lld: %s\n", static_cast<long long>(i), sample->c_str());
+      if (dir.tensorboard) dir.tensorboard->add_text("samples", i, *sample);
     }
     std::fflush(stdout);
   }

@@ -37,6 +37,14 @@ int train(const MpiWorld& world, const TrainSettings& settings);
 // backward, the causal half not subtracted).
 double gpt_train_flops_per_token(const GptConfig& config);
 
+// The GEMM input dtype of the GPT (models/gpt.h Note [GPT autocast]):
+// compute.matmul_dtype when set, else the precision policy's param_dtype
+// when that is bf16 (autocast's choice), else fp32 (the fp32 and tf32
+// recipes, and amp_fp16, whose fp16 GEMM inputs the CPU GEMMs do not take:
+// its GEMMs run on fp32 inputs; parameters, gradients and loss scaling stay
+// fp16 as the recipe says).
+DType gpt_matmul_dtype(const TrainSettings& settings);
+
 // The CPU threads each rank's compute gets when compute.threads is 0: the
 // cores this process may run on, divided among the node's `local_size`
 // ranks when they all share the same cores (no binding), at least 1.

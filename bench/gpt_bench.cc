@@ -1,0 +1,207 @@
+// bench/gpt_bench.cc: suite "gpt": GPT training throughput through the real
+// engine (runtime/engine.h) over MPI, FULL_SHARD, against this machine's
+// GEMM peak measured in the same run.
+//
+// Models (the context is the sequence length T: our GPT's wpe has exactly
+// `context` rows, so "T = 64 of GPT-2's 1024 positions" is context 64, as
+// llm.c's B = 4, T = 64 benchmark runs):
+//   gpt2_124m  vocab 50257 (padded to 50304), context 64, channels 768,
+//              12 heads, 12 layers, global batch 4 sequences
+//   small      vocab 256, context 64, channels 128, 4 heads, 4 layers,
+//              global batch 8
+// Each rank runs one micro-batch of global_batch / ranks sequences per step.
+// Recipes: bf16_master with bf16 GEMMs (matmul_dtype bf16: Note [GPT
+// autocast] in models/gpt.h), and fp32 with fp32 GEMMs.
+//
+// Per case: the median step time over the timed steps (rank 0's clock;
+// every step ends in collectives, so all ranks finish together), tokens/s =
+// global batch x T / step time, and the model FLOP/s by nanoGPT's and
+// llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N = V C + L (12 C^2 +
+// 13 C) + 2 C (the tied wte once, the blocks, ln_f; no wpe, unpadded V; the
+// same as mp_worker's gpt_train_flops_per_token). value = model GFLOP/s,
+// ref = the GEMM peak of the whole job: every rank times a 2048^3 fp32
+// gemm_cpu on its threads at the same time, best of a few, summed over
+// ranks; ratio = the fraction of that peak the training achieves.
+//
+// Threads per rank: MP_NUM_THREADS if set, else the CPUs this rank may run
+// on divided by the ranks on the node (launch with --bind-to none).
+// --sizes B: the global batch of both models (default 4 and 8).
+// --iters N: timed steps (default: 5 for gpt2_124m, 20 for small);
+// --warmup N: untimed steps first (at most 2 for gpt2_124m).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/suites.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "kernels/cpu/gemm.h"
+#include "models/gpt.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/parallel.h"
+#include "runtime/precision.h"
+
+namespace mp::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using SC = proto::ShardingConfig;
+
+int threads_per_rank(const MpiWorld& world) {
+  if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') return default_cpu_threads();
+  return std::max(1, default_cpu_threads() / std::max(1, world.local_size()));
+}
+
+double flops_per_token(const GptConfig& c) {
+  const auto C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
+  const double n = static_cast<double>(c.vocab) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  return 6 * n + 12 * L * C * static_cast<double>(c.context);
+}
+
+// This rank's best 2048^3 fp32 gemm_cpu GFLOP/s, all ranks at once; the sum.
+double job_gemm_peak(int threads) {
+  const int64_t n = 2048;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(n * n)), b(a.size()), c(a.size());
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  GemmProblem p;
+  p.m = p.n = p.k = n;
+  p.a = GemmInput{a.data(), DType::kF32, n, false};
+  p.b = GemmInput{b.data(), DType::kF32, n, false};
+  p.c = c.data();
+  p.ldc = n;
+  GemmOptions o;
+  o.threads = threads;
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    gemm_cpu(p, o);
+    if (i > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  double mine = 2.0 * static_cast<double>(n * n * n) / best / 1e9, sum = 0;
+  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sum;
+}
+
+struct Model {
+  std::string name;
+  GptConfig gpt;
+  int64_t global_batch;
+  int default_steps;
+  int max_warmup;
+};
+
+struct Recipe {
+  std::string name;
+  DType matmul;
+};
+
+}  // namespace
+
+void run_gpt_suite(const BenchContext& ctx) {
+  auto world = MpiCommunicator::create_world("bench", CommOptions{});
+  const int ranks = world->size();
+  const int threads = threads_per_rank(ctx.world);
+  GptConfig big;
+  big.vocab = 50257;
+  big.context = 64;
+  big.channels = 768;
+  big.heads = 12;
+  big.layers = 12;
+  GptConfig small;
+  small.vocab = 256;
+  small.context = 64;
+  small.channels = 128;
+  small.heads = 4;
+  small.layers = 4;
+  const bool batch_given = !ctx.options.sizes_bytes.empty();
+  const int64_t given = batch_given ? ctx.options.sizes_bytes.front() : 0;
+  std::vector<Model> models = {{"gpt2_124m", big, batch_given ? given : 4, 5, 2},
+                               {"small", small, batch_given ? given : 8, 20, 1000}};
+  const double peak = job_gemm_peak(threads);
+  ctx.reporter.note(detail::str(ranks, " rank(s) x ", threads, " thread(s); GEMM peak of the job (2048^3 fp32, ",
+                                "summed over ranks) ", peak, " GFLOP/s; ", gemm_describe()));
+  for (const Model& m : models) {
+    if (m.global_batch % ranks != 0) {
+      MP_THROW(ConfigError, "gpt suite: global batch ", m.global_batch, " does not divide over ", ranks, " ranks");
+    }
+    for (const Recipe& r : {Recipe{"bf16_master", DType::kBF16}, Recipe{"fp32", DType::kF32}}) {
+      GptConfig g = m.gpt;
+      g.micro_batch_size = m.global_batch / ranks;
+      g.threads = threads;
+      g.matmul_dtype = r.matmul;
+      proto::EngineConfig config;
+      config.mutable_sharding()->set_strategy(SC::FULL_SHARD);
+      *config.mutable_precision() = precision_recipe(r.name);
+      config.set_micro_batches(1);
+      Allocator allocator;
+      Gpt model(g, allocator);
+      Engine engine(model.spec(), config, *world, allocator);
+      const int warmup = std::min(ctx.options.warmup, m.max_warmup);
+      const int steps = ctx.options.iters == BenchOptions{}.iters ? m.default_steps : ctx.options.iters;
+      for (int i = 0; i < warmup; ++i) engine.step(model);
+      std::vector<double> times, compute, exposed, update;
+      double loss = 0;
+      for (int i = 0; i < steps; ++i) {
+        const auto t0 = Clock::now();
+        const StepResult s = engine.step(model);
+        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        compute.push_back(s.timings.compute_s);
+        exposed.push_back(s.timings.exposed_comm_s);
+        update.push_back(s.timings.update_s);
+        loss = s.loss;
+      }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double step_s = median(times), best_s = *std::min_element(times.begin(), times.end());
+      const double tokens = static_cast<double>(m.global_batch * g.context);
+      const double model_gflops = flops_per_token(g) * tokens / step_s / 1e9;
+      nlohmann::ordered_json j;
+      j["case"] = m.name + "_" + r.name;
+      j["value"] = round_to(model_gflops, 2);
+      j["unit"] = "GFLOP/s";
+      j["ref"] = "gemm_peak_2048_fp32";
+      j["ref_value"] = round_to(peak, 2);
+      j["ratio"] = round_to(model_gflops / peak, 4);
+      j["better"] = "higher";
+      j["tokens_per_s"] = round_to(tokens / step_s, 2);
+      j["best_tokens_per_s"] = round_to(tokens / best_s, 2);
+      j["step_ms"] = round_to(step_s * 1e3, 2);
+      j["compute_ms"] = round_to(median(compute) * 1e3, 2);
+      j["exposed_comm_ms"] = round_to(median(exposed) * 1e3, 2);
+      j["update_ms"] = round_to(median(update) * 1e3, 2);
+      j["params"] = model.spec().numel();
+      j["flops_per_token"] = flops_per_token(g);
+      j["global_batch"] = m.global_batch;
+      j["seq"] = g.context;
+      j["matmul_dtype"] = std::string(dtype_name(g.matmul_dtype));
+      j["native_bf16"] = gemm_native_bf16();
+      j["loss"] = round_to(loss, 4);
+      j["ranks"] = ranks;
+      j["threads_per_rank"] = threads;
+      j["steps"] = steps;
+      if (m.name == "gpt2_124m" && r.name == "bf16_master") {
+        j["target"] = "tokens_per_s >= 260 on 2 ranks; ratio >= 0.5";
+        j["target_met"] = tokens / step_s >= 260 && model_gflops / peak >= 0.5;
+      }
+      ctx.reporter.emit(j);
+      ctx.reporter.note(detail::str(j["case"].get<std::string>(), ": ", tokens / step_s, " tokens/s, step ",
+                                    step_s * 1e3, " ms (compute ", median(compute) * 1e3, ", exposed comm ",
+                                    median(exposed) * 1e3, ", update ", median(update) * 1e3, "), ", model_gflops,
+                                    " GFLOP/s = ", model_gflops / peak, " of the GEMM peak"));
+    }
+  }
+}
+
+}  // namespace mp::bench

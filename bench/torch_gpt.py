@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""bench/torch_gpt.py: the reference for `mp_bench gpt`: the same GPT-2 124M
+(vocab 50257 padded to 50304 as llm.c pads it, context = T = 64, 12 layers,
+12 heads, 768 channels, tied head, GELU tanh, pre-LN) trained with AdamW in
+PyTorch on the CPU, batch 4 x 64 tokens, in fp32 and under
+torch.autocast("cpu", dtype=torch.bfloat16), on the same number of threads.
+Prints one JSON line per case, mp_bench style:
+
+  {"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16", "value": 151.2,
+   "unit": "tokens/s", ...}
+
+and, given mp_bench's output (--ours FILE: the JSON lines of
+`launch/mprun -np N --bind-to none build/mp_bench gpt`), the ratio of ours to
+PyTorch's tokens/s per pair: our bf16_master (bf16 GEMMs) against autocast
+bf16, our fp32 against fp32.
+
+Needs torch (pip install torch); nothing in the build or the tests does.
+Usage:
+  python3 bench/torch_gpt.py [--threads N] [--steps 5] [--warmup 2] [--ours gpt.jsonl]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(c, eps=1e-5)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.attn_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c, eps=1e-5)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.mlp_proj = nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=50257, context=64, c=768, heads=12, layers=12):
+        super().__init__()
+        self.vocab = vocab
+        padded = (vocab + 127) // 128 * 128
+        self.wte = nn.Embedding(padded, c)
+        self.wpe = nn.Embedding(context, c)
+        self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(c, eps=1e-5)
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * layers) if "proj" in name else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for block in self.h:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head
+        logits = logits[..., : self.vocab].float()
+        return F.cross_entropy(logits.reshape(-1, self.vocab), targets.reshape(-1))
+
+
+def flops_per_token(vocab, context, c, layers):
+    """nanoGPT's and llm.c's estimate, as mp_bench gpt counts it."""
+    n = vocab * c + layers * (12 * c * c + 13 * c) + 2 * c
+    return 6 * n + 12 * layers * c * context
+
+
+def run(mode, args):
+    torch.manual_seed(0)
+    model = Gpt(context=args.seq)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(1)
+    times = []
+    for step in range(args.warmup + args.steps):
+        idx = torch.randint(0, 50257, (args.batch, args.seq), generator=gen)
+        targets = torch.randint(0, 50257, (args.batch, args.seq), generator=gen)
+        t0 = time.perf_counter()
+        if mode == "amp_bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, targets)
+        else:
+            loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times)
+    tokens = args.batch * args.seq
+    return {
+        "suite": "torch_gpt",
+        "case": f"gpt2_124m_{mode}",
+        "value": round(tokens / step_s, 2),
+        "unit": "tokens/s",
+        "better": "higher",
+        "step_ms": round(step_s * 1e3, 2),
+        "best_tokens_per_s": round(tokens / min(times), 2),
+        "model_gflops": round(flops_per_token(50257, args.seq, 768, 12) * tokens / step_s / 1e9, 2),
+        "loss": round(loss.item(), 4),
+        "threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "torch": torch.__version__,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--modes", default="fp32,amp_bf16")
+    ap.add_argument("--ours", help="mp_bench gpt output (JSON lines) to compare with")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    ours = {}
+    if args.ours:
+        with open(args.ours) as f:
+            for line in f:
+                if line.startswith("{"):
+                    row = json.loads(line)
+                    if row.get("suite") == "gpt":
+                        ours[row["case"]] = row
+    pairs = {"fp32": "gpt2_124m_fp32", "amp_bf16": "gpt2_124m_bf16_master"}
+    for mode in args.modes.split(","):
+        row = run(mode, args)
+        mine = ours.get(pairs[mode])
+        if mine is not None:
+            row["ref"] = "mp_" + pairs[mode]
+            row["ref_value"] = mine["tokens_per_s"]
+            row["ours_over_torch"] = round(mine["tokens_per_s"] / row["value"], 3)
+            row["ours_ranks"] = mine["ranks"]
+            row["ours_threads_per_rank"] = mine["threads_per_rank"]
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
