@@ -371,8 +371,8 @@ namespace {
   return x == x ? result : x;  // NaN in, NaN out
 }
 
-}  // namespace
-
+// The exp of the op math: exp_approx for the float path, std::exp for the
+// double reference.
 template <class T>
 [[gnu::always_inline]] inline T gpt_exp(T x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -381,6 +381,8 @@ template <class T>
     return std::exp(x);
   }
 }
+
+}  // namespace
 
 // ---- gelu -----------------------------------------------------------------------
 
