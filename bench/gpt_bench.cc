@@ -18,7 +18,7 @@
 // global batch x T / step time, and the model FLOP/s by nanoGPT's and
 // llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N = V C + L (12 C^2 +
 // 13 C) + 2 C (the tied wte once, the blocks, ln_f; no wpe, unpadded V; the
-// same as mp_worker's gpt_train_flops_per_token). value = model GFLOP/s,
+// launch/trainer.h gpt_train_flops_per_token, as mp_worker). value = model GFLOP/s,
 // ref = the GEMM peak of the whole job: every rank times a 2048^3 fp32
 // gemm_cpu on its threads at the same time, best of a few, summed over
 // ranks; ratio = the fraction of that peak the training achieves.
@@ -41,6 +41,7 @@
 #include "bench/suites.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/cpu/gemm.h"
+#include "launch/trainer.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -56,12 +57,6 @@ using SC = proto::ShardingConfig;
 int threads_per_rank(const MpiWorld& world) {
   if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') return default_cpu_threads();
   return std::max(1, default_cpu_threads() / std::max(1, world.local_size()));
-}
-
-double flops_per_token(const GptConfig& c) {
-  const auto C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
-  const double n = static_cast<double>(c.vocab) * C + L * (12 * C * C + 13 * C) + 2 * C;
-  return 6 * n + 12 * L * C * static_cast<double>(c.context);
 }
 
 // This rank's best 2048^3 fp32 gemm_cpu GFLOP/s, all ranks at once; the sum.
@@ -166,7 +161,7 @@ void run_gpt_suite(const BenchContext& ctx) {
       };
       const double step_s = median(times), best_s = *std::min_element(times.begin(), times.end());
       const double tokens = static_cast<double>(m.global_batch * g.context);
-      const double model_gflops = flops_per_token(g) * tokens / step_s / 1e9;
+      const double model_gflops = gpt_train_flops_per_token(g) * tokens / step_s / 1e9;
       nlohmann::ordered_json j;
       j["case"] = m.name + "_" + r.name;
       j["value"] = round_to(model_gflops, 2);
@@ -182,7 +177,7 @@ void run_gpt_suite(const BenchContext& ctx) {
       j["exposed_comm_ms"] = round_to(median(exposed) * 1e3, 2);
       j["update_ms"] = round_to(median(update) * 1e3, 2);
       j["params"] = model.spec().numel();
-      j["flops_per_token"] = flops_per_token(g);
+      j["flops_per_token"] = gpt_train_flops_per_token(g);
       j["global_batch"] = m.global_batch;
       j["seq"] = g.context;
       j["matmul_dtype"] = std::string(dtype_name(g.matmul_dtype));
