@@ -18,7 +18,7 @@
 // global batch x T / step time, and the model FLOP/s by nanoGPT's and
 // llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N = V C + L (12 C^2 +
 // 13 C) + 2 C (the tied wte once, the blocks, ln_f; no wpe, unpadded V; the
-// launch/trainer.h gpt_train_flops_per_token, as mp_worker). value = model GFLOP/s,
+// one launch/trainer.h gpt_train_flops_per_token, as in mp_worker). value = model GFLOP/s,
 // ref = the GEMM peak of the whole job: every rank times a 2048^3 fp32
 // gemm_cpu on its threads at the same time, best of a few, summed over
 // ranks; ratio = the fraction of that peak the training achieves.
