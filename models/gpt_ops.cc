@@ -2,13 +2,13 @@
 #include "models/gpt_ops.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/gpt_math.h"
 #include "models/model_util.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
@@ -86,7 +86,7 @@ void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int
       const T var = reduce8<T>(channels, [&](int64_t j) { return (xr[j] - m) * (xr[j] - m); }) * inv_c;
       const T r = T(1) / std::sqrt(var + eps);
       T* o = out + n * channels;
-      for (int64_t c = 0; c < channels; ++c) o[c] = (xr[c] - m) * r * w[c] + b[c];
+      for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, w[c], b[c]);
       mean[n] = m;
       rstd[n] = r;
     }
@@ -107,10 +107,7 @@ void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean
       const T dnorm_norm_mean =
           reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j] * ((xr[j] - m) * r); }) * inv_c;
       T* d = dx + n * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        const T norm = (xr[c] - m) * r;
-        d[c] += (w[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
-      }
+      for (int64_t c = 0; c < channels; ++c) d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
     }
   });
   // dw, db: the thread owning channels [c0, c1) sums the rows in order.
@@ -343,81 +340,20 @@ GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* o
   return GptGemmInput{out, storage};
 }
 
-// ---- elementwise math ---------------------------------------------------------------
-
-namespace {
-
-// exp(x) for the float path, in plain arithmetic so that loops of it
-// vectorize (libm's expf is a call per element; GELU's tanhf was 7% of a
-// GPT-2 124M step). Cephes' expf: x = n ln 2 + r with |r| <= ln 2 / 2, a
-// degree-6 polynomial for e^r, 2^n from the exponent bits; relative error
-// about 2 ulp. x is clamped to [-87, 88], where 2^n stays a normal float:
-// exp(-87) = 1.6e-38 stands for anything smaller. NaN gives NaN (so a
-// diverged loss still shows as non-finite gradients).
-[[gnu::always_inline]] inline float exp_approx(float x) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  // Selects, not branches, so loops of it vectorize (with
-  // -fno-trapping-math: models/CMakeLists.txt).
-  const float xc = x == x ? std::min(std::max(x, -87.0f), 88.0f) : 0.0f;
-  const float fx = xc * kLog2e + 0.5f;
-  const float tf = static_cast<float>(static_cast<int32_t>(fx));
-  const float n = tf - (tf > fx ? 1.0f : 0.0f);  // floor(fx)
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  const float p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-                   1.6666665459e-1f) * r + 5.0000001201e-1f;
-  const float e = p * (r * r) + r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  const float result = e * scale;
-  return x == x ? result : x;  // NaN in, NaN out
-}
-
-// The exp of the op math: exp_approx for the float path, std::exp for the
-// double reference.
-template <class T>
-[[gnu::always_inline]] inline T gpt_exp(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return exp_approx(x);
-  } else {
-    return std::exp(x);
-  }
-}
-
-}  // namespace
-
 // ---- gelu -----------------------------------------------------------------------
+// The per-element math lives in kernels/gpt_math.h, shared with the CUDA kernels.
 
-namespace {
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
-constexpr double kGeluCubic = 0.044715;
-}  // namespace
-
-// GPT-2's gelu, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
-// is x sigmoid(2 u): 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2 u)). Its
-// derivative is sigmoid(2u) + 2 x sigmoid(2u) (1 - sigmoid(2u)) u'(x), with
-// 1 - tanh(u)^2 = 4 sigmoid(2u) (1 - sigmoid(2u)). One exp, no tanh.
 template <class T>
 void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
-  const auto s = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kGeluCubic);
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const T v = x[j];
-      const T u = s * (v + a * v * v * v);
-      out[j] = v / (T(1) + gpt_exp(T(-2) * u));
-    }
+    for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
   });
 }
 
 template <class T>
 void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads) {
-  const auto s = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kGeluCubic);
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const T v = x[j];
-      const T u = s * (v + a * v * v * v);
-      const T sig = T(1) / (T(1) + gpt_exp(T(-2) * u));
-      const T local = sig + T(2) * v * sig * (T(1) - sig) * s * (T(1) + T(3) * a * v * v);
-      dx[j] = local * dout[j];
-    }
+    for (int64_t j = j0; j < j1; ++j) dx[j] = math::gelu_grad(x[j]) * dout[j];
   });
 }
 
@@ -512,7 +448,7 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
       check_token(target, vocab, n, "target");
       const T* z = logits + n * padded_vocab;
       T* dz = dlogits + n * padded_vocab;
-      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz, [](T v) { return gpt_exp(v); });
+      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz, [](T v) { return math::gpt_exp(v); });
       std::fill(dz + vocab, dz + padded_vocab, T(0));
     }
   });

@@ -27,11 +27,12 @@
 
 #include <cstdint>
 
+#include "kernels/gpt_math.h"
 #include "runtime/dtype.h"
 
 namespace mp {
 
-inline constexpr double kGptLayerNormEps = 1e-5;
+inline constexpr double kGptLayerNormEps = math::kGptLayerNormEps;
 
 // ---- embedding --------------------------------------------------------------
 // out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]. wte has vocab_rows rows;

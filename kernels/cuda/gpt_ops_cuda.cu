@@ -11,16 +11,14 @@
 #include <type_traits>
 
 #include "kernels/convert_math.h"
+#include "kernels/gpt_math.h"
 #include "runtime/error.h"
 #include "runtime/error_cuda.h"
 
 namespace mp {
 namespace {
 
-// kGptLayerNormEps of models/gpt_ops.h (kernels/ sits below models/).
-constexpr float kLayerNormEps = 1e-5f;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
+constexpr auto kLayerNormEps = static_cast<float>(math::kGptLayerNormEps);
 
 constexpr int kThreads = 256;           // elementwise and column kernels
 constexpr int64_t kMaxBlocks = 65535;   // grid-stride loops cover the rest
@@ -229,7 +227,7 @@ __global__ void layernorm_forward_kernel(const float* x, const float* w, const f
   const float var = warp_reduce(v, Sum{}) * inv_c;
   const float r = 1.0f / sqrtf(var + kLayerNormEps);
   float* o = out + row * channels;
-  for (int64_t c = lane; c < channels; c += kWarp) o[c] = (xr[c] - m) * r * w[c] + b[c];
+  for (int64_t c = lane; c < channels; c += kWarp) o[c] = math::layernorm(xr[c], m, r, w[c], b[c]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -255,30 +253,18 @@ __global__ void layernorm_backward_dx_kernel(const float* dout, const float* x, 
   const float dnorm_norm_mean = warp_reduce(s1, Sum{}) * inv_c;
   float* d = dx + row * channels;
   for (int64_t c = lane; c < channels; c += kWarp) {
-    const float norm = (xr[c] - m) * r;
-    d[c] += (w[c] * g[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
   }
 }
 
 // ---- gelu -------------------------------------------------------------------------
 
 __global__ void gelu_forward_kernel(const float* x, int64_t n, float* out) {
-  const auto s = static_cast<float>(kSqrt2OverPi);
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
-    const float v = x[j];
-    out[j] = 0.5f * v * (1.0f + tanhf(s * (v + kGeluCubic * v * v * v)));
-  }
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) out[j] = math::gelu(x[j]);
 }
 
 __global__ void gelu_backward_kernel(const float* x, const float* dout, int64_t n, float* dx) {
-  const auto s = static_cast<float>(kSqrt2OverPi);
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
-    const float v = x[j];
-    const float th = tanhf(s * (v + kGeluCubic * v * v * v));
-    const float sech2 = 1.0f - th * th;
-    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * s * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[j] = local * dout[j];
-  }
+  for (int64_t j = global_thread(); j < n; j += grid_threads()) dx[j] = math::gelu_grad(x[j]) * dout[j];
 }
 
 // ---- attention ----------------------------------------------------------------------
@@ -403,13 +389,13 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_max = fmaxf(local_max, z[c]);
   const float m = block_reduce(local_max, Max{}, -INFINITY);
   float local_sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_sum += expf(z[c] - m);
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_sum += math::exp_approx(z[c] - m);
   const float sum = block_reduce(local_sum, Sum{}, 0.0f);
   const float inv_sum = 1.0f / sum, nan = __int_as_float(0x7fc00000);
   for (int64_t c = threadIdx.x; c < padded_vocab; c += blockDim.x) {
     float d = 0.0f;
     if (c < vocab) {
-      d = expf(z[c] - m) * inv_sum * scale;
+      d = math::exp_approx(z[c] - m) * inv_sum * scale;
       if (c == target) d -= scale;
       if (!valid) d = nan;
     }

@@ -13,8 +13,10 @@
 // - Deterministic: every output element is computed by one thread in an order
 //   that depends only on the shapes; reductions run in a fixed tree order;
 //   there are no floating-point atomics. The same inputs give the same bits
-//   on every run (on one GPU model and toolkit). The bits differ from the CPU
-//   ops' (other summation orders, FMA contraction, CUDA's expf/tanhf), within
+//   on every run (on one GPU model and toolkit). The per-element formulas
+//   (GELU, LayerNorm, the loss's exp) are the CPU ops' own, from
+//   kernels/gpt_math.h; the bits still differ from the CPU ops' (other
+//   summation orders, FMA contraction, CUDA's expf in attention), within
 //   fp32 rounding.
 // - Token and target ids are checked by the CPU ops (EnforceError); a kernel
 //   cannot throw, so here an id outside its range writes NaN where it is used
@@ -79,7 +81,8 @@ void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* d
                             cudaStream_t stream);
 
 // ---- gelu -----------------------------------------------------------------------
-// The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// computed as math::gelu (kernels/gpt_math.h).
 void gpt_gelu_forward_cuda(const float* x, int64_t n, float* out, cudaStream_t stream);
 
 // dx = dout * gelu'(x); dx may alias dout.
