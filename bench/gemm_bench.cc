@@ -26,12 +26,13 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/gemm_peak.h"
 #include "bench/suites.h"
+#include "bench/timing.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/error.h"
@@ -40,24 +41,6 @@
 namespace mp::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Times {
-  double median_s = 0, best_s = 0;
-};
-
-template <class F>
-Times time_calls(int warmup, int iters, F run) {
-  for (int i = 0; i < warmup; ++i) run();
-  std::vector<double> s;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = Clock::now();
-    run();
-    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return Times{s[s.size() / 2], s.front()};
-}
 
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -85,35 +68,19 @@ double onednn_square_gflops(int64_t n, int threads, int iters) {
   const dnnl::matmul matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(d, d, d), engine));
   dnnl::memory am(d, engine, const_cast<float*>(a.data())), bm(d, engine, const_cast<float*>(b.data())),
       cm(d, engine, c.data());
-  const Times t = time_calls(1, iters, [&] {
+  const LocalTiming t = time_local(1, iters, [&] {
     matmul.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     stream.wait();
   });
   omp_set_num_threads(saved);
-  return 2.0 * static_cast<double>(n * n * n) / t.best_s / 1e9;
-}
-
-// The same square product through gemm_cpu: best GFLOP/s.
-double ours_square_gflops(int64_t n, int threads, int iters) {
-  const std::vector<float> a = random_floats(n * n, 1), b = random_floats(n * n, 2);
-  std::vector<float> c(static_cast<size_t>(n * n));
-  GemmProblem p;
-  p.m = p.n = p.k = n;
-  p.a = GemmInput{a.data(), DType::kF32, n, false};
-  p.b = GemmInput{b.data(), DType::kF32, n, false};
-  p.c = c.data();
-  p.ldc = n;
-  GemmOptions o;
-  o.threads = threads;
-  const Times t = time_calls(1, iters, [&] { gemm_cpu(p, o); });
-  return 2.0 * static_cast<double>(n * n * n) / t.best_s / 1e9;
+  return 2.0 * static_cast<double>(n * n * n) / t.min_s / 1e9;
 }
 
 // C[m, n] = A[m, k] B[k, n], i-k-j: each row of C gets a row of B times a[i, l].
 double naive_gflops(int64_t m, int64_t n, int64_t k, int threads) {
   const std::vector<float> a = random_floats(m * k, 3), b = random_floats(k * n, 4);
   std::vector<float> c(static_cast<size_t>(m * n));
-  const Times t = time_calls(0, 1, [&] {
+  const LocalTiming t = time_local(0, 1, [&] {
     parallel_for(m, threads, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* __restrict ci = c.data() + i * n;
@@ -182,7 +149,7 @@ void run_threads(const BenchContext& ctx, int64_t rows, int threads) {
   const int iters = std::max(ctx.options.iters / 4, 3);
   const int warmup = std::min(ctx.options.warmup, 1);
   const int64_t square = 2048;
-  const double ours_peak = ours_square_gflops(square, threads, iters);
+  const double ours_peak = gemm_cpu_square_gflops(square, threads, iters);
   const double onednn_peak = onednn_square_gflops(square, threads, iters);
   const double peak = std::max(ours_peak, onednn_peak);
   const std::string t = "_" + std::to_string(threads) + "t";
@@ -213,7 +180,7 @@ void run_threads(const BenchContext& ctx, int64_t rows, int threads) {
         opt.threads = threads;
         opt.scratch = o.scratch.data();
         opt.scratch_elements = static_cast<int64_t>(o.scratch.size());
-        const Times tm = time_calls(warmup, iters, [&] { gemm_cpu(o.p, opt); });
+        const LocalTiming tm = time_local(warmup, iters, [&] { gemm_cpu(o.p, opt); });
         const double flops = 2.0 * static_cast<double>(o.p.m * o.p.n * o.p.k);
         const double gflops = flops / tm.median_s / 1e9;
         const GemmTiling tiling = gemm_tiling(o.p.m, o.p.n, o.p.k);
@@ -225,7 +192,7 @@ void run_threads(const BenchContext& ctx, int64_t rows, int threads) {
             {"ref_value", round_to(peak, 2)},
             {"ratio", round_to(gflops / peak, 3)},
             {"better", "higher"},
-            {"best_gflops", round_to(flops / tm.best_s / 1e9, 2)},
+            {"best_gflops", round_to(flops / tm.min_s / 1e9, 2)},
             {"ms", round_to(tm.median_s * 1e3, 3)},
             {"m", o.p.m},
             {"n", o.p.n},

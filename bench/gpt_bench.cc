@@ -34,11 +34,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "bench/gemm_peak.h"
 #include "bench/suites.h"
+#include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/cpu/gemm.h"
 #include "launch/trainer.h"
@@ -61,28 +62,8 @@ int threads_per_rank(const MpiWorld& world) {
 
 // This rank's best 2048^3 fp32 gemm_cpu GFLOP/s, all ranks at once; the sum.
 double job_gemm_peak(int threads) {
-  const int64_t n = 2048;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> a(static_cast<size_t>(n * n)), b(a.size()), c(a.size());
-  for (float& x : a) x = u(rng);
-  for (float& x : b) x = u(rng);
-  GemmProblem p;
-  p.m = p.n = p.k = n;
-  p.a = GemmInput{a.data(), DType::kF32, n, false};
-  p.b = GemmInput{b.data(), DType::kF32, n, false};
-  p.c = c.data();
-  p.ldc = n;
-  GemmOptions o;
-  o.threads = threads;
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = Clock::now();
-    gemm_cpu(p, o);
-    if (i > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  double mine = 2.0 * static_cast<double>(n * n * n) / best / 1e9, sum = 0;
+  const double mine = gemm_cpu_square_gflops(2048, threads, 3, MPI_COMM_WORLD);
+  double sum = 0;
   MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return sum;
 }
@@ -155,10 +136,6 @@ void run_gpt_suite(const BenchContext& ctx) {
         update.push_back(s.timings.update_s);
         loss = s.loss;
       }
-      auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-      };
       const double step_s = median(times), best_s = *std::min_element(times.begin(), times.end());
       const double tokens = static_cast<double>(m.global_batch * g.context);
       const double model_gflops = gpt_train_flops_per_token(g) * tokens / step_s / 1e9;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/suites.h"
+#include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "models/mlp.h"
 #include "runtime/engine.h"
@@ -24,10 +25,6 @@ struct PhaseTimes {
   double step_s = 0, compute_s = 0, exposed_s = 0, update_s = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Median per phase over the timed steps (rank 0's view; every rank runs the
 // same schedule).

@@ -11,13 +11,6 @@
 namespace mp::bench {
 namespace {
 
-double median_of(std::vector<double> v) {
-  MP_ENFORCE(!v.empty(), "median of no samples");
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
-}
-
 double minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -25,6 +18,32 @@ double minor_faults() {
 }
 
 }  // namespace
+
+double median(std::vector<double> samples) {
+  if (samples.empty()) return 0.0;
+  std::sort(samples.begin(), samples.end());
+  const size_t mid = samples.size() / 2;
+  return samples.size() % 2 ? samples[mid] : 0.5 * (samples[mid - 1] + samples[mid]);
+}
+
+LocalTiming time_local(int warmup, int iters, const std::function<void()>& run, MPI_Comm sync) {
+  MP_ENFORCE(warmup >= 0 && iters >= 1, "time_local: warmup ", warmup, ", iters ", iters);
+  const auto barrier = [&] {
+    if (sync != MPI_COMM_NULL) MP_CHECK_MPI(MPI_Barrier(sync));
+  };
+  for (int i = 0; i < warmup; ++i) {
+    barrier();
+    run();
+  }
+  std::vector<double> s;
+  for (int i = 0; i < iters; ++i) {
+    barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return LocalTiming{median(s), *std::min_element(s.begin(), s.end())};
+}
 
 std::vector<Timing> time_interleaved(MPI_Comm comm, const std::vector<Contender>& contenders,
                                      int warmup, int iters) {
@@ -65,10 +84,10 @@ std::vector<Timing> time_interleaved(MPI_Comm comm, const std::vector<Contender>
   for (size_t c = 0; c < k; ++c) {
     const auto first = slowest.begin() + static_cast<std::ptrdiff_t>(c * static_cast<size_t>(iters));
     const std::vector<double> times(first, first + iters);
-    out[c].median_s = median_of(times);
+    out[c].median_s = median(times);
     out[c].min_s = *std::min_element(times.begin(), times.end());
     const auto faults = first + static_cast<std::ptrdiff_t>(n);
-    out[c].median_page_faults = median_of(std::vector<double>(faults, faults + iters));
+    out[c].median_page_faults = median(std::vector<double>(faults, faults + iters));
   }
   return out;
 }

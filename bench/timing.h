@@ -44,4 +44,18 @@ struct Timing {
 std::vector<Timing> time_interleaved(MPI_Comm comm, const std::vector<Contender>& contenders,
                                      int warmup, int iters);
 
+// The median of `samples` (the mean of the middle two for an even count);
+// 0 for none.
+double median(std::vector<double> samples);
+
+// One contender on this rank's clock: `warmup` untimed calls, then `iters`
+// timed ones (iters >= 1). With `sync` other than MPI_COMM_NULL every call,
+// warm-up included, starts after a barrier on it (collective over `sync`),
+// so all ranks run together.
+struct LocalTiming {
+  double median_s = 0;
+  double min_s = 0;
+};
+LocalTiming time_local(int warmup, int iters, const std::function<void()>& run, MPI_Comm sync = MPI_COMM_NULL);
+
 }  // namespace mp::bench

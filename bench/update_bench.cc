@@ -18,11 +18,11 @@
 // (64M = 2^26 parameters). Launch with `launch/mprun -np 1 --bind-to none`
 // (scripts/bench does): mpirun binds a rank to one core otherwise.
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
 #include "bench/suites.h"
+#include "bench/timing.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
 #include "runtime/error.h"
@@ -30,21 +30,6 @@
 
 namespace mp::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <class F>
-double median_seconds(int warmup, int iters, F run) {
-  for (int i = 0; i < warmup; ++i) run();
-  std::vector<double> s;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = Clock::now();
-    run();
-    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
 
 void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
@@ -65,9 +50,9 @@ void run_case(const BenchContext& ctx, int64_t n, int threads) {
   double triad_gbps = 0;
   {
     std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
-    const double triad_s = median_seconds(warmup, iters, [&] {
+    const double triad_s = time_local(warmup, iters, [&] {
       parallel_for(n, threads, 64, [&](int64_t lo, int64_t hi) { triad(a.data(), b.data(), c.data(), lo, hi); });
-    });
+    }).median_s;
     triad_gbps = 12.0 * static_cast<double>(n) / triad_s / 1e9;
   }
 
@@ -89,7 +74,7 @@ void run_case(const BenchContext& ctx, int64_t n, int threads) {
     u.grad_dtype = DType::kBF16;
     u.param_out = copy.data();
     u.threads = threads;
-    const double fused_s = median_seconds(warmup, iters, [&] { fused_update_cpu(u, scalars); });
+    const double fused_s = time_local(warmup, iters, [&] { fused_update_cpu(u, scalars); }).median_s;
     const int64_t bytes_per_param = update_bytes_per_param(u);
     const double gbps = static_cast<double>(bytes_per_param * n) / fused_s / 1e9;
     nlohmann::ordered_json row = {
@@ -105,20 +90,20 @@ void run_case(const BenchContext& ctx, int64_t n, int threads) {
       row["target_met"] = gbps / triad_gbps >= 0.8;
       // Unfused: unscale into an fp32 gradient, clip it, update, cast.
       const math::StepConstants k = math::make_step_constants(u.hyper, scalars, 1.0f, 1.0f);
-      const double unfused_s = median_seconds(warmup, iters, [&] {
+      const double unfused_s = time_local(warmup, iters, [&] {
         parallel_for(n, threads, 64, [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) g32[i] = math::bf16_bits_to_f32(grad[i]) * scalars.grad_multiplier;
           for (int64_t i = lo; i < hi; ++i) g32[i] *= clip;
           for (int64_t i = lo; i < hi; ++i) math::adamw_element(master[i], m[i], v[i], g32[i], k.adamw);
           for (int64_t i = lo; i < hi; ++i) copy[i] = math::f32_to_bf16_bits(master[i]);
         });
-      });
+      }).median_s;
       row["unfused_ms"] = round_to(unfused_s * 1e3, 3);
       row["unfused_over_fused"] = round_to(unfused_s / fused_s, 3);
     }
     UpdateArgs scalar = u;
     scalar.isa = CpuIsa::kScalar;
-    const double scalar_s = median_seconds(warmup, iters, [&] { fused_update_cpu(scalar, scalars); });
+    const double scalar_s = time_local(warmup, iters, [&] { fused_update_cpu(scalar, scalars); }).median_s;
     row["scalar_ms"] = round_to(scalar_s * 1e3, 3);
     row["scalar_over_fused"] = round_to(scalar_s / fused_s, 3);
     row["bytes_per_param"] = bytes_per_param;
