@@ -40,4 +40,16 @@ bool LossScaler::update(bool found_inf) {
   return false;
 }
 
+void LossScaler::restore(const State& s) {
+  if (!(s.scale > 0) || !std::isfinite(s.scale)) MP_THROW(ConfigError, "loss scale ", s.scale, ": must be positive and finite");
+  if (s.growth_tracker < 0 || s.skipped < 0 || s.hysteresis_left < 0) {
+    MP_THROW(ConfigError, "loss scaler counters (growth tracker ", s.growth_tracker, ", hysteresis left ",
+             s.hysteresis_left, ", skipped ", s.skipped, "): must not be negative");
+  }
+  scale_ = s.scale;
+  tracker_ = s.growth_tracker;
+  hysteresis_left_ = s.hysteresis_left;
+  skipped_ = s.skipped;
+}
+
 }  // namespace mp

@@ -39,6 +39,18 @@ class LossScaler {
   int64_t growth_tracker() const { return tracker_; }
   int64_t skipped_steps() const { return skipped_; }
 
+  // Everything that evolves, for checkpoints.
+  struct State {
+    double scale = 0;
+    int64_t growth_tracker = 0;
+    int hysteresis_left = 0;
+    int64_t skipped = 0;
+  };
+  State state() const { return State{scale_, tracker_, hysteresis_left_, skipped_}; }
+  // Throws ConfigError for a scale that is not finite and positive or
+  // negative counters.
+  void restore(const State& s);
+
  private:
   LossScalerOptions o_;
   double scale_;

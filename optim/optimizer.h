@@ -87,10 +87,13 @@ class Optimizer {
   // ConfigError for overlapping or unsorted parameters.
   std::vector<UpdateRange> ranges_for(const std::vector<ShardParam>& params, int64_t shard_numel) const;
 
-  // The checkpointed state (issue 7 stores it).
+  // The checkpointed state (runtime/checkpoint.h).
   void restore_counters(int64_t steps_done, int64_t steps_skipped) {
     steps_done_ = steps_done;
     steps_skipped_ = steps_skipped;
+  }
+  void restore_loss_scaler(const LossScaler::State& s) {
+    if (scaler_) scaler_->restore(s);
   }
 
  private:

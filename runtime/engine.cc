@@ -135,10 +135,9 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
 }
 
 void Engine::Impl::init_params() {
-  const Precision& p = o.precision;
   std::vector<float> values;
   for (int u = 0; u < layout.num_units(); ++u) {
-    EngineUnit& unit = units[static_cast<size_t>(u)];
+    const EngineUnit& unit = units[static_cast<size_t>(u)];
     values.assign(static_cast<size_t>(unit.n), 0.0f);
     const UnitLayout& ul = layout.unit(u);
     for (size_t k = 0; k < ul.params.size(); ++k) {
@@ -150,22 +149,43 @@ void Engine::Impl::init_params() {
             init_value(pp.init, o.seed, stream, static_cast<uint64_t>(i - pp.offset));
       }
     }
-    const Tensor v = Tensor::wrap(values.data(), Device::cpu(), DType::kF32, {unit.n});
-    if (p.master == MasterMode::kFp32) copy_tensor(unit.master, v);
-    if (p.master == MasterMode::kBf16Remainder) {
-      auto* h = unit.param_shard.data_as<bf16>();
-      auto* r = static_cast<int16_t*>(unit.remainder.data());
-      for (int64_t i = 0; i < unit.n; ++i) {
-        const math::Bf16Remainder s = math::split_bf16_remainder(values[static_cast<size_t>(i)]);
-        h[i].bits = s.h;
-        r[i] = s.r;
-      }
-    } else if (unit.param_shard.defined()) {
-      convert(v, unit.param_shard);
-    }
+    set_shard_weights(u, values);
   }
   if (o.keeps_full_params()) {
     for (int u = 0; u < layout.num_units(); ++u) issue_full_gather(u);
+  }
+}
+
+void Engine::Impl::set_shard_weights(int u, const std::vector<float>& values) {
+  const Precision& p = o.precision;
+  EngineUnit& unit = units[static_cast<size_t>(u)];
+  MP_ENFORCE_EQ(static_cast<int64_t>(values.size()), unit.n);
+  const Tensor v = Tensor::wrap(const_cast<float*>(values.data()), Device::cpu(), DType::kF32, {unit.n});
+  if (p.master == MasterMode::kFp32) copy_tensor(unit.master, v);
+  if (p.master == MasterMode::kBf16Remainder) {
+    auto* h = unit.param_shard.data_as<bf16>();
+    auto* r = static_cast<int16_t*>(unit.remainder.data());
+    for (int64_t i = 0; i < unit.n; ++i) {
+      const math::Bf16Remainder s = math::split_bf16_remainder(values[static_cast<size_t>(i)]);
+      h[i].bits = s.h;
+      r[i] = s.r;
+    }
+  } else if (unit.param_shard.defined()) {
+    convert(v, unit.param_shard);
+  }
+}
+
+void Engine::Impl::state_replaced() {
+  for (GatherSlot& s : slots) {  // gathered from the old state
+    wait(s.work);
+    s.work.reset();
+    s.unit = -1;
+  }
+  for (int u = 0; u < layout.num_units(); ++u) {
+    EngineUnit& unit = units[static_cast<size_t>(u)];
+    wait(unit.full_gather);
+    unit.full_gather.reset();
+    if (o.keeps_full_params()) issue_full_gather(u);
   }
 }
 
@@ -485,6 +505,21 @@ MemoryPlan Engine::plan() const { return plan_memory(impl_->spec, impl_->o); }
 StepResult Engine::step(Model& model) { return impl_->step(model); }
 double Engine::evaluate(Model& model, int64_t first, int count) { return impl_->evaluate(model, first, count); }
 std::vector<float> Engine::master_shard(int unit) const { return impl_->master_shard(unit); }
+
+void Engine::set_weights(int unit, const std::vector<float>& full) {
+  Impl& e = *impl_;
+  const UnitLayout& ul = e.layout.unit(unit);
+  if (static_cast<int64_t>(full.size()) != ul.numel) {
+    MP_THROW(ConfigError, "set_weights of unit ", ul.name, ": ", full.size(), " values, the unit has ", ul.numel);
+  }
+  const EngineUnit& u = e.units[static_cast<size_t>(unit)];
+  std::vector<float> mine(static_cast<size_t>(u.n), 0.0f);
+  for (int64_t i = u.offset; i < std::min(u.offset + u.n, ul.numel); ++i) {
+    mine[static_cast<size_t>(i - u.offset)] = full[static_cast<size_t>(i)];
+  }
+  e.set_shard_weights(unit, mine);
+  e.state_replaced();
+}
 
 std::vector<float> Engine::gather_master(int unit) {
   std::vector<float> mine = impl_->master_shard(unit);

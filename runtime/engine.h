@@ -102,10 +102,18 @@ class Engine {
   // The unit's full weights as fp32 (unpadded), gathered over the shard group.
   // Collective.
   std::vector<float> gather_master(int unit);
+  // Replaces unit `unit`'s weights with `full` (the unit's numel values, as
+  // gather_master returns them; alignment gaps should be 0): each rank
+  // keeps its shard, cast as the policy stores weights. Optimizer state and
+  // step counts are untouched. Call between steps, on every rank with the
+  // same values.
+  void set_weights(int unit, const std::vector<float>& full);
 
   class Impl;  // internal: runtime/engine_impl.h
 
  private:
+  friend class CheckpointIo;  // runtime/checkpoint.cc
+
   std::unique_ptr<Impl> impl_;
 };
 

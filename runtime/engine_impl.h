@@ -46,6 +46,13 @@ class Engine::Impl {
 
   // engine.cc
   void init_params();
+  // Writes this rank's shard of unit u's weights (unit.n values) into the
+  // master, remainder and param shard as the policy keeps them.
+  void set_shard_weights(int u, const std::vector<float>& values);
+  // After the weights or state were replaced between steps (a checkpoint
+  // load, set_weights): drops gathered copies of the old weights and
+  // gathers again where the strategy keeps full params.
+  void state_replaced();
   Tensor params_for(int u, int direction);
   void issue_gather(int u, GatherSlot& slot);
   void issue_full_gather(int u);

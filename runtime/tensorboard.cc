@@ -2,30 +2,17 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 
 #include "proto/tensorboard.pb.h"
+#include "runtime/crc32c.h"
 #include "runtime/error.h"
 
 namespace mp {
 namespace {
-
-// crc32c_table()[b]: the CRC register after shifting byte b through it, for
-// the reflected polynomial (bit 0 is the x^31 coefficient).
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t b = 0; b < 256; ++b) {
-    uint32_t crc = b;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
-    table[b] = crc;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 void put_le(std::string& out, uint64_t v, int n_bytes) {
   for (int i = 0; i < n_bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
@@ -42,12 +29,6 @@ std::string host_name() {
 }
 
 }  // namespace
-
-uint32_t crc32c(std::string_view bytes) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (const char c : bytes) crc = kCrc32cTable[(crc ^ static_cast<uint8_t>(c)) & 0xFFu] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
 
 uint32_t masked_crc32c(std::string_view bytes) {
   const uint32_t crc = crc32c(bytes);

@@ -22,12 +22,9 @@
 #include <string>
 #include <string_view>
 
-namespace mp {
+#include "runtime/crc32c.h"
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and
-// final xor 0xFFFFFFFF), as TFRecord, iSCSI and ext4 use it:
-// crc32c("123456789") == 0xE3069283.
-uint32_t crc32c(std::string_view bytes);
+namespace mp {
 
 // TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8, so a CRC
 // stored inside checksummed data does not checksum to a fixed value.

@@ -168,10 +168,14 @@ TEST(Crc32c, PublishedCheckValues) {
 TEST(Crc32c, TableMatchesBitwiseReference) {
   std::mt19937 rng(7);
   for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{255}, size_t{256},
-                         size_t{1000}, size_t{4099}}) {
+                         size_t{1000}, size_t{4099}, size_t{24575}, size_t{24576}, size_t{24583},
+                         size_t{3 * 24576 + 5}, size_t{200001}}) {
     std::string bytes(n, '\0');
     for (char& c : bytes) c = static_cast<char>(rng() & 0xFF);
-    EXPECT_EQ(crc32c(bytes), crc32c_bitwise(bytes)) << "length " << n;
+    EXPECT_EQ(crc32c(bytes), crc32c_bitwise(bytes)) << "length " << n << ", hardware " << crc32c_hardware();
+    // Any split point: extending a finished CRC equals the CRC of the whole.
+    const size_t cut = n / 3;
+    EXPECT_EQ(crc32c_extend(crc32c(bytes.substr(0, cut)), bytes.data() + cut, n - cut), crc32c(bytes)) << n;
   }
 }
 
