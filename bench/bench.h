@@ -28,6 +28,9 @@ struct BenchOptions {
   int iters = 20;   // timed iterations per contender
   int warmup = 3;   // untimed iterations per contender first
   bool json_only = false;
+  // ckpt: "gpt2" (GPT-2 124M, default) or "small" (the default 0.83M GPT,
+  // for smoke tests).
+  std::string model = "gpt2";
 };
 
 // "65536", "64K", "64KiB", "16M", "1G" (binary multiples) -> bytes. Throws

@@ -36,6 +36,8 @@ constexpr Suite kSuites[] = {
     {"gemm", run_gemm_suite, "gemm_cpu GFLOP/s on the GPT-2 124M shapes vs the 2048^3 peak (run with -np 1)"},
     {"gpt", run_gpt_suite,
      "GPT-2 124M and a small GPT through the engine: tokens/s, model FLOP/s vs the GEMM peak (--bind-to none)"},
+    {"ckpt", run_ckpt_suite,
+     "checkpoint save/load GB/s of GPT-2 124M vs plain write+fsync/read of the same bytes (run with -np 2)"},
     {"recipes", run_recipes_suite, "the default GPT under every precision recipe and strategy (run with -np 2)"},
 };
 
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_flag("--json-only", options.json_only, "Print only the JSON lines (no '# ' notes)");
+  app.add_option("--model", options.model, "ckpt: gpt2 (GPT-2 124M) or small (the default 0.83M GPT)")
+      ->check(CLI::IsMember({"gpt2", "small"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

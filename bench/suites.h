@@ -32,4 +32,8 @@ void run_gpt_suite(const BenchContext& ctx);
 // strategy: loss, tokens/s, bytes per parameter (recipes_bench.cc).
 void run_recipes_suite(const BenchContext& ctx);
 
+// ckpt: checkpoint save and load GB/s vs plain write+fsync and read of the
+// same bytes (ckpt_bench.cc).
+void run_ckpt_suite(const BenchContext& ctx);
+
 }  // namespace mp::bench

@@ -22,6 +22,7 @@
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "mp/config.h"
+#include "runtime/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/memory_plan.h"
@@ -127,7 +128,7 @@ int launcher_world_size() {
 
 int main(int argc, char** argv) {
   CLI::App app{"mp_worker: one rank of a sharded mixed-precision training job.\n"
-               "  build/mp_worker [CONFIG.textproto] [--set field.path=value]... [--steps N] [--out DIR]\n"
+               "  build/mp_worker [CONFIG.textproto] [--set field.path=value]... [--steps N] [--out DIR] [--resume auto]\n"
                "Without CONFIG it trains the embedded default (configs/default.textproto): a small GPT on a\n"
                "synthetic language whose entropy floor is known. Launch N ranks with launch/mprun -np N, or\n"
                "launch/mp_node on one node; a bare build/mp_worker runs as world size 1."};
@@ -142,6 +143,14 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_option("--steps", steps, "Optimizer steps (same as --set steps=N)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--out", out, "Run directory: metrics.jsonl, config.textproto, TensorBoard events (--set out_dir=DIR)");
+  std::string resume, export_dir, verify_dir;
+  app.add_option("--resume", resume,
+                 "Resume from a checkpoint directory, a checkpoint root (its `latest`), or 'auto' (the latest under "
+                 "checkpoint.dir if any) (--set checkpoint.resume=...)");
+  app.add_option("--export-safetensors", export_dir,
+                 "After training, write the GPT as a Hugging Face GPT-2 directory (model.safetensors + config.json)");
+  app.add_option("--verify-checkpoint", verify_dir,
+                 "Check a checkpoint (or a root's latest): manifest, file sizes, every checksum; then exit");
   app.add_flag("--print-config", print_config, "Print the resolved config in text format and exit");
   app.add_flag("--plan", plan, "Print the per-rank memory plan and exit, without running");
   auto* world_size = app.add_option("--world-size", plan_world_size,
@@ -157,6 +166,19 @@ int main(int argc, char** argv) {
   if (version) {
     mp::print_version();
     return 0;
+  }
+  if (!verify_dir.empty()) {
+    try {
+      const std::string dir = mp::resolve_checkpoint(verify_dir);
+      const int64_t bytes = mp::verify_checkpoint(dir);
+      const mp::proto::CheckpointManifest m = mp::read_checkpoint_manifest(dir);
+      std::printf("%s: step %lld, saved by %d rank(s), %lld bytes in %d files, every checksum matches\n", dir.c_str(),
+                  static_cast<long long>(m.step()), m.world_size(), static_cast<long long>(bytes), m.files_size());
+      return 0;
+    } catch (const mp::Error& e) {
+      std::fprintf(stderr, "mp_worker: %s\n", e.what());
+      return 2;
+    }
   }
   if (plan_all) plan = true;
   if (world_size->count() > 0 && !plan) {
@@ -174,6 +196,8 @@ int main(int argc, char** argv) {
     for (const std::string& a : sets) mp::apply_override(config, a);
     if (steps > 0) config.set_steps(steps);
     if (!out.empty()) config.set_out_dir(out);
+    if (!resume.empty()) config.mutable_checkpoint()->set_resume(resume);
+    if (!export_dir.empty()) config.mutable_checkpoint()->set_export_safetensors(export_dir);
     settings = mp::resolve_train_config(config, check_size);
     if (print_config) {
       std::cout << mp::to_text(settings.config);

@@ -438,6 +438,37 @@ bool TrainSettings::is_fp32_op(const std::string& op) const {
   return false;
 }
 
+void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
+  const proto::CheckpointConfig& k = c.checkpoint();
+  check_not_negative("checkpoint.interval_steps", k.interval_steps());
+  if (!(k.interval_minutes() >= 0) || !std::isfinite(k.interval_minutes())) {
+    MP_THROW(ConfigError, "checkpoint.interval_minutes = ", k.interval_minutes(), ": must be finite and >= 0");
+  }
+  check_not_negative("checkpoint.keep_last", k.keep_last());
+  s.checkpoint_keep_last = k.keep_last() > 0 ? k.keep_last() : 3;
+  s.checkpoint_dir = !k.dir().empty() ? k.dir() : c.out_dir().empty() ? "" : c.out_dir() + "/checkpoints";
+  const bool asked = k.interval_steps() > 0 || k.interval_minutes() > 0 || k.save_at_end();
+  if (asked && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.",
+             k.interval_steps() > 0 ? "interval_steps" : k.interval_minutes() > 0 ? "interval_minutes" : "save_at_end",
+             " is set but there is nowhere to save: set checkpoint.dir or out_dir");
+  }
+  s.checkpoint_saves = !s.checkpoint_dir.empty() && (asked || k.save_on_signal() || !k.has_save_on_signal());
+  if (k.resume() == "auto" && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.resume = 'auto' looks under checkpoint.dir (or out_dir/checkpoints); neither is set");
+  }
+  const bool gpt = s.model == ModelKind::kGpt;
+  if (!k.init_from_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.init_from_safetensors: Hugging Face GPT-2 weights need model.gpt");
+  }
+  if (!k.export_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.export_safetensors: Hugging Face GPT-2 export needs model.gpt");
+  }
+  if (k.export_dtype() != proto::DATA_TYPE_UNSET && k.export_dtype() != proto::FP32 && k.export_dtype() != proto::BF16) {
+    MP_THROW(ConfigError, "checkpoint.export_dtype = ", proto::DataType_Name(k.export_dtype()), ": FP32 or BF16");
+  }
+}
+
 TrainSettings resolve_train_config(const proto::TrainConfig& config, int world_size) {
   TrainSettings s;
   s.config = config;
@@ -477,6 +508,7 @@ TrainSettings resolve_train_config(const proto::TrainConfig& config, int world_s
   }
 
   resolve_compute(c.compute(), s);
+  resolve_checkpoint(c, s);
   s.engine_options = resolve_engine_options(c.engine(), world_size);
 
   const int threads = c.compute().threads();

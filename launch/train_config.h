@@ -104,6 +104,13 @@ struct TrainSettings {
   MlpConfig mlp;
   // compute.fp32_ops compiled as ECMAScript regexes, in order.
   std::vector<std::regex> fp32_ops;
+  // Checkpoints (proto::CheckpointConfig): the directory (checkpoint.dir,
+  // else out_dir + "/checkpoints", else empty: no checkpoints), whether
+  // this run saves any (an interval, save_at_end or save_on_signal with a
+  // directory), and keep_last with its default.
+  std::string checkpoint_dir;
+  bool checkpoint_saves = false;
+  int checkpoint_keep_last = 3;
 
   // Whether the GEMM named `op` ("h3.attn.c_proj", "head") stays fp32: one
   // of fp32_ops matches the whole name.

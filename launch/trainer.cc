@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,10 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/comm_config.h"
 #include "kernels/philox_math.h"
@@ -20,8 +24,10 @@
 #include "launch/rank_info.h"
 #include "mp/config.h"
 #include "models/gpt.h"
+#include "models/gpt_hf.h"
 #include "models/mlp.h"
 #include "models/token_data.h"
+#include "runtime/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/metrics.h"
@@ -257,7 +263,28 @@ struct RunDir {
   std::unique_ptr<TensorBoardWriter> tensorboard;
 };
 
-RunDir open_run_dir(const TrainSettings& s) {
+// Drops the lines of DIR/metrics.jsonl after step `step` (a resumed run
+// writes those steps again); lines that do not parse are kept.
+void trim_metrics(const std::string& dir, int64_t step) {
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() > step) {
+      continue;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
+  if (!out) MP_THROW(IoError, "cannot rewrite ", path);
+}
+
+RunDir open_run_dir(const TrainSettings& s, int64_t resumed_step) {
   RunDir d;
   const std::string& out = s.config.out_dir();
   if (out.empty()) return d;
@@ -270,10 +297,77 @@ RunDir open_run_dir(const TrainSettings& s) {
     << text;
   f.close();
   if (!f) MP_THROW(IoError, "cannot write ", path);
-  d.metrics = std::make_unique<MetricsWriter>(out);
+  if (resumed_step > 0) trim_metrics(out, resumed_step);
+  d.metrics = std::make_unique<MetricsWriter>(out, resumed_step > 0 ? MetricsWriter::Mode::kAppend
+                                                                    : MetricsWriter::Mode::kTruncate);
   d.tensorboard = std::make_unique<TensorBoardWriter>(out);
   d.tensorboard->add_text("config", 0, "```\n" + text + "```");
   return d;
+}
+
+// SIGTERM and SIGUSR1 while checkpointing: remembered, acted on at the
+// next step boundary (every rank agrees there), then the previous handlers
+// come back.
+volatile sig_atomic_t g_stop_signal = 0;
+
+extern "C" void remember_signal(int sig) { g_stop_signal = sig; }
+
+class StopSignals {
+ public:
+  explicit StopSignals(bool on) : on_(on) {
+    if (!on_) return;
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = remember_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGUSR1, &sa, &old_usr1_);
+  }
+  ~StopSignals() {
+    if (!on_) return;
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  bool on_;
+  struct sigaction old_term_ {}, old_usr1_ {};
+};
+
+const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
+
+// The unit's flat weights from named parameter values (alignment gaps 0).
+std::vector<float> unit_weights(const UnitLayout& ul, const std::map<std::string, std::vector<float>>& named) {
+  std::vector<float> full(static_cast<size_t>(ul.numel), 0.0f);
+  for (const ParamPlacement& pp : ul.params) {
+    const auto it = named.find(pp.name);
+    MP_ENFORCE(it != named.end(), "imported weights lack ", pp.name);
+    MP_ENFORCE_EQ(static_cast<int64_t>(it->second.size()), pp.numel);
+    std::copy(it->second.begin(), it->second.end(), full.begin() + pp.offset);
+  }
+  return full;
+}
+
+// Every rank gathers every unit (collective); rank 0 writes the export.
+void export_weights(Engine& engine, const TrainSettings& s, bool lead) {
+  const FlatLayout& L = engine.layout();
+  std::map<std::string, std::vector<float>> named;
+  for (int u = 0; u < L.num_units(); ++u) {
+    const std::vector<float> w = engine.gather_master(u);
+    for (const ParamPlacement& pp : L.unit(u).params) {
+      named[pp.name].assign(w.begin() + pp.offset, w.begin() + pp.offset + pp.numel);
+    }
+  }
+  if (!lead) return;
+  const proto::CheckpointConfig& k = s.config.checkpoint();
+  const DType dtype = k.export_dtype() == proto::BF16 ? DType::kBF16 : DType::kF32;
+  export_gpt_hf(k.export_safetensors(), s.gpt, [&](const std::string& name) { return named.at(name); }, dtype);
+  std::printf("exported the weights (%s) to %s: model.safetensors + config.json, loads with "
+              "transformers.GPT2LMHeadModel.from_pretrained\n",
+              std::string(dtype_name(dtype)).c_str(), k.export_safetensors().c_str());
 }
 
 }  // namespace
@@ -286,7 +380,34 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   auto comm = MpiCommunicator::create_world("world", comm_options_from_config(c.engine().comm()));
   RunModel m = make_model(s, threads, allocator);
   Engine engine(m.model->spec(), c.engine(), *comm, allocator);
-  RunDir dir = lead ? open_run_dir(s) : RunDir{};
+
+  // Where the run starts: a checkpoint, imported weights, or the init.
+  const proto::CheckpointConfig& kc = c.checkpoint();
+  int64_t start = 0;
+  std::string start_note;
+  if (!kc.resume().empty()) {
+    const bool automatic = kc.resume() == "auto";
+    const std::string from = resolve_checkpoint(automatic ? s.checkpoint_dir : kc.resume(), automatic);
+    if (!from.empty()) {
+      CheckpointInfo info;
+      const proto::CheckpointManifest manifest = load_checkpoint(engine, from, &info);
+      start = info.step;
+      start_note = detail::str("resumed from ", from, " at step ", start, " (saved by ", manifest.world_size(),
+                               " rank(s), ", std::string(strategy_name(manifest.strategy())), "; read ",
+                               si(static_cast<double>(info.bytes), "B"), " on rank 0 in ", info.seconds, " s)");
+    } else {
+      start_note = "no checkpoint under " + s.checkpoint_dir + ": starting fresh";
+    }
+  }
+  if (start == 0 && !kc.init_from_safetensors().empty()) {
+    const std::map<std::string, std::vector<float>> named = import_gpt_hf(kc.init_from_safetensors(), s.gpt);
+    for (int u = 0; u < engine.layout().num_units(); ++u) engine.set_weights(u, unit_weights(engine.layout().unit(u), named));
+    start_note = "weights from " + kc.init_from_safetensors();
+  }
+  if (start > c.steps()) {
+    MP_THROW(ConfigError, "the checkpoint is at step ", start, ", past steps = ", c.steps(), ": raise steps to go on");
+  }
+  RunDir dir = lead ? open_run_dir(s, start) : RunDir{};
 
   const int W = world.size();
   const int k = engine.options().micro_batches;
@@ -303,15 +424,43 @@ int train(const MpiWorld& world, const TrainSettings& s) {
                   *m.floor, static_cast<long long>(s.gpt.vocab), std::log(static_cast<double>(s.gpt.vocab)));
     }
     if (dir.metrics) std::printf("run directory: %s\n", c.out_dir().c_str());
+    if (!start_note.empty()) std::printf("%s\n", start_note.c_str());
+    if (s.checkpoint_saves) {
+      std::printf("checkpoints: %s (", s.checkpoint_dir.c_str());
+      if (kc.interval_steps() > 0) std::printf("every %lld steps, ", static_cast<long long>(kc.interval_steps()));
+      if (kc.interval_minutes() > 0) std::printf("every %g minutes, ", kc.interval_minutes());
+      if (kc.save_at_end()) std::printf("at the end, ");
+      if (kc.save_on_signal() || !kc.has_save_on_signal()) std::printf("on SIGTERM/SIGUSR1, ");
+      std::printf("keeping %d)\n", s.checkpoint_keep_last);
+    }
     std::fflush(stdout);
   }
+  const bool on_signal = s.checkpoint_saves && (kc.save_on_signal() || !kc.has_save_on_signal());
+  StopSignals signals(on_signal);
+  CheckpointSaveOptions save_options;
+  save_options.keep_last = s.checkpoint_keep_last;
+  save_options.config_text = to_text(c);
+  auto last_save = std::chrono::steady_clock::now();
+  auto save = [&](int64_t step, const char* why) {
+    const CheckpointInfo info = save_checkpoint(engine, s.checkpoint_dir, save_options);
+    last_save = std::chrono::steady_clock::now();
+    if (lead) {
+      std::printf("%scheckpoint at step %lld (%s): %s, %s in %.2f s\n", live_progress() ? "\r\033[K" : "",
+                  static_cast<long long>(step), why, info.path.c_str(), si(static_cast<double>(info.bytes), "B").c_str(),
+                  info.seconds);
+      std::fflush(stdout);
+    }
+  };
+  int stop_signal = 0;
 
   const int64_t steps = c.steps();
   const int64_t log_every = std::max<int64_t>(1, c.log_interval());
   double elapsed = 0;  // seconds of steps so far (validation excluded)
   double last_loss = 0;
   std::optional<double> last_val;
-  for (int64_t i = 1; i <= steps; ++i) {
+  int64_t last_step = start;
+  for (int64_t i = start + 1; i <= steps && stop_signal == 0; ++i) {
+    last_step = i;
     const StepResult r = engine.step(*m.model);
     elapsed += r.timings.total_s;
     last_loss = r.loss;
@@ -323,6 +472,26 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     std::optional<std::string> sample;
     if (m.gpt != nullptr && c.sample_interval() > 0 && (i % c.sample_interval() == 0 || i == steps)) {
       sample = sample_text(engine, m, m.gpt->config(), c.sample_tokens(), c.engine().seed(), i);
+    }
+    if (s.checkpoint_saves) {
+      // One agreement per step: a signal on any rank, or rank 0's clock.
+      const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() / 60;
+      float flags[2] = {static_cast<float>(g_stop_signal),
+                        lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0f : 0.0f};
+      float any[2] = {0, 0};
+      ReduceOptions max;
+      max.op = ReduceOp::kMax;
+      comm->all_reduce(Tensor::wrap(flags, Device::cpu(), DType::kF32, {2}),
+                       Tensor::wrap(any, Device::cpu(), DType::kF32, {2}), max)
+          ->wait();
+      stop_signal = static_cast<int>(any[0]);
+      if (stop_signal != 0) {
+        save(i, signal_name(stop_signal));
+      } else if (kc.interval_steps() > 0 && i % kc.interval_steps() == 0) {
+        save(i, "interval");
+      } else if (any[1] != 0) {
+        save(i, "time interval");
+      }
     }
     if (!lead) continue;
     const double step_s = std::max(r.timings.total_s, 1e-9);
@@ -366,7 +535,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
                        r.lr, r.grad_norm, r.skipped ? "  SKIPPED" : "",
                        si(sm.tokens_per_s, s.model == ModelKind::kGpt ? "tok/s" : "samples/s").c_str(), sm.step_ms,
                        si(sm.model_flops_per_s, "FLOP/s").c_str(),
-                       format_duration(elapsed / static_cast<double>(i) * static_cast<double>(steps - i)).c_str());
+                       format_duration(elapsed / static_cast<double>(i - start) * static_cast<double>(steps - i)).c_str());
     if (i % log_every == 0 || i == steps || i == 1 || val) {
       std::printf(tty ? "\r\033[K%s\n" : "%s\n", line);
     } else if (tty) {
@@ -378,8 +547,19 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     }
     std::fflush(stdout);
   }
+  if (stop_signal != 0) {
+    if (lead) {
+      std::printf("got %s at step %lld of %lld: checkpoint saved, stopping (go on with --resume %s)\n",
+                  signal_name(stop_signal), static_cast<long long>(last_step), static_cast<long long>(steps),
+                  s.checkpoint_dir.c_str());
+      if (dir.tensorboard) dir.tensorboard->close();
+    }
+    return 0;
+  }
+  if (s.checkpoint_saves && kc.save_at_end()) save(steps, "end");
+  if (!kc.export_safetensors().empty()) export_weights(engine, s, lead);
   if (lead) {
-    std::printf("done: %lld steps in %s, final loss %.4f", static_cast<long long>(steps),
+    std::printf("done: %lld steps in %s, final loss %.4f", static_cast<long long>(steps - start),
                 format_duration(elapsed).c_str(), last_loss);
     if (last_val) std::printf(", validation loss %.4f", *last_val);
     if (m.floor) std::printf(", %.4f above the entropy floor %.4f", last_loss - *m.floor, *m.floor);

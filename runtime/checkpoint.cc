@@ -19,6 +19,7 @@
 #include "runtime/crc32c.h"
 #include "runtime/engine_impl.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace mp {
 
@@ -69,64 +70,18 @@ uint64_t get_u64(const char* p) {
 
 // ---- files ----------------------------------------------------------------------
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, std::min<size_t>(size, size_t{1} << 30));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) MP_THROW(IoError, "checkpoint file '", path, "': write failed: ", std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 void fsync_or_throw(int fd, const std::string& path) {
   if (::fsync(fd) != 0) MP_THROW(IoError, "checkpoint '", path, "': fsync failed: ", std::strerror(errno));
 }
 
 void fsync_dir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY));
-  if (fd.get() < 0) MP_THROW(IoError, "checkpoint directory '", dir, "': cannot open: ", std::strerror(errno));
-  fsync_or_throw(fd.get(), dir);
+  if (!fsync_directory(dir)) MP_THROW(IoError, "checkpoint directory '", dir, "': fsync failed: ", std::strerror(errno));
 }
 
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     MP_THROW(IoError, "checkpoint: cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
   }
-}
-
-// Writes a small file atomically: path.tmp, fsync, rename, fsync the directory.
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) MP_THROW(IoError, "checkpoint file '", tmp, "': cannot create: ", std::strerror(errno));
-    write_all(fd.get(), bytes.data(), bytes.size(), tmp);
-    fsync_or_throw(fd.get(), tmp);
-  }
-  rename_or_throw(tmp, path);
-  fsync_dir(fs::path(path).parent_path().string());
 }
 
 std::string read_small_file(const std::string& path, int64_t limit, const char* what) {
@@ -270,7 +225,7 @@ class BlockWriter {
   }
   void write(const void* data, int64_t size) {
     const char* p = static_cast<const char*>(data);
-    write_all(fd_.get(), p, static_cast<size_t>(size), path_);
+    write_all(fd_.get(), p, static_cast<size_t>(size), "checkpoint file", path_);
     while (size > 0) {
       const int64_t take = std::min(size, block_ - in_block_);
       crc_ = crc32c_extend(crc_, p, static_cast<size_t>(take));
@@ -465,13 +420,10 @@ class BlockReader {
     if (cached_ == b) return buf_;
     const int64_t begin = b * block_, len = std::min(block_, file_.size_bytes() - begin);
     buf_.resize(static_cast<size_t>(len));
-    int64_t done = 0;
-    while (done < len) {
-      const ssize_t n = ::pread(fd_.get(), buf_.data() + done, static_cast<size_t>(len - done), begin + done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) MP_THROW(IoError, "checkpoint file '", path_, "': read failed at byte ", begin + done, ": ",
-                           n == 0 ? "unexpected end of file" : std::strerror(errno));
-      done += n;
+    errno = 0;
+    if (!pread_all(fd_.get(), buf_.data(), static_cast<size_t>(len), static_cast<uint64_t>(begin))) {
+      MP_THROW(IoError, "checkpoint file '", path_, "': cannot read bytes [", begin, ", ", begin + len, "): ",
+               errno != 0 ? std::strerror(errno) : "unexpected end of file");
     }
     bytes_read_ += len;
     const uint32_t crc = crc32c(buf_);
@@ -695,13 +647,13 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
                               std::chrono::system_clock::now().time_since_epoch())
                               .count());
     check_manifest(m, tmp_dir + "/" + kManifestName);
-    write_file_atomic(tmp_dir + "/" + kManifestName, encode_manifest(m));
+    write_file_atomic(tmp_dir + "/" + kManifestName, encode_manifest(m), "checkpoint manifest");
     fsync_dir(tmp_dir);
     std::error_code ec;
     if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked above): a leftover
     rename_or_throw(tmp_dir, final_dir);
     fsync_dir(root);
-    write_file_atomic(root + "/latest", name + "\n");
+    write_file_atomic(root + "/latest", name + "\n", "checkpoint pointer");
     // Keep the newest keep_last complete checkpoints; drop stale temporaries.
     std::vector<std::pair<std::string, std::string>> steps;  // (name, path)
     for (const fs::directory_entry& d : fs::directory_iterator(root, ec)) {

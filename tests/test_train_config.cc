@@ -189,6 +189,19 @@ TEST(TrainConfig, ResolveFillsTheDocumentedDefaults) {
   EXPECT_EQ(t.config.log_interval(), 3);
   EXPECT_EQ(t.config.val_batches(), 9);
   EXPECT_EQ(t.config.sample_tokens(), 16);
+  // Checkpoints: none without a directory; out_dir/checkpoints with one,
+  // saving on SIGTERM by default; keep_last 3.
+  EXPECT_EQ(s.checkpoint_dir, "");
+  EXPECT_FALSE(s.checkpoint_saves);
+  const TrainSettings o = resolve_train_config(overridden({"out_dir=/r"}), 4);
+  EXPECT_EQ(o.checkpoint_dir, "/r/checkpoints");
+  EXPECT_TRUE(o.checkpoint_saves);
+  EXPECT_EQ(o.checkpoint_keep_last, 3);
+  const TrainSettings d = resolve_train_config(
+      overridden({"out_dir=/r", "checkpoint.dir=/c", "checkpoint.save_on_signal=false", "checkpoint.keep_last=5"}), 4);
+  EXPECT_EQ(d.checkpoint_dir, "/c");
+  EXPECT_FALSE(d.checkpoint_saves);
+  EXPECT_EQ(d.checkpoint_keep_last, 5);
 }
 
 TEST(TrainConfig, Fp32OpsMatchWholeNames) {
@@ -390,6 +403,17 @@ TEST(TrainConfig, BadConfigsAreNamed) {
       bad_resolve({"model.mlp.dims=64"}, "model.mlp.dims has 1 entry: need at least 2"),
       bad_resolve({"model.mlp.dims=64,0,16"}, "model.mlp.dims[1] = 0: must be positive"),
       bad_resolve({}, "model is not set", 1, "data { micro_batch_size: 1 } steps: 1"),
+      bad_resolve({"checkpoint.interval_steps=100"},
+                  "checkpoint.interval_steps is set but there is nowhere to save: set checkpoint.dir or out_dir"),
+      bad_resolve({"checkpoint.save_at_end=true"}, "checkpoint.save_at_end is set but there is nowhere to save"),
+      bad_resolve({"checkpoint.interval_steps=-1"}, "checkpoint.interval_steps = -1: must not be negative"),
+      bad_resolve({"checkpoint.interval_minutes=-2"}, "checkpoint.interval_minutes = -2: must be finite and >= 0"),
+      bad_resolve({"checkpoint.keep_last=-1"}, "checkpoint.keep_last = -1: must not be negative"),
+      bad_resolve({"checkpoint.resume=auto"}, "checkpoint.resume = 'auto' looks under checkpoint.dir"),
+      bad_resolve({"checkpoint.export_safetensors=x"}, "Hugging Face GPT-2 export needs model.gpt", 1, mlp_base),
+      bad_resolve({"checkpoint.init_from_safetensors=x"}, "Hugging Face GPT-2 weights need model.gpt", 1, mlp_base),
+      bad_resolve({"checkpoint.export_safetensors=x", "checkpoint.export_dtype=FP16"},
+                  "checkpoint.export_dtype = FP16: FP32 or BF16"),
       // The engine's own errors pass through as they are.
       bad_resolve({"engine.sharding.strategy=HYBRID_SHARD", "engine.sharding.hybrid_shard_size=3"},
                   "sharding.hybrid_shard_size = 3 does not divide the world size 4", 4),
