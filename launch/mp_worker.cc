@@ -45,6 +45,8 @@ void print_version() {
   mpi_first_line = mpi_first_line.substr(0, mpi_first_line.find_first_of(",\n"));
   std::cout << "mp_worker " << MP_VERSION << "\n"
             << "build: " << build_string() << "\n"
+            << "formats: TrainConfig text " << kTrainConfigFormatVersion << ", checkpoint "
+            << kCheckpointFormatVersion << "\n"
             << "oneDNN " << dnnl->major << "." << dnnl->minor << "." << dnnl->patch << "\n"
             << "MPI: " << mpi_first_line << "\n"
             << "protobuf " << google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION)

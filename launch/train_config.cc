@@ -1,6 +1,5 @@
 #include "launch/train_config.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <cctype>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/text_proto.h"
 
 namespace mp {
 namespace {
@@ -27,28 +27,6 @@ constexpr char kDefaultConfigText[] =
 #include "launch/default_train_config.inc"
     ;
 constexpr const char* kDefaultConfigName = "configs/default.textproto (embedded)";
-
-// ---- parsing files ------------------------------------------------------------------
-
-// Collects the parser's errors as "source:line:column: message", 1-based.
-class ParseErrors final : public pb::io::ErrorCollector {
- public:
-  explicit ParseErrors(const std::string& source) : source_(source) {}
-
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (!errors_.empty()) errors_ += "\n";
-    if (line < 0) {
-      errors_ += detail::str(source_, ": ", message);
-    } else {
-      errors_ += detail::str(source_, ":", line + 1, ":", column + 1, ": ", message);
-    }
-  }
-  const std::string& errors() const { return errors_; }
-
- private:
-  const std::string& source_;
-  std::string errors_;
-};
 
 // ---- overrides ----------------------------------------------------------------------
 
@@ -344,13 +322,8 @@ proto::TrainConfig default_train_config() {
 }
 
 proto::TrainConfig parse_train_config(const std::string& text, const std::string& source_name) {
-  ParseErrors errors(source_name);
-  pb::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
   proto::TrainConfig config;
-  if (!parser.ParseFromString(text, &config)) {
-    MP_THROW(ConfigError, errors.errors().empty() ? source_name + ": cannot parse" : errors.errors());
-  }
+  parse_text_proto(text, source_name, config);
   return config;
 }
 

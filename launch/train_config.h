@@ -36,6 +36,11 @@ namespace mp {
 // configs/default.textproto as compiled into the binary (the build turns the
 // file into a string literal, so the two are the same text). A small GPT on
 // the synthetic language; see the file for what it trains.
+// The TrainConfig text format's version (mp_worker --version prints it):
+// raised when a field is removed or changes meaning, so an old config file
+// can be recognized; adding fields keeps it.
+inline constexpr int kTrainConfigFormatVersion = 1;
+
 proto::TrainConfig default_train_config();
 
 // The text of configs/default.textproto as compiled in, comments included.

@@ -1,0 +1,280 @@
+// launch/c_api.cc: the C ABI (include/mp/mp_c.h) over the C++ API. Every
+// entry point catches everything: an mp::Error becomes its status code and
+// the message is kept on the handle (or per thread without one).
+#include "mp/mp_c.h"
+
+#include <algorithm>
+#include <exception>
+#include <stdexcept>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mp/mp.h"
+#include "runtime/flat_layout.h"
+
+namespace {
+
+thread_local std::string g_last_error;
+std::unique_ptr<mp::MpiWorld> g_world;
+
+struct HostError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+mp_status status_of(std::string& message) {
+  try {
+    throw;
+  } catch (const mp::ConfigError& e) {
+    message = e.what();
+    return MP_ERROR_CONFIG;
+  } catch (const mp::IoError& e) {
+    message = e.what();
+    return MP_ERROR_IO;
+  } catch (const mp::CommError& e) {
+    message = e.what();
+    return MP_ERROR_COMM;
+  } catch (const mp::NumericError& e) {
+    message = e.what();
+    return MP_ERROR_NUMERIC;
+  } catch (const mp::OutOfMemoryError& e) {
+    message = e.what();
+    return MP_ERROR_OUT_OF_MEMORY;
+  } catch (const HostError& e) {
+    message = e.what();
+    return MP_ERROR_HOST;
+  } catch (const std::bad_alloc&) {
+    message = "out of memory";
+    return MP_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    message = e.what();
+    return MP_ERROR_INTERNAL;
+  } catch (...) {
+    message = "unknown error";
+    return MP_ERROR_INTERNAL;
+  }
+}
+
+mp_status invalid(std::string& message, const std::string& what) {
+  message = what;
+  return MP_ERROR_INVALID_ARGUMENT;
+}
+
+int c_dtype(mp::DType d) {
+  switch (d) {
+    case mp::DType::kBF16: return MP_DTYPE_BF16;
+    case mp::DType::kF16: return MP_DTYPE_F16;
+    default: return MP_DTYPE_F32;
+  }
+}
+
+// The host's callbacks as an mp::Model.
+class CallbackModel final : public mp::Model {
+ public:
+  CallbackModel(const mp::ModelSpec& spec, const mp_model_callbacks& cb, void* user)
+      : spec_(spec), cb_(cb), user_(user) {}
+  const mp::ModelSpec& spec() const override { return spec_; }
+  void begin_micro_batch(int64_t g) override {
+    if (cb_.begin_micro_batch != nullptr) check(cb_.begin_micro_batch(user_, g), "begin_micro_batch", -1);
+  }
+  void forward(int unit, const mp::Tensor& params) override {
+    check(cb_.forward(user_, unit, params.data(), c_dtype(params.dtype()), params.numel()), "forward", unit);
+  }
+  double loss() const override { return cb_.loss(user_); }
+  void backward(int unit, const mp::Tensor& params, const mp::Tensor& grads) override {
+    check(cb_.backward(user_, unit, params.data(), c_dtype(params.dtype()), grads.data_as<float>(), grads.numel()),
+          "backward", unit);
+  }
+
+ private:
+  static void check(int rc, const char* what, int unit) {
+    if (rc != 0) {
+      throw HostError(mp::detail::str("the host's ", what, " callback", unit >= 0 ? " of unit " : "",
+                                      unit >= 0 ? std::to_string(unit) : "", " returned ", rc));
+    }
+  }
+  const mp::ModelSpec& spec_;
+  mp_model_callbacks cb_;
+  void* user_;
+};
+
+}  // namespace
+
+struct mp_engine {
+  mp::ModelSpec spec;
+  std::unique_ptr<mp::Communicator> world;
+  std::unique_ptr<mp::Engine> engine;
+  std::string last_error;
+};
+
+extern "C" {
+
+const char* mp_version(void) { return MP_VERSION; }
+const char* mp_last_error(void) { return g_last_error.c_str(); }
+
+mp_status mp_init(int* argc, char*** argv) {
+  try {
+    if (!g_world) g_world = std::make_unique<mp::MpiWorld>(argc, argv);
+    mp::set_error_rank(g_world->rank());
+    return MP_OK;
+  } catch (...) {
+    return status_of(g_last_error);
+  }
+}
+
+mp_status mp_finalize(void) {
+  try {
+    g_world.reset();
+    return MP_OK;
+  } catch (...) {
+    return status_of(g_last_error);
+  }
+}
+
+int mp_world_rank(void) { return g_world ? g_world->rank() : -1; }
+int mp_world_size(void) { return g_world ? g_world->size() : -1; }
+
+mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, int num_units, mp_engine** out) {
+  if (out == nullptr) return invalid(g_last_error, "mp_engine_create: out is null");
+  *out = nullptr;
+  if (!g_world) return invalid(g_last_error, "mp_engine_create: call mp_init first");
+  if (units == nullptr || num_units <= 0) return invalid(g_last_error, "mp_engine_create: no units");
+  try {
+    auto e = std::make_unique<mp_engine>();
+    for (int u = 0; u < num_units; ++u) {
+      const mp_unit_desc& ud = units[u];
+      if (ud.name == nullptr || (ud.num_params > 0 && ud.params == nullptr) || ud.num_params < 0) {
+        return invalid(g_last_error, mp::detail::str("mp_engine_create: unit ", u, ": null name or params"));
+      }
+      mp::UnitSpec unit{ud.name, {}};
+      for (int k = 0; k < ud.num_params; ++k) {
+        const mp_param_desc& pd = ud.params[k];
+        if (pd.name == nullptr || pd.ndim < 0 || (pd.ndim > 0 && pd.shape == nullptr)) {
+          return invalid(g_last_error,
+                         mp::detail::str("mp_engine_create: unit ", ud.name, " parameter ", k, ": null name or shape"));
+        }
+        if (pd.init < MP_INIT_ZEROS || pd.init > MP_INIT_UNIFORM) {
+          return invalid(g_last_error, mp::detail::str("mp_engine_create: parameter ", pd.name, ": init ", pd.init,
+                                                       " is not an mp_init_kind"));
+        }
+        mp::ParamSpec p{pd.name, mp::Shape(pd.shape, pd.shape + pd.ndim),
+                        mp::ParamInit{static_cast<mp::ParamInit::Kind>(pd.init), pd.init_scale}};
+        unit.params.push_back(std::move(p));
+      }
+      e->spec.units.push_back(std::move(unit));
+    }
+    const mp::proto::EngineConfig config =
+        mp::parse_engine_config(config_text != nullptr ? config_text : "", "engine config");
+    e->world = mp::MpiCommunicator::create_world("world", mp::CommOptions{});
+    e->engine = std::make_unique<mp::Engine>(e->spec, config, *e->world);
+    *out = e.release();
+    return MP_OK;
+  } catch (...) {
+    return status_of(g_last_error);
+  }
+}
+
+void mp_engine_destroy(mp_engine* engine) { delete engine; }
+
+const char* mp_engine_last_error(const mp_engine* engine) {
+  return engine != nullptr ? engine->last_error.c_str() : g_last_error.c_str();
+}
+
+int mp_engine_num_units(const mp_engine* engine) {
+  return engine != nullptr ? engine->engine->layout().num_units() : -1;
+}
+
+int64_t mp_engine_unit_numel(const mp_engine* engine, int unit) {
+  if (engine == nullptr || unit < 0 || unit >= engine->engine->layout().num_units()) return -1;
+  return engine->engine->layout().unit(unit).numel;
+}
+
+mp_status mp_engine_param_location(mp_engine* engine, const char* name, int* unit, int64_t* offset, int64_t* numel) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_param_location: engine is null");
+  if (name == nullptr) return invalid(engine->last_error, "mp_engine_param_location: name is null");
+  try {
+    const mp::ParamPlacement& p = engine->engine->layout().param(name);
+    if (unit != nullptr) *unit = p.unit;
+    if (offset != nullptr) *offset = p.offset;
+    if (numel != nullptr) *numel = p.numel;
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, void* user, mp_step_result* result) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_step: engine is null");
+  if (model == nullptr || model->forward == nullptr || model->backward == nullptr || model->loss == nullptr) {
+    return invalid(engine->last_error, "mp_engine_step: forward, loss and backward callbacks are required");
+  }
+  try {
+    CallbackModel m(engine->spec, *model, user);
+    const mp::StepResult r = engine->engine->step(m);
+    if (result != nullptr) {
+      *result = mp_step_result{r.step, r.loss, r.grad_norm, r.loss_scale, r.lr, r.skipped ? 1 : 0, r.timings.total_s};
+    }
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values, int64_t count) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_set_weights: engine is null");
+  if (values == nullptr) return invalid(engine->last_error, "mp_engine_set_weights: values is null");
+  const int64_t want = mp_engine_unit_numel(engine, unit);
+  if (want < 0) return invalid(engine->last_error, mp::detail::str("mp_engine_set_weights: no unit ", unit));
+  if (count != want) {
+    return invalid(engine->last_error,
+                   mp::detail::str("mp_engine_set_weights: unit ", unit, " has ", want, " elements, got ", count));
+  }
+  try {
+    engine->engine->set_weights(unit, std::vector<float>(values, values + count));
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+mp_status mp_engine_get_weights(mp_engine* engine, int unit, float* values, int64_t count) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_get_weights: engine is null");
+  if (values == nullptr) return invalid(engine->last_error, "mp_engine_get_weights: values is null");
+  const int64_t want = mp_engine_unit_numel(engine, unit);
+  if (want < 0) return invalid(engine->last_error, mp::detail::str("mp_engine_get_weights: no unit ", unit));
+  if (count != want) {
+    return invalid(engine->last_error,
+                   mp::detail::str("mp_engine_get_weights: unit ", unit, " has ", want, " elements, got ", count));
+  }
+  try {
+    const std::vector<float> w = engine->engine->gather_master(unit);
+    std::copy(w.begin(), w.end(), values);
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+mp_status mp_engine_save_checkpoint(mp_engine* engine, const char* root) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_save_checkpoint: engine is null");
+  if (root == nullptr) return invalid(engine->last_error, "mp_engine_save_checkpoint: root is null");
+  try {
+    mp::save_checkpoint(*engine->engine, root);
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+mp_status mp_engine_load_checkpoint(mp_engine* engine, const char* path) {
+  if (engine == nullptr) return invalid(g_last_error, "mp_engine_load_checkpoint: engine is null");
+  if (path == nullptr) return invalid(engine->last_error, "mp_engine_load_checkpoint: path is null");
+  try {
+    mp::load_checkpoint(*engine->engine, mp::resolve_checkpoint(path));
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+}  // extern "C"
