@@ -139,7 +139,9 @@ TEST_F(Safetensors, F32RoundTripsBitwiseInTheHuggingFaceLayout) {
     EXPECT_EQ(e.dtype, "F32") << t.name;
     EXPECT_EQ(e.shape, t.shape) << t.name;
     ASSERT_EQ(e.values.size() * 4, t.bytes.size()) << t.name;
-    EXPECT_EQ(std::memcmp(e.values.data(), t.bytes.data(), t.bytes.size()), 0) << t.name;
+    if (!t.bytes.empty()) {  // memcmp of a null pointer is undefined even for 0 bytes
+      EXPECT_EQ(std::memcmp(e.values.data(), t.bytes.data(), t.bytes.size()), 0) << t.name;
+    }
   }
   EXPECT_EQ(bits_of(f.tensors.at("specials").values[6]), 0x7fc01234u);  // NaN payload kept
   EXPECT_EQ(bits_of(f.tensors.at("specials").values[1]), 0x80000000u);  // -0
