@@ -18,6 +18,9 @@ Work::Work(CollectiveInfo info, Event done, std::string communicator_name,
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (done_.wait_for(timeout)) return;  // rethrows the collective's failure
+  // The communication thread may never come back: teardown must not wait
+  // for it (runtime/stream.h).
+  abandon_cpu_streams();
   const std::string diagnosis = diagnose_ ? diagnose_(info_) : std::string();
   MP_THROW(CommError, info_.describe(), " on communicator '", communicator_name_,
            "' did not complete within ", static_cast<double>(timeout.count()) / 1000.0, " s. ",

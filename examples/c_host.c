@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   }
   check(r.step == kSteps, "step count", NULL);
   check(losses[kSteps - 1] < losses[0] / 100, "the loss did not fall 100x", NULL);
-  float w[8];
+  float w[9];
   check(mp_engine_unit_numel(e, 0) == 9, "unit numel (4 weights, aligned to 8, and the bias)", NULL);
   check(mp_engine_get_weights(e, 0, w, 9) == MP_OK, "get_weights", mp_engine_last_error(e));
 

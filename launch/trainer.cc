@@ -339,6 +339,25 @@ class StopSignals {
 
 const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
 
+// A rank that worked much longer than the others in a step (they waited
+// for it in the collectives): busy = step time minus time blocked on
+// communication, per rank. Named when it exceeds 3x the median of the
+// other ranks and that median by 1 s (less is scheduling noise on a
+// shared machine).
+std::optional<std::string> find_straggler(const std::vector<double>& busy) {
+  if (busy.size() < 2) return std::nullopt;
+  const auto slowest = std::max_element(busy.begin(), busy.end());
+  std::vector<double> others = busy;  // the median of the other ranks
+  others.erase(others.begin() + (slowest - busy.begin()));
+  std::sort(others.begin(), others.end());
+  const double median = others[(others.size() - 1) / 2];
+  if (*slowest < 3 * median || *slowest - median < 1.0) return std::nullopt;
+  char text[160];
+  std::snprintf(text, sizeof(text), "rank %d is a straggler: %.2f s of work in this step against a median of %.2f s on the others",
+                static_cast<int>(slowest - busy.begin()), *slowest, median);
+  return std::string(text) + " (the others waited for it)";
+}
+
 // The unit's flat weights from named parameter values (alignment gaps 0).
 std::vector<float> unit_weights(const UnitLayout& ul, const std::map<std::string, std::vector<float>>& named) {
   std::vector<float> full(static_cast<size_t>(ul.numel), 0.0f);
@@ -473,25 +492,33 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     if (m.gpt != nullptr && c.sample_interval() > 0 && (i % c.sample_interval() == 0 || i == steps)) {
       sample = sample_text(engine, m, m.gpt->config(), c.sample_tokens(), c.engine().seed(), i);
     }
+    // One small exchange per step (Note [Step agreement] in trainer.h): a
+    // stop signal on any rank, rank 0's checkpoint clock, and every rank's
+    // busy time, which names a straggler.
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() / 60;
+    const float mine[3] = {static_cast<float>(g_stop_signal),
+                           lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0f : 0.0f,
+                           static_cast<float>(r.timings.total_s - r.timings.exposed_comm_s)};
+    std::vector<float> all(3 * static_cast<size_t>(W));
+    comm->all_gather(Tensor::wrap(const_cast<float*>(mine), Device::cpu(), DType::kF32, {3}),
+                     Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {3 * static_cast<int64_t>(W)}))
+        ->wait();
+    std::vector<double> busy(static_cast<size_t>(W));
+    for (int j = 0; j < W; ++j) {
+      stop_signal = std::max(stop_signal, static_cast<int>(all[3 * static_cast<size_t>(j)]));
+      busy[static_cast<size_t>(j)] = all[3 * static_cast<size_t>(j) + 2];
+    }
+    const std::optional<std::string> straggler = find_straggler(busy);
     if (s.checkpoint_saves) {
-      // One agreement per step: a signal on any rank, or rank 0's clock.
-      const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() / 60;
-      float flags[2] = {static_cast<float>(g_stop_signal),
-                        lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0f : 0.0f};
-      float any[2] = {0, 0};
-      ReduceOptions max;
-      max.op = ReduceOp::kMax;
-      comm->all_reduce(Tensor::wrap(flags, Device::cpu(), DType::kF32, {2}),
-                       Tensor::wrap(any, Device::cpu(), DType::kF32, {2}), max)
-          ->wait();
-      stop_signal = static_cast<int>(any[0]);
       if (stop_signal != 0) {
         save(i, signal_name(stop_signal));
       } else if (kc.interval_steps() > 0 && i % kc.interval_steps() == 0) {
         save(i, "interval");
-      } else if (any[1] != 0) {
+      } else if (all[1] != 0) {
         save(i, "time interval");
       }
+    } else {
+      stop_signal = 0;  // no checkpoint to save: signals keep their default action
     }
     if (!lead) continue;
     const double step_s = std::max(r.timings.total_s, 1e-9);
@@ -541,6 +568,17 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     } else if (tty) {
       std::printf("\r\033[K%s", line);
     }
+    if (r.skipped) {
+      std::printf("step %lld skipped: non-finite gradients, %s; %lld in a row (the run stops at %d)\n",
+                  static_cast<long long>(i),
+                  r.non_finite_rank >= 0
+                      ? detail::str("first from rank ", r.non_finite_rank, ", unit ",
+                                    engine.layout().unit(r.non_finite_unit).name)
+                            .c_str()
+                      : "in the reduction",
+                  static_cast<long long>(r.consecutive_skips), engine.options().max_consecutive_skips);
+    }
+    if (straggler) std::printf("step %lld: %s\n", static_cast<long long>(i), straggler->c_str());
     if (sample) {
       std::printf("sample at step %lld: %s\n", static_cast<long long>(i), sample->c_str());
       if (dir.tensorboard) dir.tensorboard->add_text("samples", i, *sample);

@@ -19,6 +19,16 @@
 // micro_batch_size x context per step (samples for the MLP), over the
 // step's wall time on rank 0. Model FLOP/s is that rate times
 // gpt_train_flops_per_token below, or 6 x parameters per sample for the MLP.
+//
+// Note [Step agreement]
+// After every step the ranks exchange three numbers each (one all-gather):
+// whether a stop signal (SIGTERM/SIGUSR1) arrived, rank 0's verdict on the
+// checkpoint time interval, and the rank's busy time (the step's wall time
+// minus the time it was blocked on communication). So a signal to any rank
+// stops every rank at the same step after a checkpoint, and a rank that
+// worked much longer than the others is named in the log (a straggler:
+// more than 3x the median of the others and 1 s above it). Skipped steps (non-finite
+// gradients) get a line naming the first rank and unit that produced them.
 #pragma once
 
 #include "launch/mpi_world.h"

@@ -19,6 +19,7 @@
 #include "runtime/crc32c.h"
 #include "runtime/engine_impl.h"
 #include "runtime/error.h"
+#include "runtime/fault.h"
 #include "runtime/file_io.h"
 
 namespace mp {
@@ -286,6 +287,10 @@ proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, 
   put_u32(header + 16, static_cast<uint32_t>(e.world.size()));
   put_u64(header + 24, static_cast<uint64_t>(step));
   w.write(header, kShardHeaderBytes);
+  if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {  // MP_FAULT (tests)
+    MP_THROW(IoError, "checkpoint file '", dir, "/", file.name(),
+             "': write failed: No space left on device (injected by MP_FAULT write_fail)");
+  }
   for (int u = 0; u < e.layout.num_units(); ++u) {
     const EngineUnit& unit = e.units[static_cast<size_t>(u)];
     const auto [b, end] = my_write_range(e, u);

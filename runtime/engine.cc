@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/convert.h"
 #include "kernels/cpu/grad_stats.h"
@@ -10,6 +11,7 @@
 #include "kernels/remainder_math.h"
 #include "runtime/engine_impl.h"
 #include "runtime/error.h"
+#include "runtime/fault.h"
 
 namespace mp {
 namespace {
@@ -207,9 +209,22 @@ void Engine::Impl::wait(const WorkPtr& w) {
   timings.exposed_comm_s += seconds(t0);
 }
 
+// An event of the communication thread (a unit's reductions, a free
+// gradient buffer): bounded by the communicator's timeout like a Work's
+// wait. On expiry the first collective still pending is waited on at once,
+// which throws CommError naming it, its sequence number and the ranks that
+// did not arrive (Note [What completion means] in comm/work.h).
 void Engine::Impl::wait(const Event& e) {
   const auto t0 = Clock::now();
-  e.synchronize();
+  const std::chrono::milliseconds timeout = world.options().timeout;
+  if (!e.wait_for(timeout)) {
+    for (const WorkPtr& w : recent_works) {
+      if (!w->is_completed()) w->wait(std::chrono::milliseconds(0));
+    }
+    abandon_cpu_streams();
+    MP_THROW(CommError, "step ", steps_run, ": the communication thread did not finish within ",
+             static_cast<double>(timeout.count()) / 1000.0, " s, with no collective pending");
+  }
   timings.exposed_comm_s += seconds(t0);
 }
 
@@ -316,6 +331,8 @@ StepResult Engine::Impl::step(Model& model) {
   timings = StepTimings{};
   const int64_t casts_before = cast_elements;
   ++steps_run;
+  inject_step_faults(steps_run, world.rank());  // MP_FAULT (tests): kill, hang, sleep
+  first_bad_unit = -1;
   const int k = o.micro_batches, W = world.size(), r = world.rank(), U = layout.num_units();
   ib_planned = false;
   std::vector<double> losses(static_cast<size_t>(k));
@@ -337,6 +354,15 @@ StepResult Engine::Impl::step(Model& model) {
       int index = 0;
       const Tensor grads = take_grad_buffer(u, index);
       compute([&] { model.backward(u, params, grads); });
+      if (const Fault* f = find_fault(FaultKind::kNan, steps_run, r); f != nullptr && f->unit == u) {
+        std::fill_n(grads.data_as<float>(), layout.unit(u).numel, std::numeric_limits<float>::quiet_NaN());
+      }
+      // Which rank and unit produced non-finite values, while it is still
+      // known (the reduction spreads them to every rank): one read of the
+      // unit's fp32 gradients, until the first bad unit is found.
+      if (first_bad_unit < 0 && grad_stats_cpu(grads.data(), DType::kF32, layout.unit(u).numel, 1.0f).non_finite) {
+        first_bad_unit = u;
+      }
       reduce_unit(u, m, index);
     }
   }
@@ -388,6 +414,9 @@ StepResult Engine::Impl::step(Model& model) {
   } else {
     plan = opt->plan_step(sum_sq, non_finite, divisor);
   }
+  if (plan.skip) locate_non_finite(result);
+  consecutive_skips = plan.skip ? consecutive_skips + 1 : 0;
+  result.consecutive_skips = consecutive_skips;
   const auto t_update = Clock::now();
   if (!plan.skip) {
     for (GatherSlot& s : slots) {  // gathered before the update: stale now
@@ -421,7 +450,41 @@ StepResult Engine::Impl::step(Model& model) {
   result.param_cast_elements = cast_elements - casts_before;
   timings.total_s = seconds(t_step);
   result.timings = timings;
+  if (plan.skip) {
+    // Every rank took the same decision from the same exchanged flag, so
+    // every rank stops here together, with the weights of the last step.
+    const std::string where =
+        result.non_finite_rank >= 0
+            ? detail::str("first from rank ", result.non_finite_rank, ", unit ", layout.unit(result.non_finite_unit).name)
+            : std::string("in the reduction (every rank's own gradients were finite)");
+    if (o.stop_on_non_finite && o.precision.loss_scaling == LossScalingMode::kNone) {
+      MP_THROW(NumericError, "step ", steps_run, ": non-finite gradients, ", where,
+               "; stopping (non_finite = NON_FINITE_STOP): weights and moments are those after step ", steps_run - 1);
+    }
+    if (consecutive_skips >= o.max_consecutive_skips) {
+      MP_THROW(NumericError, "step ", steps_run, ": ", consecutive_skips, " steps in a row had non-finite gradients (",
+               where, " this time); stopping (max_consecutive_skips = ", o.max_consecutive_skips, ")");
+    }
+  }
   return result;
+}
+
+// After a step found non-finite gradients: the lowest rank whose own
+// gradients were not finite, and its first such unit. Collective over the
+// world (every rank calls it on the same steps).
+void Engine::Impl::locate_non_finite(StepResult& result) {
+  const int W = world.size();
+  float mine = static_cast<float>(first_bad_unit);
+  std::vector<float> all(static_cast<size_t>(W));
+  wait(world.all_gather(Tensor::wrap(&mine, Device::cpu(), DType::kF32, {1}),
+                        Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {W})));
+  for (int j = 0; j < W; ++j) {
+    if (all[static_cast<size_t>(j)] >= 0) {
+      result.non_finite_rank = j;
+      result.non_finite_unit = static_cast<int>(all[static_cast<size_t>(j)]);
+      return;
+    }
+  }
 }
 
 // The mean of every rank's micro-batch losses (losses[m] is this rank's
@@ -487,6 +550,13 @@ Engine::Engine(const ModelSpec& spec, const proto::EngineConfig& config, Communi
 
 Engine::~Engine() {
   if (!impl_) return;
+  if (cpu_streams_abandoned()) {
+    // A collective timed out and may still be writing into the engine's
+    // buffers from a stuck communication thread: keep them (the process
+    // is ending).
+    (void)impl_.release();
+    return;
+  }
   // Let issued collectives and tasks finish before their buffers go.
   try {
     impl_->shard_stream->synchronize();

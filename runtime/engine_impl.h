@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -63,6 +64,7 @@ class Engine::Impl {
   double mean_loss(const std::vector<double>& losses);
   std::vector<float> master_shard(int u) const;
   double loss_scale_now() const;
+  void locate_non_finite(StepResult& result);
 
   // engine_reduce.cc
   Tensor take_grad_buffer(int u, int& index);
@@ -74,9 +76,18 @@ class Engine::Impl {
 
   void wait(const WorkPtr& w);
   void wait(const Event& e);
+  // Every collective the engine issues passes here: kept (while pending)
+  // so that a wait on an event of the communication thread that times out
+  // can name the collective that did not complete.
   void maybe_serialize(const WorkPtr& w) {
-    if (o.serialize_communication && w) wait(w);
+    if (!w) return;
+    while (!recent_works.empty() && (recent_works.size() > 256 || recent_works.front()->is_completed())) {
+      recent_works.pop_front();
+    }
+    recent_works.push_back(w);
+    if (o.serialize_communication) wait(w);
   }
+  std::deque<WorkPtr> recent_works;
   CpuStream& grad_stream();
 
   ModelSpec spec;
@@ -102,6 +113,8 @@ class Engine::Impl {
   Tensor gathered;      // fp32 [R x max padded] (deterministic across replicas)
   Event replicate_done; // the last replicate-group use of recv
   int64_t steps_run = 0;
+  int64_t consecutive_skips = 0;
+  int first_bad_unit = -1;  // this step: the first unit whose local gradients were not finite
   StepTimings timings;
   int64_t cast_elements = 0;  // this step's param casts outside the update
   // Full accumulators hold the sum over micro-batches; where they are cast

@@ -105,6 +105,11 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   if (o.micro_batches < 1) MP_THROW(ConfigError, "micro_batches = ", config.micro_batches(), ": must be positive");
   o.sharded_accumulation = sc.grad_accumulation() == SC::SHARDED;
   o.deterministic = config.deterministic();
+  if (config.max_consecutive_skips() < 0) {
+    MP_THROW(ConfigError, "max_consecutive_skips = ", config.max_consecutive_skips(), ": must not be negative");
+  }
+  o.max_consecutive_skips = config.max_consecutive_skips() == 0 ? 50 : config.max_consecutive_skips();
+  o.stop_on_non_finite = config.non_finite() == proto::EngineConfig::NON_FINITE_STOP;
   o.optimizer_in_backward = sc.optimizer_in_backward();
   o.serialize_communication = sc.serialize_communication();
   o.seed = config.seed();

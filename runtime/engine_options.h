@@ -28,6 +28,8 @@ struct EngineOptions {
   bool deterministic = false;
   bool optimizer_in_backward = false;
   bool serialize_communication = false;
+  bool stop_on_non_finite = false;  // non_finite = NON_FINITE_STOP, without loss scaling
+  int max_consecutive_skips = 50;
   uint64_t seed = 0;
   std::string comm_hook;  // NO_SHARD with comm.comm_hook set
   Precision precision;

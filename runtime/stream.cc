@@ -1,5 +1,7 @@
 #include "runtime/stream.h"
 
+#include <atomic>
+
 #include "mp/config.h"
 #include "runtime/error.h"
 #if MP_WITH_CUDA
@@ -46,24 +48,41 @@ class CpuStream::CpuEvent final : public EventImpl {
   std::exception_ptr error_;
 };
 
-CpuStream::CpuStream(std::string name) : Stream(std::move(name)), worker_([this] { run(); }) {}
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+void abandon_cpu_streams() noexcept { g_abandoned.store(true); }
+bool cpu_streams_abandoned() noexcept { return g_abandoned.load(); }
+
+CpuStream::CpuStream(std::string name)
+    : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] { run(*state); }) {}
 
 CpuStream::~CpuStream() {
+  bool detach = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+    if (cpu_streams_abandoned()) {
+      state_->queue.clear();  // nothing more starts
+      detach = state_->busy;  // a task that may never return
+    }
   }
-  cv_.notify_all();
-  worker_.join();
+  state_->cv.notify_all();
+  if (detach) {
+    worker_.detach();
+  } else {
+    worker_.join();
+  }
 }
 
 void CpuStream::push(Item item) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    MP_ENFORCE(!stopping_, "submit to stream '", name(), "' while it is being destroyed");
-    queue_.push_back(std::move(item));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    MP_ENFORCE(!state_->stopping, "submit to stream '", name(), "' while it is being destroyed");
+    state_->queue.push_back(std::move(item));
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
 }
 
 void CpuStream::submit(std::function<void()> task) {
@@ -83,23 +102,25 @@ void CpuStream::wait(const Event& event) {
   submit([event] { event.synchronize(); });
 }
 
-void CpuStream::run() {
+void CpuStream::run(State& st) {
   for (;;) {
     Item item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything submitted has run
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock<std::mutex> lock(st.mu);
+      st.busy = false;
+      st.cv.wait(lock, [&] { return st.stopping || !st.queue.empty(); });
+      if (st.queue.empty()) return;  // stopping, and everything submitted has run
+      item = std::move(st.queue.front());
+      st.queue.pop_front();
+      st.busy = true;
     }
     if (item.event) {
-      item.event->complete(error_);
-    } else if (!error_) {
+      item.event->complete(st.error);
+    } else if (!st.error) {
       try {
         item.task();
       } catch (...) {
-        error_ = std::current_exception();
+        st.error = std::current_exception();
       }
     }
   }

@@ -83,10 +83,21 @@ class Stream {
   std::string name_;
 };
 
+// After a collective timed out, a communication thread may be blocked in
+// the MPI library for good (its peer died or hangs). abandon_cpu_streams()
+// (Work::wait calls it on a timeout) makes teardown give up on such work:
+// a CpuStream's destructor drops what has not started and detaches a
+// worker that is still inside a task instead of joining it, and
+// communicators and the engine skip their final synchronization. The
+// process is expected to end soon (mp_worker aborts the job); nothing
+// waits forever on the way there.
+void abandon_cpu_streams() noexcept;
+bool cpu_streams_abandoned() noexcept;
+
 class CpuStream final : public Stream {
  public:
   explicit CpuStream(std::string name = "cpu");
-  ~CpuStream() override;  // runs what was submitted, then joins the worker
+  ~CpuStream() override;  // runs what was submitted, then joins the worker (see abandon_cpu_streams)
 
   Device device() const override { return Device::cpu(); }
   Event record() override;
@@ -101,14 +112,19 @@ class CpuStream final : public Stream {
     std::function<void()> task;         // empty for an event marker
     std::shared_ptr<CpuEvent> event;    // set for an event marker
   };
+  // Shared with the worker, so a detached worker never touches freed memory.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Item> queue;
+    bool stopping = false;
+    bool busy = false;         // the worker is inside a task
+    std::exception_ptr error;  // first failure; touched only by the worker
+  };
   void push(Item item);
-  void run();
+  static void run(State& state);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  bool stopping_ = false;
-  std::exception_ptr error_;  // first failure; touched only by the worker
+  std::shared_ptr<State> state_;
   std::thread worker_;
 };
 

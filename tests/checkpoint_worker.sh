@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/checkpoint_worker.sh CASE MPRUN WORKER DIR: mp_worker's checkpoints
+# tests/checkpoint_worker.sh CASE MPRUN WORKER DIR [ROUNDS]: mp_worker's checkpoints
 # end to end, under mpirun (CTest runs each case).
 #   resume: a run resumed from its step-4 checkpoint writes the losses and
 #           gradient norms of the uninterrupted run, bit for bit; a
@@ -8,10 +8,10 @@
 #   signal: SIGTERM mid-run saves a checkpoint at the next step boundary
 #           and exits 0; --resume auto goes on from there.
 #   crash:  SIGKILL of one rank at a random moment of a run that saves
-#           every step, ten times: no rank is left running, and `latest`
+#           every step, ROUNDS times (10): no rank is left running, and `latest`
 #           always names a checkpoint that verifies and loads.
 set -u
-case_name=$1 mprun=$2 worker=$3 dir=$4
+case_name=$1 mprun=$2 worker=$3 dir=$4 rounds=${5:-10}
 rm -rf "$dir"
 mkdir -p "$dir"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -91,7 +91,7 @@ signal)
 crash)
   root=$dir/run/checkpoints
   interrupted=0
-  for round in $(seq 1 10); do
+  for round in $(seq 1 "$rounds"); do
     "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps 100000 --out "$dir/run" --resume auto \
       --set checkpoint.interval_steps=1 --set checkpoint.keep_last=2 > "$dir/round$round.log" 2>&1 &
     launcher=$!
@@ -114,7 +114,7 @@ crash)
   last=$(sed -E 's/step_0*//' "$root/latest")
   "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps $((last + 1)) --out "$dir/run" --resume auto \
     > "$dir/final.log" 2>&1 || { cat "$dir/final.log"; fail "the last checkpoint does not resume"; }
-  echo "10 rounds of SIGKILL, $interrupted of them during a save (a .tmp- directory left): latest always verified; step $last resumes"
+  echo "$rounds rounds of SIGKILL, $interrupted of them during a save (a .tmp- directory left): latest always verified; step $last resumes"
   ;;
 *)
   fail "unknown case $case_name"

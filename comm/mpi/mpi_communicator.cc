@@ -93,6 +93,10 @@ MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm,
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  if (cpu_streams_abandoned()) {  // a collective timed out: it may never return
+    ctx_->unregister_comm(id_);
+    return;                       // comm_ stays allocated for the stuck thread
+  }
   try {
     stream_.synchronize();  // no collective may still use comm_ when it is freed
   } catch (...) {

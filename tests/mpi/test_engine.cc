@@ -387,10 +387,12 @@ TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
   }
 }
 
-// The MLP, except that one micro-batch's gradients get a NaN.
+// The MLP, except that one micro-batch's gradients get a NaN (with
+// `onwards`, every micro-batch from that one on).
 class PoisonedMlp final : public Model {
  public:
-  explicit PoisonedMlp(int64_t poisoned_micro_batch) : inner_(small_mlp()), poisoned_(poisoned_micro_batch) {}
+  explicit PoisonedMlp(int64_t poisoned_micro_batch, bool onwards = false)
+      : inner_(small_mlp()), poisoned_(poisoned_micro_batch), onwards_(onwards) {}
   const ModelSpec& spec() const override { return inner_.spec(); }
   void begin_micro_batch(int64_t g) override {
     current_ = g;
@@ -400,12 +402,15 @@ class PoisonedMlp final : public Model {
   double loss() const override { return inner_.loss(); }
   void backward(int unit, const Tensor& params, const Tensor& grads) override {
     inner_.backward(unit, params, grads);
-    if (current_ == poisoned_ && unit == 1) grads.data_as<float>()[3] = std::nanf("");
+    if ((current_ == poisoned_ || (onwards_ && current_ > poisoned_)) && unit == 1) {
+      grads.data_as<float>()[3] = std::nanf("");
+    }
   }
 
  private:
   Mlp inner_;
   int64_t poisoned_;
+  bool onwards_;
   int64_t current_ = -1;
 };
 
@@ -431,8 +436,56 @@ TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
     EXPECT_TRUE(r.skipped);
     EXPECT_TRUE(std::isnan(r.grad_norm));
     EXPECT_EQ(engine.optimizer().steps_skipped(), 1);
+    EXPECT_EQ(r.non_finite_rank, n - 1) << "the rank whose backward made the NaN";
+    EXPECT_EQ(r.non_finite_unit, 1);
+    EXPECT_EQ(r.consecutive_skips, 1);
     for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
-    EXPECT_FALSE(engine.step(model).skipped);  // and the run goes on
+    const StepResult next = engine.step(model);  // and the run goes on
+    EXPECT_FALSE(next.skipped);
+    EXPECT_EQ(next.consecutive_skips, 0);
+    EXPECT_EQ(next.non_finite_rank, -1);
+  }
+}
+
+std::string numeric_error_of(Engine& engine, Model& model) {
+  try {
+    engine.step(model);
+  } catch (const NumericError& e) {
+    return e.what();
+  }
+  return "(no NumericError)";
+}
+
+// non_finite = NON_FINITE_STOP: every rank stops at the bad step with an
+// error naming the rank and unit, weights as after the step before; and
+// max_consecutive_skips ends a run whose gradients stay non-finite.
+TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
+  const int n = size();
+  {
+    proto::EngineConfig c = engine_config(SC::FULL_SHARD, "fp32", n, 1);
+    c.set_non_finite(proto::EngineConfig::NON_FINITE_STOP);
+    PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
+    Engine engine(model.spec(), c, *world_);
+    engine.step(model);
+    std::vector<std::vector<float>> before;
+    for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
+    const std::string msg = numeric_error_of(engine, model);
+    EXPECT_NE(msg.find("step 2: non-finite gradients, first from rank " + std::to_string(n - 1) + ", unit layer1"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("weights and moments are those after step 1"), std::string::npos) << msg;
+    for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+  }
+  {
+    proto::EngineConfig c = engine_config(SC::SHARD_GRAD_OP, "fp32", n, 1);
+    c.set_max_consecutive_skips(3);
+    PoisonedMlp model(/*poisoned_micro_batch=*/n, /*onwards=*/true);  // every micro-batch from step 2 on
+    Engine engine(model.spec(), c, *world_);
+    EXPECT_FALSE(engine.step(model).skipped);
+    EXPECT_EQ(engine.step(model).consecutive_skips, 1);
+    EXPECT_EQ(engine.step(model).consecutive_skips, 2);
+    const std::string msg = numeric_error_of(engine, model);
+    EXPECT_NE(msg.find("step 4: 3 steps in a row had non-finite gradients (first from rank 0, unit layer1 this time)"),
+              std::string::npos) << msg;
   }
 }
 

@@ -1,0 +1,139 @@
+#include "runtime/fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "runtime/error.h"
+
+namespace mp {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t at = s.find(sep, start);
+    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return parts;
+    start = at + 1;
+  }
+}
+
+int64_t to_int(const std::string& text, const std::string& entry, const char* what) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < 0) {
+    MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': ", what, " '", text, "' is not a non-negative integer");
+  }
+  return v;
+}
+
+struct Plan {
+  bool on = false;
+  std::vector<Fault> faults;
+};
+
+const Plan& plan() {
+  static const Plan p = [] {
+    Plan q;
+    const char* env = std::getenv("MP_FAULT");
+    if (env != nullptr && *env != '\0') {
+      q.faults = parse_faults(env);
+      q.on = !q.faults.empty();
+    }
+    return q;
+  }();
+  return p;
+}
+
+}  // namespace
+
+std::vector<Fault> parse_faults(const std::string& text) {
+  std::vector<Fault> out;
+  for (const std::string& entry : split(text, ';')) {
+    if (entry.empty()) continue;
+    const size_t at = entry.find('@');
+    if (at == std::string::npos) MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': expected KIND@STEP:RANK[:ARG]");
+    const std::string kind = entry.substr(0, at);
+    const std::vector<std::string> f = split(entry.substr(at + 1), ':');
+    Fault fault;
+    if (kind == "kill") {
+      fault.kind = FaultKind::kKill;
+    } else if (kind == "hang") {
+      fault.kind = FaultKind::kHang;
+    } else if (kind == "sleep") {
+      fault.kind = FaultKind::kSleep;
+    } else if (kind == "nan") {
+      fault.kind = FaultKind::kNan;
+    } else if (kind == "write_fail") {
+      fault.kind = FaultKind::kWriteFail;
+    } else {
+      MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': unknown kind '", kind,
+               "' (kill, hang, sleep, nan, write_fail)");
+    }
+    const bool needs_arg = fault.kind == FaultKind::kSleep;
+    const bool takes_arg = needs_arg || fault.kind == FaultKind::kNan;
+    if (f.size() < 2 || f.size() > (takes_arg ? 3u : 2u) || (needs_arg && f.size() != 3)) {
+      MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': expected ", kind, "@STEP:RANK",
+               needs_arg ? ":SECONDS" : takes_arg ? "[:UNIT]" : "");
+    }
+    const size_t dash = f[0].find('-');
+    fault.first_step = to_int(f[0].substr(0, dash), entry, "step");
+    fault.last_step = dash == std::string::npos ? fault.first_step : to_int(f[0].substr(dash + 1), entry, "step");
+    if (fault.last_step < fault.first_step) MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': empty step range");
+    fault.rank = static_cast<int>(to_int(f[1], entry, "rank"));
+    if (fault.kind == FaultKind::kSleep) {
+      char* end = nullptr;
+      fault.seconds = std::strtod(f[2].c_str(), &end);
+      if (end == f[2].c_str() || *end != '\0' || !(fault.seconds >= 0)) {
+        MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': seconds '", f[2], "' is not a non-negative number");
+      }
+    }
+    if (fault.kind == FaultKind::kNan && f.size() == 3) fault.unit = static_cast<int>(to_int(f[2], entry, "unit"));
+    out.push_back(fault);
+  }
+  return out;
+}
+
+bool faults_enabled() { return plan().on; }
+
+const Fault* find_fault(FaultKind kind, int64_t step, int rank) {
+  const Plan& p = plan();
+  if (!p.on) return nullptr;
+  for (const Fault& f : p.faults) {
+    if (f.kind == kind && f.rank == rank && step >= f.first_step && step <= f.last_step) return &f;
+  }
+  return nullptr;
+}
+
+void inject_step_faults(int64_t step, int rank) {
+  if (!faults_enabled()) return;
+  if (find_fault(FaultKind::kKill, step, rank) != nullptr) {
+    std::fprintf(stderr, "[rank %d] MP_FAULT: SIGKILL at step %lld\n", rank, static_cast<long long>(step));
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (find_fault(FaultKind::kHang, step, rank) != nullptr) {
+    std::fprintf(stderr, "[rank %d] MP_FAULT: hanging at step %lld\n", rank, static_cast<long long>(step));
+    std::fflush(stderr);
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  if (const Fault* f = find_fault(FaultKind::kSleep, step, rank)) {
+    std::fprintf(stderr, "[rank %d] MP_FAULT: sleeping %g s at step %lld\n", rank, f->seconds,
+                 static_cast<long long>(step));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
+  }
+}
+
+}  // namespace mp

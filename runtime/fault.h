@@ -1,0 +1,49 @@
+// runtime/fault.h: faults injected on purpose, so the reliability tests can
+// show what the runtime does when a rank dies, hangs, lags, produces NaN or
+// cannot write a checkpoint (README "Reliability").
+//
+// Note [Fault injection]
+// MP_FAULT lists faults, separated by ';', each KIND@STEP:RANK[:ARG]:
+//   kill@5:1          rank 1 sends itself SIGKILL at the start of step 5
+//   hang@5:1          rank 1 stops at the start of step 5 and never goes on
+//                     (the others then wait in their first collective)
+//   sleep@5:1:2.5     rank 1 sleeps 2.5 s at the start of step 5 (a straggler)
+//   nan@5:1:3         rank 1's gradients of unit 3 (default 0) are NaN in
+//                     step 5 (every micro-batch); nan@5-9:1 for steps 5..9
+//   write_fail@5:1    rank 1's checkpoint write fails in step 5's save, as
+//                     on a full disk
+// STEP may be a range A-B. Test use only: with MP_FAULT unset each hook is
+// one load of a flag that is false. A malformed MP_FAULT is a ConfigError
+// naming the entry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mp {
+
+enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail };
+
+struct Fault {
+  FaultKind kind = FaultKind::kKill;
+  int64_t first_step = 0, last_step = 0;
+  int rank = 0;
+  double seconds = 0;  // kSleep
+  int unit = 0;        // kNan
+};
+
+// Parses a fault list (the syntax above). Throws ConfigError naming the entry.
+std::vector<Fault> parse_faults(const std::string& text);
+
+// Whether MP_FAULT is set (parsed once, on first use).
+bool faults_enabled();
+
+// The fault of `kind` for (step, rank) in MP_FAULT, or null.
+const Fault* find_fault(FaultKind kind, int64_t step, int rank);
+
+// The start-of-step faults (kill, hang, sleep) for this rank and step.
+// Prints what it does to stderr first.
+void inject_step_faults(int64_t step, int rank);
+
+}  // namespace mp
