@@ -575,7 +575,8 @@ int train(const MpiWorld& world, const TrainSettings& s) {
                       ? detail::str("first from rank ", r.non_finite_rank, ", unit ",
                                     engine.layout().unit(r.non_finite_unit).name)
                             .c_str()
-                      : "in the reduction",
+                      : engine.options().locate_non_finite ? "in the reduction"
+                                                           : "set engine.locate_non_finite=true to name the rank and unit",
                   static_cast<long long>(r.consecutive_skips), engine.options().max_consecutive_skips);
     }
     if (straggler) std::printf("step %lld: %s\n", static_cast<long long>(i), straggler->c_str());

@@ -360,7 +360,7 @@ StepResult Engine::Impl::step(Model& model) {
       // Which rank and unit produced non-finite values, while it is still
       // known (the reduction spreads them to every rank): one read of the
       // unit's fp32 gradients, until the first bad unit is found.
-      if (first_bad_unit < 0 && grad_stats_cpu(grads.data(), DType::kF32, layout.unit(u).numel, 1.0f).non_finite) {
+      if (o.locate_non_finite && first_bad_unit < 0 && grad_stats_cpu(grads.data(), DType::kF32, layout.unit(u).numel, 1.0f).non_finite) {
         first_bad_unit = u;
       }
       reduce_unit(u, m, index);
@@ -414,7 +414,7 @@ StepResult Engine::Impl::step(Model& model) {
   } else {
     plan = opt->plan_step(sum_sq, non_finite, divisor);
   }
-  if (plan.skip) locate_non_finite(result);
+  if (plan.skip && o.locate_non_finite) locate_non_finite(result);
   consecutive_skips = plan.skip ? consecutive_skips + 1 : 0;
   result.consecutive_skips = consecutive_skips;
   const auto t_update = Clock::now();
@@ -456,7 +456,8 @@ StepResult Engine::Impl::step(Model& model) {
     const std::string where =
         result.non_finite_rank >= 0
             ? detail::str("first from rank ", result.non_finite_rank, ", unit ", layout.unit(result.non_finite_unit).name)
-            : std::string("in the reduction (every rank's own gradients were finite)");
+            : o.locate_non_finite ? std::string("in the reduction (every rank's own gradients were finite)")
+                                  : std::string("rank and unit not located (engine.locate_non_finite names them)");
     if (o.stop_on_non_finite && o.precision.loss_scaling == LossScalingMode::kNone) {
       MP_THROW(NumericError, "step ", steps_run, ": non-finite gradients, ", where,
                "; stopping (non_finite = NON_FINITE_STOP): weights and moments are those after step ", steps_run - 1);

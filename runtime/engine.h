@@ -63,9 +63,10 @@ struct StepResult {
   // Elements cast from the fp32 master to param_dtype outside the fused
   // update this step (CAST_AT_GATHER casts before every gather; 0 otherwise).
   int64_t param_cast_elements = 0;
-  // A skipped step: the lowest rank whose own gradients (before any
-  // reduction) held NaN or Inf, and the first such unit of that rank's
-  // backward; -1 when no rank's did (an overflow in the reduction itself).
+  // A skipped step with locate_non_finite: the lowest rank whose own
+  // gradients (before any reduction) held NaN or Inf, and the first such
+  // unit of that rank's backward; -1 when no rank's did (an overflow in the
+  // reduction itself) or without locate_non_finite.
   int non_finite_rank = -1;
   int non_finite_unit = -1;
   int64_t consecutive_skips = 0;  // skipped steps in a row, this one included

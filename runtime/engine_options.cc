@@ -110,6 +110,7 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   }
   o.max_consecutive_skips = config.max_consecutive_skips() == 0 ? 50 : config.max_consecutive_skips();
   o.stop_on_non_finite = config.non_finite() == proto::EngineConfig::NON_FINITE_STOP;
+  o.locate_non_finite = config.locate_non_finite();
   o.optimizer_in_backward = sc.optimizer_in_backward();
   o.serialize_communication = sc.serialize_communication();
   o.seed = config.seed();

@@ -30,6 +30,7 @@ struct EngineOptions {
   bool serialize_communication = false;
   bool stop_on_non_finite = false;  // non_finite = NON_FINITE_STOP, without loss scaling
   int max_consecutive_skips = 50;
+  bool locate_non_finite = false;
   uint64_t seed = 0;
   std::string comm_hook;  // NO_SHARD with comm.comm_hook set
   Precision precision;

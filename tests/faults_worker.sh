@@ -10,7 +10,7 @@
 #               goes on and the log names rank 1 at step 4.
 #   nan:        rank 1's gradients of unit 2 are NaN at steps 4-5: both
 #               steps are skipped on every rank, the log names rank 1 and
-#               unit h1, and the run finishes; with non_finite=NON_FINITE_STOP
+#               unit h1 (with engine.locate_non_finite), and the run finishes; with non_finite=NON_FINITE_STOP
 #               it stops at step 4 naming them; with max_consecutive_skips=2
 #               and NaN at steps 4-9 it stops at step 5.
 #   write_fail: rank 1's checkpoint write fails at step 4: the run stops
@@ -73,6 +73,10 @@ straggler)
   echo "straggler: rank 1 slept 1.5 s at step 4; training went on and the log named it at step 4"
   ;;
 nan)
+  run nan_unlocated "nan@4:1:2"
+  [[ $rc -eq 0 ]] || fail "exit code $rc: a skipped step should not end the run"
+  expect nan_unlocated "^step 4 skipped: non-finite gradients, set engine.locate_non_finite=true to name the rank and unit"
+  small+=(--set engine.locate_non_finite=true)
   run nan "nan@4-5:1:2"
   [[ $rc -eq 0 ]] || { tail -n 20 "$dir/nan.log"; fail "exit code $rc: skipped steps should not end the run"; }
   expect nan "^step 4 skipped: non-finite gradients, first from rank 1, unit h1; 1 in a row"

@@ -423,6 +423,7 @@ TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
     SCOPED_TRACE(in_backward ? "optimizer_in_backward" : "regular step");
     proto::EngineConfig c = engine_config(SC::FULL_SHARD, "fp32", n, 1);
     c.mutable_sharding()->set_optimizer_in_backward(in_backward);
+    c.set_locate_non_finite(true);
     PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
     Engine engine(model.spec(), c, *world_);
     EXPECT_FALSE(engine.step(model).skipped);
@@ -464,6 +465,7 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
   {
     proto::EngineConfig c = engine_config(SC::FULL_SHARD, "fp32", n, 1);
     c.set_non_finite(proto::EngineConfig::NON_FINITE_STOP);
+    c.set_locate_non_finite(true);
     PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
     Engine engine(model.spec(), c, *world_);
     engine.step(model);
@@ -478,6 +480,7 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
   {
     proto::EngineConfig c = engine_config(SC::SHARD_GRAD_OP, "fp32", n, 1);
     c.set_max_consecutive_skips(3);
+    c.set_locate_non_finite(true);
     PoisonedMlp model(/*poisoned_micro_batch=*/n, /*onwards=*/true);  // every micro-batch from step 2 on
     Engine engine(model.spec(), c, *world_);
     EXPECT_FALSE(engine.step(model).skipped);
