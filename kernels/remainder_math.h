@@ -44,7 +44,9 @@ MP_HD Bf16Remainder split_bf16_remainder(float master) {
   // 0x8000 for non-NaN inputs, so no carry into the sign. For negative
   // numbers the remainder applies to the magnitude too.
   const uint32_t hm = (mag + 0x8000u) >> 16;
-  const int32_t r = static_cast<int32_t>(mag) - static_cast<int32_t>(hm << 16);
+  // In uint32 (wrapping), then as int32: for a NaN, hm << 16 can be
+  // 0x80000000 and a signed subtraction would overflow (its r is unused).
+  const int32_t r = static_cast<int32_t>(mag - (hm << 16));
   const uint16_t h = static_cast<uint16_t>((sign >> 16) | hm);
   // NaN: a NaN copy (f32_to_bf16_bits keeps sign and payload); keep the low bits.
   const bool nan = mag > 0x7f800000u;

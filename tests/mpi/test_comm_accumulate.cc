@@ -49,7 +49,8 @@ TEST_F(Accumulate, ReduceScatterEqualsTheExactSumRoundedOnce) {
   // 256 bytes of scratch forces many rounds with uneven tails; 4 MiB is the default.
   for (size_t chunk_bytes : {size_t{256}, size_t{4} << 20}) {
     auto comm = make(chunk_bytes);
-    for (auto [wire, out_dtype] : kPairs) {
+    for (const auto& pair : kPairs) {
+      const DType wire = pair.first, out_dtype = pair.second;  // (clang 14 lambdas cannot capture bindings)
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) {
         if (chunk_bytes == 256 && n > 1000) continue;  // tiny chunks: keep the round count sane
         Tensor in = Tensor::empty(alloc_, wire, {n * size()}, MemCategory::kOther);
