@@ -9,7 +9,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_mp_export_targets mp_proto mp_core mp_kernels mp_comm mp_optim mp_runtime mp_safetensors mp_models
+set(_mp_export_targets mp_proto mp_core mp_files mp_kernels mp_comm mp_optim mp_runtime mp_safetensors mp_models
                        mp_launch mp_api mp_c)
 if(TARGET mp_nccl)
   list(APPEND _mp_export_targets mp_nccl)

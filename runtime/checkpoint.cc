@@ -1,22 +1,13 @@
 #include "runtime/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <optional>
-#include <set>
 #include <utility>
 
 #include "mp/config.h"
-#include "runtime/crc32c.h"
 #include "runtime/engine_impl.h"
 #include "runtime/error.h"
 #include "runtime/fault.h"
@@ -30,50 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kManifestMagic[8] = {'M', 'P', 'C', 'K', 'M', 'A', 'N', 'I'};
-constexpr char kShardMagic[8] = {'M', 'P', 'C', 'K', 'S', 'H', 'R', 'D'};
-constexpr int64_t kManifestHeaderBytes = 32;
-constexpr int64_t kShardHeaderBytes = 64;
-constexpr int64_t kChunkAlign = 64;
-constexpr int64_t kMaxManifestBytes = int64_t{1} << 30;
-constexpr char kManifestName[] = "manifest.pb";
-
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string step_dir_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::string shard_file_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "shard_%05d.bin", rank);
-  return buf;
-}
-
-void put_u32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-void put_u64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
 // ---- files ----------------------------------------------------------------------
-
-void fsync_or_throw(int fd, const std::string& path) {
-  if (::fsync(fd) != 0) MP_THROW(IoError, "checkpoint '", path, "': fsync failed: ", std::strerror(errno));
-}
 
 void fsync_dir(const std::string& dir) {
   if (!fsync_directory(dir)) MP_THROW(IoError, "checkpoint directory '", dir, "': fsync failed: ", std::strerror(errno));
@@ -83,19 +33,6 @@ void rename_or_throw(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     MP_THROW(IoError, "checkpoint: cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
   }
-}
-
-std::string read_small_file(const std::string& path, int64_t limit, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) MP_THROW(IoError, what, " '", path, "': cannot open: ", std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || size > limit) MP_THROW(ConfigError, what, " '", path, "': ", size, " bytes, more than ", limit);
-  in.seekg(0);
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.read(bytes.data(), size);
-  if (!in) MP_THROW(IoError, what, " '", path, "': cannot read ", size, " bytes");
-  return bytes;
 }
 
 // ---- cross-rank agreement ---------------------------------------------------------
@@ -209,61 +146,6 @@ std::vector<FieldRef> unit_fields(Engine::Impl& e, int u) {
   return f;
 }
 
-int64_t element_bytes_of(const std::string& dtype) {
-  if (dtype == "fp32") return 4;
-  if (dtype == "bf16" || dtype == "fp16" || dtype == "int16") return 2;
-  return 0;
-}
-
-// ---- shard files: writing -------------------------------------------------------------
-
-// Streams bytes into a file, computing the CRC32C of every block.
-class BlockWriter {
- public:
-  BlockWriter(std::string path, int64_t block) : path_(std::move(path)), block_(block) {
-    fd_ = Fd(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd_.get() < 0) MP_THROW(IoError, "checkpoint file '", path_, "': cannot create: ", std::strerror(errno));
-  }
-  void write(const void* data, int64_t size) {
-    const char* p = static_cast<const char*>(data);
-    write_all(fd_.get(), p, static_cast<size_t>(size), "checkpoint file", path_);
-    while (size > 0) {
-      const int64_t take = std::min(size, block_ - in_block_);
-      crc_ = crc32c_extend(crc_, p, static_cast<size_t>(take));
-      in_block_ += take;
-      p += take;
-      size -= take;
-      offset_ += take;
-      if (in_block_ == block_) {
-        crcs_.push_back(crc_);
-        crc_ = 0;
-        in_block_ = 0;
-      }
-    }
-  }
-  void pad_to(int64_t align) {
-    static const char zeros[kChunkAlign] = {};
-    const int64_t pad = (align - offset_ % align) % align;
-    if (pad > 0) write(zeros, pad);
-  }
-  int64_t offset() const { return offset_; }
-  // Flushes the last block's CRC, fsyncs; returns the block CRCs.
-  std::vector<uint32_t> finish() {
-    if (in_block_ > 0) crcs_.push_back(crc_);
-    in_block_ = 0;
-    fsync_or_throw(fd_.get(), path_);
-    return crcs_;
-  }
-
- private:
-  std::string path_;
-  int64_t block_;
-  Fd fd_;
-  int64_t offset_ = 0, in_block_ = 0;
-  uint32_t crc_ = 0;
-  std::vector<uint32_t> crcs_;
-};
-
 // This rank's part of unit u's shard: replicas split it evenly.
 std::pair<int64_t, int64_t> my_write_range(const Engine::Impl& e, int u) {
   const EngineUnit& unit = e.units[static_cast<size_t>(u)];
@@ -277,16 +159,11 @@ std::pair<int64_t, int64_t> my_write_range(const Engine::Impl& e, int u) {
 proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, int64_t step) {
   const int rank = e.world.rank();
   proto::CheckpointFile file;
-  file.set_name(shard_file_name(rank));
+  file.set_name(checkpoint_shard_file_name(rank));
   file.set_rank(rank);
-  BlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
-  char header[kShardHeaderBytes] = {};
-  std::memcpy(header, kShardMagic, 8);
-  put_u32(header + 8, kCheckpointFormatVersion);
-  put_u32(header + 12, static_cast<uint32_t>(rank));
-  put_u32(header + 16, static_cast<uint32_t>(e.world.size()));
-  put_u64(header + 24, static_cast<uint64_t>(step));
-  w.write(header, kShardHeaderBytes);
+  CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
+  const std::string header = encode_checkpoint_shard_header(rank, e.world.size(), step);
+  w.write(header.data(), static_cast<int64_t>(header.size()));
   if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {  // MP_FAULT (tests)
     MP_THROW(IoError, "checkpoint file '", dir, "/", file.name(),
              "': write failed: No space left on device (injected by MP_FAULT write_fail)");
@@ -297,7 +174,7 @@ proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, 
     if (b >= end) continue;
     const std::vector<FieldRef> fields = unit_fields(e, u);
     for (size_t f = 0; f < fields.size(); ++f) {
-      w.pad_to(kChunkAlign);
+      w.pad_to(kCheckpointChunkAlign);
       proto::CheckpointChunk* c = file.add_chunks();
       c->set_unit(u);
       c->set_field(static_cast<int32_t>(f));
@@ -311,143 +188,6 @@ proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, 
   for (const uint32_t crc : w.finish()) file.add_block_crc32c(crc);
   return file;
 }
-
-// ---- the manifest ------------------------------------------------------------------
-
-std::string encode_manifest(const proto::CheckpointManifest& m) {
-  std::string payload;
-  MP_ENFORCE(m.SerializeToString(&payload), "cannot serialize the checkpoint manifest");
-  std::string out(kManifestHeaderBytes, '\0');
-  std::memcpy(out.data(), kManifestMagic, 8);
-  put_u32(out.data() + 8, kCheckpointFormatVersion);
-  put_u32(out.data() + 12, crc32c(payload));
-  put_u64(out.data() + 16, payload.size());
-  return out + payload;
-}
-
-// Structural checks: everything the loader indexes with is in range.
-void check_manifest(const proto::CheckpointManifest& m, const std::string& path) {
-  auto bad = [&](const auto&... parts) { MP_THROW(ConfigError, "checkpoint manifest '", path, "': ", parts...); };
-  if (m.world_size() < 1) bad("world_size ", m.world_size(), " < 1");
-  if (m.step() < 0) bad("step ", m.step(), " < 0");
-  if (m.block_bytes() < 1 || m.block_bytes() > (int64_t{1} << 30)) bad("block_bytes ", m.block_bytes(), " out of range");
-  if (m.units_size() < 1) bad("no units");
-  for (int u = 0; u < m.units_size(); ++u) {
-    const proto::CheckpointUnit& cu = m.units(u);
-    if (cu.numel() < 0 || cu.padded_numel() < cu.numel()) {
-      bad("unit ", u, " (", cu.name(), "): numel ", cu.numel(), ", padded ", cu.padded_numel());
-    }
-    for (const proto::CheckpointParam& p : cu.params()) {
-      if (p.offset() < 0 || p.numel() < 0 || p.offset() + p.numel() > cu.numel()) {
-        bad("parameter ", p.name(), " [", p.offset(), ", +", p.numel(), ") outside unit ", cu.name(), " of ", cu.numel());
-      }
-    }
-    for (const proto::CheckpointField& f : cu.fields()) {
-      if (element_bytes_of(f.dtype()) == 0) bad("unit ", cu.name(), " field ", f.name(), ": unknown dtype '", f.dtype(), "'");
-    }
-  }
-  std::set<std::string> names;
-  for (const proto::CheckpointFile& f : m.files()) {
-    if (f.name().empty() || f.name().find('/') != std::string::npos || f.name() == "." || f.name() == "..") {
-      bad("file name '", f.name(), "' is not a plain file name");
-    }
-    if (!names.insert(f.name()).second) bad("file ", f.name(), " listed twice");
-    if (f.size_bytes() < kShardHeaderBytes) bad("file ", f.name(), ": size ", f.size_bytes(), " < the header");
-    const int64_t blocks = (f.size_bytes() + m.block_bytes() - 1) / m.block_bytes();
-    if (f.block_crc32c_size() != blocks) {
-      bad("file ", f.name(), ": ", f.block_crc32c_size(), " block checksums for ", blocks, " blocks");
-    }
-    for (const proto::CheckpointChunk& c : f.chunks()) {
-      if (c.unit() < 0 || c.unit() >= m.units_size()) bad("file ", f.name(), ": chunk of unit ", c.unit(), " (no such unit)");
-      const proto::CheckpointUnit& cu = m.units(c.unit());
-      if (c.field() < 0 || c.field() >= cu.fields_size()) {
-        bad("file ", f.name(), ": chunk of field ", c.field(), " of unit ", cu.name(), " (no such field)");
-      }
-      if (c.begin() < 0 || c.end() < c.begin() || c.end() > cu.padded_numel()) {
-        bad("file ", f.name(), ": chunk [", c.begin(), ", ", c.end(), ") outside unit ", cu.name(), " of ",
-            cu.padded_numel());
-      }
-      const int64_t eb = element_bytes_of(cu.fields(c.field()).dtype());
-      if (c.file_offset() < kShardHeaderBytes || c.file_offset() > f.size_bytes() ||
-          (c.end() - c.begin()) > (f.size_bytes() - c.file_offset()) / eb) {
-        bad("file ", f.name(), ": chunk of unit ", cu.name(), " at byte ", c.file_offset(), " with ", c.end() - c.begin(),
-            " elements overruns the file's ", f.size_bytes(), " bytes");
-      }
-    }
-  }
-}
-
-// ---- shard files: reading -----------------------------------------------------------
-
-// Reads byte ranges of one shard file, checking each 1 MiB block it touches
-// against the manifest's CRC (each block once per reader).
-class BlockReader {
- public:
-  BlockReader(const std::string& dir, const proto::CheckpointFile& f, int64_t block, int64_t world)
-      : path_(dir + "/" + f.name()), file_(f), block_(block) {
-    fd_ = Fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd_.get() < 0) MP_THROW(IoError, "checkpoint file '", path_, "': cannot open: ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_.get(), &st) != 0) MP_THROW(IoError, "checkpoint file '", path_, "': ", std::strerror(errno));
-    if (st.st_size != f.size_bytes()) {
-      MP_THROW(ConfigError, "checkpoint file '", path_, "': ", st.st_size, " bytes, the manifest says ", f.size_bytes(),
-               st.st_size < f.size_bytes() ? " (truncated)" : "");
-    }
-    char header[kShardHeaderBytes];
-    read_checked(0, kShardHeaderBytes, header);
-    if (std::memcmp(header, kShardMagic, 8) != 0) MP_THROW(ConfigError, "checkpoint file '", path_, "': bad magic");
-    if (get_u32(header + 8) != kCheckpointFormatVersion) {
-      MP_THROW(ConfigError, "checkpoint file '", path_, "': format version ", get_u32(header + 8), ", this build reads ",
-               kCheckpointFormatVersion);
-    }
-    if (static_cast<int64_t>(get_u32(header + 12)) != f.rank() || static_cast<int64_t>(get_u32(header + 16)) != world) {
-      MP_THROW(ConfigError, "checkpoint file '", path_, "': written by rank ", get_u32(header + 12), " of ",
-               get_u32(header + 16), ", the manifest says rank ", f.rank(), " of ", world);
-    }
-  }
-
-  // Copies bytes [offset, offset + size) into out, checking every block.
-  void read_checked(int64_t offset, int64_t size, char* out) {
-    int64_t pos = offset;
-    while (pos < offset + size) {
-      const int64_t b = pos / block_;
-      const std::string& blk = block(b);
-      const int64_t in = pos - b * block_;
-      const int64_t take = std::min<int64_t>(offset + size - pos, static_cast<int64_t>(blk.size()) - in);
-      std::memcpy(out + (pos - offset), blk.data() + in, static_cast<size_t>(take));
-      pos += take;
-    }
-  }
-  int64_t bytes_read() const { return bytes_read_; }
-
- private:
-  const std::string& block(int64_t b) {
-    if (cached_ == b) return buf_;
-    const int64_t begin = b * block_, len = std::min(block_, file_.size_bytes() - begin);
-    buf_.resize(static_cast<size_t>(len));
-    errno = 0;
-    if (!pread_all(fd_.get(), buf_.data(), static_cast<size_t>(len), static_cast<uint64_t>(begin))) {
-      MP_THROW(IoError, "checkpoint file '", path_, "': cannot read bytes [", begin, ", ", begin + len, "): ",
-               errno != 0 ? std::strerror(errno) : "unexpected end of file");
-    }
-    bytes_read_ += len;
-    const uint32_t crc = crc32c(buf_);
-    if (crc != file_.block_crc32c(static_cast<int>(b))) {
-      MP_THROW(ConfigError, "checkpoint file '", path_, "': checksum mismatch in bytes [", begin, ", ", begin + len,
-               ") (block ", b, "): the data is corrupt");
-    }
-    cached_ = b;
-    return buf_;
-  }
-
-  std::string path_;
-  const proto::CheckpointFile& file_;
-  int64_t block_;
-  Fd fd_;
-  std::string buf_;
-  int64_t cached_ = -1;
-  int64_t bytes_read_ = 0;
-};
 
 std::string shape_text(const google::protobuf::RepeatedField<int64_t>& s) {
   std::string t = "[";
@@ -511,62 +251,13 @@ void check_compatible(Engine::Impl& e, const proto::CheckpointManifest& m, const
 
 // ---- public ---------------------------------------------------------------------
 
-proto::CheckpointManifest read_checkpoint_manifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifestName;
-  if (!fs::exists(path)) {
-    MP_THROW(IoError, "checkpoint '", dir, "': no ", kManifestName, " (not a checkpoint, or a save that did not finish)");
-  }
-  const std::string bytes = read_small_file(path, kMaxManifestBytes + kManifestHeaderBytes, "checkpoint manifest");
-  if (static_cast<int64_t>(bytes.size()) < kManifestHeaderBytes || std::memcmp(bytes.data(), kManifestMagic, 8) != 0) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': bad magic (not an mp checkpoint manifest)");
-  }
-  const uint32_t version = get_u32(bytes.data() + 8);
-  if (version != kCheckpointFormatVersion) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': format version ", version, ", this build reads ",
-             kCheckpointFormatVersion);
-  }
-  const uint64_t size = get_u64(bytes.data() + 16);
-  if (size != bytes.size() - kManifestHeaderBytes) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': header says ", size, " payload bytes, the file has ",
-             bytes.size() - kManifestHeaderBytes, " (truncated or appended to)");
-  }
-  const std::string_view payload(bytes.data() + kManifestHeaderBytes, size);
-  if (crc32c(payload) != get_u32(bytes.data() + 12)) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': checksum mismatch (the manifest was edited or is corrupt)");
-  }
-  proto::CheckpointManifest m;
-  if (!m.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': not a valid CheckpointManifest");
-  }
-  if (m.format_version() != kCheckpointFormatVersion) {
-    MP_THROW(ConfigError, "checkpoint manifest '", path, "': format_version ", m.format_version());
-  }
-  check_manifest(m, path);
-  return m;
-}
-
-std::string resolve_checkpoint(const std::string& path, bool allow_missing) {
-  if (fs::exists(path + "/" + kManifestName)) return path;
-  const std::string latest = path + "/latest";
-  if (fs::exists(latest)) {
-    std::string name = read_small_file(latest, 4096, "checkpoint pointer");
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    if (name.empty() || name.find('/') != std::string::npos) {
-      MP_THROW(ConfigError, "checkpoint pointer '", latest, "': '", name, "' is not a checkpoint directory name");
-    }
-    return path + "/" + name;
-  }
-  if (allow_missing) return "";
-  MP_THROW(IoError, "checkpoint '", path, "': neither a checkpoint (", kManifestName, ") nor a checkpoint root (latest)");
-}
-
 CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const CheckpointSaveOptions& options) {
   Engine::Impl& e = CheckpointIo::of(engine);
   const auto t0 = Clock::now();
   MP_ENFORCE_GE(options.keep_last, 1);
   Communicator& world = e.world;
   const int64_t step = e.steps_run;
-  const std::string name = step_dir_name(step);
+  const std::string name = checkpoint_step_dir_name(step);
   const std::string final_dir = root + "/" + name, tmp_dir = root + "/.tmp-" + name;
   CheckpointInfo info;
   info.path = final_dir;
@@ -579,7 +270,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
     std::error_code ec;
     fs::create_directories(root, ec);
     if (ec) MP_THROW(IoError, "checkpoint root '", root, "': cannot create: ", ec.message());
-    if (fs::exists(final_dir + "/" + kManifestName) && resolve_checkpoint(root, true) == final_dir) {
+    if (fs::exists(final_dir + "/" + kCheckpointManifestName) && resolve_checkpoint(root, true) == final_dir) {
       already = true;
       return;
     }
@@ -651,8 +342,8 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
     m.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count());
-    check_manifest(m, tmp_dir + "/" + kManifestName);
-    write_file_atomic(tmp_dir + "/" + kManifestName, encode_manifest(m), "checkpoint manifest");
+    check_checkpoint_manifest(m, tmp_dir + "/" + kCheckpointManifestName);
+    write_file_atomic(tmp_dir + "/" + kCheckpointManifestName, encode_checkpoint_manifest(m), "checkpoint manifest");
     fsync_dir(tmp_dir);
     std::error_code ec;
     if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked above): a leftover
@@ -688,54 +379,15 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
   agree(e.world, "checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
     check_compatible(e, m, dir);
-    // Which chunks each (unit, field) has, and in which file.
-    struct Piece {
-      int file;
-      const proto::CheckpointChunk* chunk;
-    };
-    std::map<std::pair<int, int>, std::vector<Piece>> pieces;
-    for (int fi = 0; fi < m.files_size(); ++fi) {
-      for (const proto::CheckpointChunk& c : m.files(fi).chunks()) pieces[{c.unit(), c.field()}].push_back(Piece{fi, &c});
-    }
-    std::map<int, std::unique_ptr<BlockReader>> readers;  // opened on first use
-    auto reader = [&](int fi) -> BlockReader& {
-      auto& r = readers[fi];
-      if (!r) r = std::make_unique<BlockReader>(dir, m.files(fi), m.block_bytes(), m.world_size());
-      return *r;
-    };
+    CheckpointReader reader(dir, m);
     for (int u = 0; u < e.layout.num_units(); ++u) {
       const EngineUnit& unit = e.units[static_cast<size_t>(u)];
       const int64_t lo = unit.offset, hi = unit.offset + unit.n;
       const int64_t need_hi = std::min(hi, e.layout.unit(u).numel);  // beyond: padding
       const std::vector<FieldRef> fields = unit_fields(e, u);
-      for (size_t f = 0; f < fields.size(); ++f) {
-        const FieldRef& fr = fields[f];
-        std::memset(fr.data, 0, static_cast<size_t>(unit.n * fr.element_bytes));
-        std::vector<std::pair<int64_t, int64_t>> covered;
-        for (const Piece& p : pieces[{u, static_cast<int>(f)}]) {
-          const int64_t b = std::max(lo, p.chunk->begin()), en = std::min(hi, p.chunk->end());
-          if (b >= en) continue;
-          reader(p.file).read_checked(p.chunk->file_offset() + (b - p.chunk->begin()) * fr.element_bytes,
-                                      (en - b) * fr.element_bytes, fr.data + (b - lo) * fr.element_bytes);
-          covered.emplace_back(b, en);
-        }
-        std::sort(covered.begin(), covered.end());
-        int64_t at = lo;
-        for (const auto& [b, en] : covered) {
-          if (b > at && at < need_hi) break;
-          if (b < at) {
-            MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", e.layout.unit(u).name, " field ", fr.name,
-                     ": elements [", b, ", ", std::min(at, en), ") are in two chunks");
-          }
-          at = en;
-        }
-        if (at < need_hi) {
-          MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", e.layout.unit(u).name, " field ", fr.name,
-                   ": no file holds elements from ", at, " (this rank needs [", lo, ", ", need_hi, "))");
-        }
-      }
+      for (size_t f = 0; f < fields.size(); ++f) reader.read(u, static_cast<int>(f), lo, hi, need_hi, fields[f].data);
     }
-    for (const auto& [fi, r] : readers) bytes_read += r->bytes_read();
+    bytes_read = reader.bytes_read();
     const proto::OptimizerCheckpoint& oc = m.optimizer();
     if (oc.steps_done() < 0 || oc.steps_skipped() < 0 || oc.steps_done() + oc.steps_skipped() > m.step()) {
       MP_THROW(ConfigError, "checkpoint '", dir, "': optimizer counters (", oc.steps_done(), " done, ",
@@ -760,41 +412,6 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
     info->seconds = since(t0);
   }
   return m;
-}
-
-int64_t verify_checkpoint(const std::string& dir) {
-  const proto::CheckpointManifest m = read_checkpoint_manifest(dir);
-  int64_t total = 0;
-  for (const proto::CheckpointFile& f : m.files()) {
-    BlockReader r(dir, f, m.block_bytes(), m.world_size());
-    std::string buf(static_cast<size_t>(std::min<int64_t>(f.size_bytes(), m.block_bytes())), '\0');
-    for (int64_t at = 0; at < f.size_bytes(); at += m.block_bytes()) {
-      r.read_checked(at, std::min<int64_t>(m.block_bytes(), f.size_bytes() - at), buf.data());
-    }
-    total += f.size_bytes();
-  }
-  // Every element of every field, once.
-  for (int u = 0; u < m.units_size(); ++u) {
-    for (int f = 0; f < m.units(u).fields_size(); ++f) {
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (const proto::CheckpointFile& file : m.files()) {
-        for (const proto::CheckpointChunk& c : file.chunks()) {
-          if (c.unit() == u && c.field() == f) ranges.emplace_back(c.begin(), c.end());
-        }
-      }
-      std::sort(ranges.begin(), ranges.end());
-      int64_t at = 0;
-      for (const auto& [b, en] : ranges) {
-        if (b != at) break;
-        at = en;
-      }
-      if (at < m.units(u).numel()) {
-        MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", m.units(u).name(), " field ",
-                 m.units(u).fields(f).name(), ": elements from ", at, " are missing or overlap");
-      }
-    }
-  }
-  return total;
 }
 
 }  // namespace mp

@@ -45,12 +45,10 @@
 #include <string>
 
 #include "proto/mp.pb.h"
+#include "runtime/checkpoint_format.h"
 #include "runtime/engine.h"
 
 namespace mp {
-
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
-inline constexpr int64_t kCheckpointBlockBytes = int64_t{1} << 20;
 
 struct CheckpointSaveOptions {
   int keep_last = 3;        // complete checkpoints kept under the root (>= 1)
@@ -77,17 +75,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
 proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& checkpoint_dir,
                                           CheckpointInfo* info = nullptr);
 
-// The checkpoint a path names: the path itself when it holds manifest.pb,
-// else ROOT/<the name in ROOT/latest>. Empty when `allow_missing` and the
-// path has neither (a fresh start); otherwise IoError.
-std::string resolve_checkpoint(const std::string& path, bool allow_missing = false);
-
-// Reads and checks manifest.pb of a checkpoint directory (its header,
-// checksum and internal consistency). Any process, no MPI.
-proto::CheckpointManifest read_checkpoint_manifest(const std::string& checkpoint_dir);
-
-// Checks every file of a checkpoint: sizes, headers and every block's
-// checksum. Any process. Returns the bytes checked.
-int64_t verify_checkpoint(const std::string& checkpoint_dir);
+// resolve_checkpoint, read_checkpoint_manifest and verify_checkpoint, which
+// need no engine: runtime/checkpoint_format.h.
 
 }  // namespace mp
