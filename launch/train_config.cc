@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/strings.h"
 #include "runtime/text_proto.h"
 
 namespace mp {
@@ -40,17 +41,6 @@ std::string trim(const std::string& s) {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::vector<std::string> split(const std::string& s, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t end = s.find(separator, start);
-    parts.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return parts;
-    start = end + 1;
-  }
 }
 
 std::string field_names(const pb::Descriptor& d) {
@@ -195,6 +185,7 @@ void set_scalar(pb::Message& m, const FD& f, const std::string& label, const std
       return;
     }
     case FD::CPPTYPE_STRING:
+      if (!is_valid_utf8(text)) MP_THROW(ConfigError, label, ": the value is not valid UTF-8 (text fields are UTF-8)");
       rep ? r.AddString(&m, &f, text) : r.SetString(&m, &f, text);
       return;
     case FD::CPPTYPE_MESSAGE:
@@ -211,6 +202,23 @@ void check_positive(const char* field, int64_t value) {
 
 void check_not_negative(const char* field, int64_t value) {
   if (value < 0) MP_THROW(ConfigError, field, " = ", value, ": must not be negative");
+}
+
+// Model sizes beyond these are typos, not models: the config check names
+// them before anything is built (model.gpt.layers = 99999999999 would
+// otherwise build units until memory runs out).
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+constexpr int64_t kMaxWidth = int64_t{1} << 24;  // GPT context and channels, an MLP width
+constexpr double kMaxParams = 0x1p40;             // about 1.1e12 parameters
+
+void check_at_most(const char* field, int64_t value, int64_t limit) {
+  if (value > limit) MP_THROW(ConfigError, field, " = ", value, ": must be at most ", limit);
+}
+
+void check_param_count(const char* model, double params) {
+  if (params > kMaxParams) {
+    MP_THROW(ConfigError, model, ": ", params, " parameters; at most 2^40 (", kMaxParams, ") are supported");
+  }
 }
 
 // model.gpt: zero fields take the embedded default's (proto/mp.proto).
@@ -238,9 +246,18 @@ GptConfig resolve_gpt(proto::GptModelConfig& g) {
   if (g.vocab() > kMaxVocab) {
     MP_THROW(ConfigError, "model.gpt.vocab = ", g.vocab(), ": must be at most ", kMaxVocab);
   }
+  check_at_most("model.gpt.context", g.context(), kMaxWidth);
+  check_at_most("model.gpt.channels", g.channels(), kMaxWidth);
+  check_at_most("model.gpt.layers", g.layers(), kMaxLayers);
   if (g.channels() % g.heads() != 0) {
     MP_THROW(ConfigError, "model.gpt.heads = ", g.heads(), " does not divide model.gpt.channels = ", g.channels());
   }
+  // As models/gpt.cc lays them out: embeddings, then per layer two
+  // LayerNorms, qkv, attention projection and the MLP, then the final LayerNorm.
+  const double C = static_cast<double>(g.channels());
+  check_param_count("model.gpt",
+                    static_cast<double>(g.vocab() + g.context()) * C +
+                        static_cast<double>(g.layers()) * (12.0 * C * C + 13.0 * C) + 2.0 * C);
   GptConfig c;
   c.vocab = g.vocab();
   c.context = g.context();
@@ -255,9 +272,14 @@ MlpConfig resolve_mlp(const proto::MlpModelConfig& m) {
     MP_THROW(ConfigError, "model.mlp.dims has ", m.dims_size(), " entr", m.dims_size() == 1 ? "y" : "ies",
              ": need at least 2 (input width, hidden widths..., classes)");
   }
+  check_at_most("model.mlp.dims entries", m.dims_size(), kMaxLayers + 1);
+  double params = 0;
   for (int i = 0; i < m.dims_size(); ++i) {
     if (m.dims(i) <= 0) MP_THROW(ConfigError, "model.mlp.dims[", i, "] = ", m.dims(i), ": must be positive");
+    check_at_most(("model.mlp.dims[" + std::to_string(i) + "]").c_str(), m.dims(i), kMaxWidth);
+    if (i > 0) params += static_cast<double>(m.dims(i - 1) + 1) * static_cast<double>(m.dims(i));
   }
+  check_param_count("model.mlp", params);
   MlpConfig c;
   c.dims.assign(m.dims().begin(), m.dims().end());
   return c;

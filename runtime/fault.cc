@@ -9,20 +9,10 @@
 #include <thread>
 
 #include "runtime/error.h"
+#include "runtime/strings.h"
 
 namespace mp {
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t at = s.find(sep, start);
-    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
-}
 
 int64_t to_int(const std::string& text, const std::string& entry, const char* what) {
   size_t used = 0;

@@ -266,6 +266,14 @@ TEST(TrainConfig, RepeatedOverridesReplaceTheList) {
   EXPECT_EQ(with(c, {"model.mlp.dims=7"}).model().mlp().dims_size(), 1);
 }
 
+TEST(TrainConfig, OverrideStringsKeepAnyUtf8) {
+  proto::TrainConfig c = default_train_config();
+  const std::string path = "data/\xd0\xb4\xd0\xb0\xe2\x82\xac\xf0\x9f\x98\x80.bin";  // Cyrillic, euro sign, emoji
+  apply_override(c, "data.train_path=" + path);
+  EXPECT_EQ(c.data().train_path(), path);
+  EXPECT_EQ(parse_train_config(to_text(c), "round trip").data().train_path(), path);
+}
+
 TEST(TrainConfig, OverrideInsideAOneofMemberSelectsIt) {
   const proto::TrainConfig mlp = load_train_config(kConfigs + "/mlp.textproto");
   const proto::TrainConfig gpt = with(mlp, {"model.gpt.layers=2"});
@@ -373,6 +381,10 @@ TEST(TrainConfig, BadOverridesAreNamed) {
       bad_override("engine.optimizer.param_groups.lr_scale=2", "is a repeated message; overrides cannot reach"),
       bad_override("steps.x=1", "steps (int64) is not a message"),
       bad_override("engine.optimizer.lr", "override 'engine.optimizer.lr': missing '='"),
+      bad_override("data.train_path=a\xff.bin", "data.train_path: the value is not valid UTF-8 (text fields are UTF-8)"),
+      bad_override("compute.fp32_ops=head,\xc0\xaf", "compute.fp32_ops[1]: the value is not valid UTF-8"),
+      bad_override("data.train_path=\xed\xa0\x80", "data.train_path: the value is not valid UTF-8"),
+      bad_override("data.train_path=\xf0\x9f\x98", "data.train_path: the value is not valid UTF-8"),
       bad_override("=3", "override '=3': no field path before '='"),
       bad_override("engine..lr=1", "override field path 'engine..lr': empty field name"),
   });
@@ -384,6 +396,13 @@ TEST(TrainConfig, BadConfigsAreNamed) {
       bad_resolve({"model.gpt.heads=5"}, "model.gpt.heads = 5 does not divide model.gpt.channels = 128"),
       bad_resolve({"model.gpt.layers=-1"}, "model.gpt.layers = -1: must be positive"),
       bad_resolve({"model.gpt.vocab=2000000000"}, "model.gpt.vocab = 2000000000: must be at most 1073741824"),
+      bad_resolve({"model.gpt.layers=99999999999"}, "model.gpt.layers = 99999999999: must be at most 65536"),
+      bad_resolve({"model.gpt.context=99999999999"}, "model.gpt.context = 99999999999: must be at most 16777216"),
+      bad_resolve({"model.gpt.channels=1048576", "model.gpt.heads=1", "model.gpt.layers=2"},
+                  "model.gpt: 2.63886e+13 parameters; at most 2^40 (1.09951e+12) are supported"),
+      bad_resolve({"model.mlp.dims=4,99999999999,2"}, "model.mlp.dims[1] = 99999999999: must be at most 16777216"),
+      bad_resolve({"model.mlp.dims=16777216,16777216,2"},
+                  "model.mlp: 2.81475e+14 parameters; at most 2^40 (1.09951e+12) are supported"),
       bad_resolve({"steps=0"}, "steps = 0: must be positive"),
       bad_resolve({"log_interval=-1"}, "log_interval = -1: must not be negative"),
       bad_resolve({"val_batches=-4"}, "val_batches = -4: must not be negative"),
@@ -437,6 +456,9 @@ TEST_F(TrainConfigFiles, BadFilesNameFileLineAndColumn) {
       {"a field twice", [&] { load_train_config(twice); }, twice + ":2:", ": Non-repeated field \"steps\""},
       {"int32 out of range", [&] { load_train_config(bad_int); }, bad_int + ":1:", ": Integer out of range"},
       {"syntax error in a string", [] { parse_train_config("steps 3 }", "inline"); }, "inline:1:"},
+      {"a string that is not UTF-8",
+       [] { parse_train_config("steps: 3\ncompute { fp32_ops: \"head\" fp32_ops: \"h\\xff\" }\n", "utf8"); },
+       "utf8:2:", ": compute.fp32_ops[1]: not valid UTF-8 (text fields are UTF-8)"},
   });
   // The column counts from 1: "engine { micro_batches: " is 24 characters.
   expect_config_errors({{"column", [&] { load_train_config(bad_int); }, bad_int + ":1:25: Integer out of range"}});
