@@ -220,14 +220,26 @@ mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, voi
   }
 }
 
-mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values, int64_t count) {
-  if (engine == nullptr) return invalid(g_last_error, "mp_engine_set_weights: engine is null");
-  if (values == nullptr) return invalid(engine->last_error, "mp_engine_set_weights: values is null");
+namespace {
+
+// The arguments mp_engine_set_weights and mp_engine_get_weights share: a
+// status other than MP_OK names `fn` and what is wrong.
+mp_status check_weights_args(const char* fn, mp_engine* engine, int unit, const void* values, int64_t count) {
+  if (engine == nullptr) return invalid(g_last_error, mp::detail::str(fn, ": engine is null"));
+  if (values == nullptr) return invalid(engine->last_error, mp::detail::str(fn, ": values is null"));
   const int64_t want = mp_engine_unit_numel(engine, unit);
-  if (want < 0) return invalid(engine->last_error, mp::detail::str("mp_engine_set_weights: no unit ", unit));
+  if (want < 0) return invalid(engine->last_error, mp::detail::str(fn, ": no unit ", unit));
   if (count != want) {
-    return invalid(engine->last_error,
-                   mp::detail::str("mp_engine_set_weights: unit ", unit, " has ", want, " elements, got ", count));
+    return invalid(engine->last_error, mp::detail::str(fn, ": unit ", unit, " has ", want, " elements, got ", count));
+  }
+  return MP_OK;
+}
+
+}  // namespace
+
+mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values, int64_t count) {
+  if (const mp_status st = check_weights_args("mp_engine_set_weights", engine, unit, values, count); st != MP_OK) {
+    return st;
   }
   try {
     engine->engine->set_weights(unit, std::vector<float>(values, values + count));
@@ -238,13 +250,8 @@ mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values
 }
 
 mp_status mp_engine_get_weights(mp_engine* engine, int unit, float* values, int64_t count) {
-  if (engine == nullptr) return invalid(g_last_error, "mp_engine_get_weights: engine is null");
-  if (values == nullptr) return invalid(engine->last_error, "mp_engine_get_weights: values is null");
-  const int64_t want = mp_engine_unit_numel(engine, unit);
-  if (want < 0) return invalid(engine->last_error, mp::detail::str("mp_engine_get_weights: no unit ", unit));
-  if (count != want) {
-    return invalid(engine->last_error,
-                   mp::detail::str("mp_engine_get_weights: unit ", unit, " has ", want, " elements, got ", count));
+  if (const mp_status st = check_weights_args("mp_engine_get_weights", engine, unit, values, count); st != MP_OK) {
+    return st;
   }
   try {
     const std::vector<float> w = engine->engine->gather_master(unit);
