@@ -82,12 +82,16 @@ int64_t checkpoint_element_bytes(const std::string& dtype) {
 std::string encode_checkpoint_manifest(const proto::CheckpointManifest& m) {
   std::string payload;
   MP_ENFORCE(m.SerializeToString(&payload), "cannot serialize the checkpoint manifest");
+  return checkpoint_manifest_file(payload);
+}
+
+std::string checkpoint_manifest_file(std::string_view payload) {
   std::string out(kCheckpointManifestHeaderBytes, '\0');
   std::memcpy(out.data(), kManifestMagic, 8);
   put_u32(out.data() + 8, kCheckpointFormatVersion);
   put_u32(out.data() + 12, crc32c(payload));
   put_u64(out.data() + 16, payload.size());
-  return out + payload;
+  return out.append(payload);
 }
 
 proto::CheckpointManifest decode_checkpoint_manifest(std::string_view bytes, const std::string& path) {

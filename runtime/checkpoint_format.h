@@ -39,6 +39,9 @@ int64_t checkpoint_element_bytes(const std::string& dtype);
 // manifest.pb: the 32-byte header (magic, version, CRC32C, payload bytes)
 // and the binary proto.
 std::string encode_checkpoint_manifest(const proto::CheckpointManifest& m);
+// The same file around payload bytes as they are (the fuzz target's raw
+// payloads, which need not parse).
+std::string checkpoint_manifest_file(std::string_view payload);
 
 // Checks header, checksum, proto and structure of manifest.pb's bytes;
 // errors name `path`.

@@ -29,18 +29,6 @@ using namespace mp;
 
 constexpr int64_t kMaxReadBytes = int64_t{16} << 20;  // per range: the fuzzer's memory, not a format limit
 
-void put_u32(std::string& s, size_t at, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s[at + static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-
-std::string header_for(const std::string& payload) {
-  proto::CheckpointManifest empty;
-  std::string h = encode_checkpoint_manifest(empty).substr(0, kCheckpointManifestHeaderBytes);
-  put_u32(h, 12, crc32c(payload));
-  for (int i = 0; i < 8; ++i) h[16 + static_cast<size_t>(i)] = static_cast<char>((payload.size() >> (8 * i)) & 0xFFu);
-  return h + payload;
-}
-
 // Sizes and block CRCs of the files the manifest lists, from the bytes written.
 std::string fix_files(const std::string& payload, const std::vector<std::pair<std::string, std::string>>& files) {
   proto::CheckpointManifest m;
@@ -97,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     files.emplace_back(checkpoint_shard_file_name(0), std::string(in.rest()));
   }
-  if (flags & 1) manifest = header_for(flags & 2 ? fix_files(manifest, files) : manifest);
+  if (flags & 1) manifest = checkpoint_manifest_file(flags & 2 ? fix_files(manifest, files) : manifest);
 
   const std::string dir = fuzz::scratch_dir() + "/ckpt";
   static const bool made = [&] { std::filesystem::create_directories(dir); return true; }();
