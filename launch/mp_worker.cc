@@ -26,6 +26,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/memory_plan.h"
+#include "runtime/stop_signals.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -129,6 +130,8 @@ int launcher_world_size() {
 }  // namespace mp
 
 int main(int argc, char** argv) {
+  // Before MPI or any thread starts: Note [Signals and oneDNN].
+  mp::install_stop_signal_watcher();
   CLI::App app{"mp_worker: one rank of a sharded mixed-precision training job.\n"
                "  build/mp_worker [CONFIG.textproto] [--set field.path=value]... [--steps N] [--out DIR] [--resume auto]\n"
                "Without CONFIG it trains the embedded default (configs/default.textproto): a small GPT on a\n"

@@ -1,7 +1,6 @@
 #include "launch/trainer.h"
 
 #include <sched.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "runtime/error.h"
 #include "runtime/metrics.h"
 #include "runtime/parallel.h"
+#include "runtime/stop_signals.h"
 #include "runtime/tensorboard.h"
 #include "runtime/token_file.h"
 
@@ -305,39 +305,6 @@ RunDir open_run_dir(const TrainSettings& s, int64_t resumed_step) {
   return d;
 }
 
-// SIGTERM and SIGUSR1 while checkpointing: remembered, acted on at the
-// next step boundary (every rank agrees there), then the previous handlers
-// come back.
-volatile sig_atomic_t g_stop_signal = 0;
-
-extern "C" void remember_signal(int sig) { g_stop_signal = sig; }
-
-class StopSignals {
- public:
-  explicit StopSignals(bool on) : on_(on) {
-    if (!on_) return;
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = remember_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGUSR1, &sa, &old_usr1_);
-  }
-  ~StopSignals() {
-    if (!on_) return;
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  bool on_;
-  struct sigaction old_term_ {}, old_usr1_ {};
-};
-
-const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
 
 // A rank that worked much longer than the others in a step (they waited
 // for it in the collectives): busy = step time minus time blocked on
@@ -455,7 +422,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     std::fflush(stdout);
   }
   const bool on_signal = s.checkpoint_saves && (kc.save_on_signal() || !kc.has_save_on_signal());
-  StopSignals signals(on_signal);
+  // Note [Signals and oneDNN]: recorded by the watcher thread, acted on at
+  // the next step boundary (every rank agrees there).
+  std::optional<StopSignalScope> signals;
+  if (on_signal) signals.emplace();
   CheckpointSaveOptions save_options;
   save_options.keep_last = s.checkpoint_keep_last;
   save_options.config_text = to_text(c);
@@ -470,7 +440,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
       std::fflush(stdout);
     }
   };
-  int stop_signal = 0;
+  int agreed_signal = 0;
 
   const int64_t steps = c.steps();
   const int64_t log_every = std::max<int64_t>(1, c.log_interval());
@@ -478,7 +448,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   double last_loss = 0;
   std::optional<double> last_val;
   int64_t last_step = start;
-  for (int64_t i = start + 1; i <= steps && stop_signal == 0; ++i) {
+  for (int64_t i = start + 1; i <= steps && agreed_signal == 0; ++i) {
     last_step = i;
     const StepResult r = engine.step(*m.model);
     elapsed += r.timings.total_s;
@@ -496,7 +466,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     // stop signal on any rank, rank 0's checkpoint clock, and every rank's
     // busy time, which names a straggler.
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() / 60;
-    const float mine[3] = {static_cast<float>(g_stop_signal),
+    const float mine[3] = {static_cast<float>(stop_signal()),
                            lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0f : 0.0f,
                            static_cast<float>(r.timings.total_s - r.timings.exposed_comm_s)};
     std::vector<float> all(3 * static_cast<size_t>(W));
@@ -505,20 +475,20 @@ int train(const MpiWorld& world, const TrainSettings& s) {
         ->wait();
     std::vector<double> busy(static_cast<size_t>(W));
     for (int j = 0; j < W; ++j) {
-      stop_signal = std::max(stop_signal, static_cast<int>(all[3 * static_cast<size_t>(j)]));
+      agreed_signal = std::max(agreed_signal, static_cast<int>(all[3 * static_cast<size_t>(j)]));
       busy[static_cast<size_t>(j)] = all[3 * static_cast<size_t>(j) + 2];
     }
     const std::optional<std::string> straggler = find_straggler(busy);
     if (s.checkpoint_saves) {
-      if (stop_signal != 0) {
-        save(i, signal_name(stop_signal));
+      if (agreed_signal != 0) {
+        save(i, stop_signal_name(agreed_signal));
       } else if (kc.interval_steps() > 0 && i % kc.interval_steps() == 0) {
         save(i, "interval");
       } else if (all[1] != 0) {
         save(i, "time interval");
       }
     } else {
-      stop_signal = 0;  // no checkpoint to save: signals keep their default action
+      agreed_signal = 0;  // no checkpoint to save: signals keep their default action
     }
     if (!lead) continue;
     const double step_s = std::max(r.timings.total_s, 1e-9);
@@ -586,10 +556,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     }
     std::fflush(stdout);
   }
-  if (stop_signal != 0) {
+  if (agreed_signal != 0) {
     if (lead) {
       std::printf("got %s at step %lld of %lld: checkpoint saved, stopping (go on with --resume %s)\n",
-                  signal_name(stop_signal), static_cast<long long>(last_step), static_cast<long long>(steps),
+                  stop_signal_name(agreed_signal), static_cast<long long>(last_step), static_cast<long long>(steps),
                   s.checkpoint_dir.c_str());
       if (dir.tensorboard) dir.tensorboard->close();
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/stop_signals.h"
 
 namespace mp {
 namespace {
@@ -64,6 +65,7 @@ class Pool {
   }
 
   void worker(int id) {
+    block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
     uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {

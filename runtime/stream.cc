@@ -4,6 +4,7 @@
 
 #include "mp/config.h"
 #include "runtime/error.h"
+#include "runtime/stop_signals.h"
 #if MP_WITH_CUDA
 #include "runtime/cuda_stream.h"
 #endif
@@ -56,7 +57,10 @@ void abandon_cpu_streams() noexcept { g_abandoned.store(true); }
 bool cpu_streams_abandoned() noexcept { return g_abandoned.load(); }
 
 CpuStream::CpuStream(std::string name)
-    : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] { run(*state); }) {}
+    : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] {
+        block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
+        run(*state);
+      }) {}
 
 CpuStream::~CpuStream() {
   bool detach = false;

@@ -18,6 +18,11 @@
 //                       micro-batch (runtime/model.h has the contract)
 //   save_checkpoint / load_checkpoint   sharded, atomic, reshardable
 //   parse_engine_config the EngineConfig from protobuf text format
+//   install_stop_signal_watcher / StopSignalScope / stop_signal()
+//                       SIGTERM and SIGUSR1 (preemption) recorded by a
+//                       watcher thread, never handled on a thread inside a
+//                       GEMM (runtime/stop_signals.h, Note [Signals and
+//                       oneDNN]): call install first in main()
 //
 // Errors are exceptions derived from mp::Error (ConfigError, IoError,
 // CommError, NumericError, ...; runtime/error.h); the library never ends
@@ -39,6 +44,7 @@
 #include "runtime/error.h"
 #include "runtime/model.h"
 #include "runtime/precision.h"
+#include "runtime/stop_signals.h"
 #include "runtime/text_proto.h"
 
 namespace mp {
