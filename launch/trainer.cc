@@ -305,7 +305,6 @@ RunDir open_run_dir(const TrainSettings& s, int64_t resumed_step) {
   return d;
 }
 
-
 // A rank that worked much longer than the others in a step (they waited
 // for it in the collectives): busy = step time minus time blocked on
 // communication, per rank. Named when it exceeds 3x the median of the
