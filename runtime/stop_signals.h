@@ -11,7 +11,7 @@
 // failed CI once: worker_checkpoint_signal_np2, rank 0 aborted in a GEMM of
 // the step SIGTERM arrived in (2 of 40 runs here); and a loop of gemm_cpu
 // calls, with a handler installed and SIGUSR1 sent every 20 us, crashed 5
-// times in 5 within 40 ms (tests/stop_signals_test.cc has it).
+// times in 5 within 40 ms (tests/test_stop_signals.cc has it).
 // So no thread that may run oneDNN takes these signals:
 //   * install_stop_signal_watcher(), first in main(), blocks them before any
 //     other thread exists, so every thread inherits the block, and starts the
