@@ -8,10 +8,11 @@
 // signal handled on such a thread has its frame pushed below that rsp, into
 // the heap, and glibc aborts later ("corrupted size vs. prev_size while
 // consolidating") or the process crashes. Debian 12 ships oneDNN 2.7. It
-// failed CI once: worker_checkpoint_signal_np2, rank 0 aborted in a GEMM of
-// the step SIGTERM arrived in (2 of 40 runs here); and a loop of gemm_cpu
-// calls, with a handler installed and SIGUSR1 sent every 20 us, crashed 5
-// times in 5 within 40 ms (tests/test_stop_signals.cc has it).
+// failed CI once: worker_checkpoint_signal_np2, rank 0 segfaulted after
+// SIGTERM; here it aborted in 2 of 40 runs, in a GEMM of the step SIGTERM
+// arrived in. A loop of gemm_cpu calls, with a handler installed and SIGUSR1
+// sent every 20 us, crashed 5 times in 5 within 40 ms (the signal-storm test
+// in tests/test_stop_signals.cc is that loop).
 // So no thread that may run oneDNN takes these signals:
 //   * install_stop_signal_watcher(), first in main(), blocks them before any
 //     other thread exists, so every thread inherits the block, and starts the
