@@ -1,11 +1,33 @@
 #include "launch/rank_main.h"
 
-#include <iostream>
+#include <unistd.h>
+
+#include <cerrno>
 #include <memory>
+#include <string>
 
 #include "runtime/error.h"
 
 namespace mp {
+namespace {
+
+// The line in one write(2): mpirun forwards each rank's stderr in the
+// chunks it was written in, so a message written in two parts (the text,
+// then the newline) could have another rank's message land in between.
+void print_error_line(std::string line) {
+  line += '\n';
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
 
 int run_rank_main(const char* program, int* argc, char*** argv,
                   const std::function<int(const MpiWorld&)>& body) {
@@ -14,12 +36,15 @@ int run_rank_main(const char* program, int* argc, char*** argv,
     world = std::make_unique<MpiWorld>(argc, argv);
     return body(*world);
   } catch (const Error& e) {
-    std::cerr << e.what() << std::endl;
+    print_error_line(e.what());
     const int code = dynamic_cast<const ConfigError*>(&e) ? 2 : 1;
-    if (world && world->size() > 1) world->abort(code);
+    // An agreed error is thrown by every rank at the same point: each ends
+    // normally (MPI_Finalize), after printing its own message. MPI_Abort
+    // here could kill the other ranks before they print theirs.
+    if (world && world->size() > 1 && !e.agreed()) world->abort(code);
     return code;
   } catch (const std::exception& e) {
-    std::cerr << "[rank " << error_rank() << "] " << program << ": " << e.what() << std::endl;
+    print_error_line("[rank " + std::to_string(error_rank()) + "] " + program + ": " + e.what());
     if (world && world->size() > 1) world->abort(1);
     return 1;
   }

@@ -390,7 +390,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     start_note = "weights from " + kc.init_from_safetensors();
   }
   if (start > c.steps()) {
-    MP_THROW(ConfigError, "the checkpoint is at step ", start, ", past steps = ", c.steps(), ": raise steps to go on");
+    MP_THROW_AGREED(ConfigError, "the checkpoint is at step ", start, ", past steps = ", c.steps(), ": raise steps to go on");
   }
   RunDir dir = lead ? open_run_dir(s, start) : RunDir{};
 

@@ -80,7 +80,7 @@ std::string describe_failure(std::exception_ptr e) {
 
 // Runs `body` on every rank; if it threw on any rank, every rank throws:
 // the first failed rank's error type and message (its own exception where
-// a rank failed itself). Collective over `c`.
+// a rank failed itself), marked agreed. Collective over `c`.
 template <class F>
 void agree(Communicator& c, const char* what, F body) {
   std::exception_ptr local;
@@ -90,13 +90,19 @@ void agree(Communicator& c, const char* what, F body) {
     local = std::current_exception();
   }
   const std::vector<std::string> all = all_gather_strings(c, local ? describe_failure(local) : std::string());
-  if (local) std::rethrow_exception(local);
+  if (local) {
+    try {
+      std::rethrow_exception(local);
+    } catch (Error& x) {
+      x.set_agreed();
+      throw;
+    }
+  }
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].empty()) continue;
     const std::string msg = detail::str(what, " failed on rank ", r, ": ", all[r].substr(1));
-    if (all[r][0] == 'C') MP_THROW(ConfigError, msg);
-    if (all[r][0] == 'I') MP_THROW(IoError, msg);
-    MP_THROW(IoError, msg);
+    if (all[r][0] == 'C') MP_THROW_AGREED(ConfigError, msg);
+    MP_THROW_AGREED(IoError, msg);
   }
 }
 

@@ -8,6 +8,12 @@
 //    / _GE, which throw EnforceError and print both operands. They never
 //    vanish under NDEBUG, unlike assert.
 //
+// An error every rank throws at the same point, from a decision the ranks
+// took together (a collective checkpoint save or load, the non-finite
+// policy), is marked agreed (MP_THROW_AGREED, Error::set_agreed). launch/
+// ends such a rank normally with the error's exit code, since no rank waits
+// on another; any other error ends the whole job with MPI_Abort.
+//
 // Every message reads "[rank R] file:line: what", where R is the process's
 // rank once launch/ has set it (set_error_rank), and file is repo-relative.
 // Foreign-library checks live beside their library: runtime/error_mpi.h
@@ -35,12 +41,16 @@ class Error : public std::runtime_error {
   const char* file() const noexcept { return file_; }
   int line() const noexcept { return line_; }
   int rank() const noexcept { return rank_; }
+  // Every rank throws this error at the same point (see the top of the file).
+  bool agreed() const noexcept { return agreed_; }
+  void set_agreed() noexcept { agreed_ = true; }
 
  private:
   std::string message_;
   const char* file_;
   int line_;
   int rank_;
+  bool agreed_ = false;
 };
 
 #define MP_DEFINE_ERROR(Name)                   \
@@ -81,6 +91,12 @@ std::string operand(const T& v) {
   }
 }
 
+template <class E>
+E agreed(E e) {
+  e.set_agreed();
+  return e;
+}
+
 [[noreturn]] void throw_enforce(const char* file, int line, const std::string& what,
                                 const std::string& extra);
 
@@ -98,6 +114,10 @@ void enforce_cmp(const A& a, const B& b, Cmp cmp, const char* file, int line,
 
 #define MP_THROW(ErrorType, ...) \
   throw ErrorType(__FILE__, __LINE__, ::mp::detail::str(__VA_ARGS__))
+
+// MP_THROW for an error every rank throws at the same point (see above).
+#define MP_THROW_AGREED(ErrorType, ...) \
+  throw ::mp::detail::agreed(ErrorType(__FILE__, __LINE__, ::mp::detail::str(__VA_ARGS__)))
 
 #define MP_ENFORCE(cond, ...)                                                    \
   do {                                                                           \

@@ -13,9 +13,9 @@
 #               unit h1 (with engine.locate_non_finite), and the run finishes; with non_finite=NON_FINITE_STOP
 #               it stops at step 4 naming them; with max_consecutive_skips=2
 #               and NaN at steps 4-9 it stops at step 5.
-#   write_fail: rank 1's checkpoint write fails at step 4: the run stops
-#               with the error, and `latest` still names step 2's
-#               checkpoint, which verifies.
+#   write_fail: rank 1's checkpoint write fails at step 4: every rank
+#               prints the error and exits non-zero without MPI_Abort, and
+#               `latest` still names step 2's checkpoint, which verifies.
 # Prints what it measured (time to detect, steps lost) and PASS.
 set -u
 case_name=$1 mprun=$2 worker=$3 dir=$4
@@ -37,6 +37,11 @@ run() {
   # (mpirun itself exits 137 when a rank died of SIGKILL: time tells a timeout apart)
   [[ $ms -lt 120000 ]] || { tail -n 20 "$dir/$name.log"; fail "$name: still running after 120 s"; }
   [[ -z $(ranks) ]] || fail "$name: worker processes left running"
+}
+# agreed_exit NAME: every rank stopped on the same error and ended itself
+# (launch/rank_main.h): no MPI_Abort, which can kill a rank before it prints.
+agreed_exit() {
+  ! grep -q "MPI_ABORT" "$dir/$1.log" || { tail -n 30 "$dir/$1.log"; fail "$1: MPI_Abort on an error every rank agreed on"; }
 }
 expect() { grep -Eq -- "$2" "$dir/$1.log" || { tail -n 30 "$dir/$1.log"; fail "$1: no line matching /$2/"; }; }
 
@@ -86,17 +91,23 @@ nan)
   [[ $(grep -c "skipped: non-finite" "$dir/nan.log") -eq 2 ]] || fail "expected exactly 2 skipped steps"
   run nan_stop "nan@4:1:2" --set engine.non_finite=NON_FINITE_STOP
   [[ $rc -ne 0 ]] || fail "NON_FINITE_STOP: exit code 0"
-  expect nan_stop "step 4: non-finite gradients, first from rank 1, unit h1; stopping \(non_finite = NON_FINITE_STOP\)"
+  for r in 0 1; do
+    expect nan_stop "^\\[rank $r\\] .*step 4: non-finite gradients, first from rank 1, unit h1; stopping \(non_finite = NON_FINITE_STOP\)"
+  done
+  agreed_exit nan_stop
   run nan_repeat "nan@4-9:1:2" --set engine.max_consecutive_skips=2
   [[ $rc -ne 0 ]] || fail "max_consecutive_skips: exit code 0"
-  expect nan_repeat "step 5: 2 steps in a row had non-finite gradients"
+  for r in 0 1; do expect nan_repeat "^\\[rank $r\\] .*step 5: 2 steps in a row had non-finite gradients"; done
+  agreed_exit nan_repeat
   echo "nan: steps 4-5 skipped and named (rank 1, unit h1), run finished; NON_FINITE_STOP stopped at step 4;" \
        "max_consecutive_skips=2 stopped at step 5"
   ;;
 write_fail)
   run write_fail "write_fail@4:1" --out "$dir/run" --set checkpoint.interval_steps=2
   [[ $rc -ne 0 ]] || fail "exit code 0 after a failed checkpoint write"
-  expect write_fail "checkpoint save failed on rank 1: .*shard_00001.bin': write failed: No space left on device"
+  expect write_fail "^\\[rank 0\\] .*checkpoint save failed on rank 1: .*shard_00001.bin': write failed: No space left on device"
+  expect write_fail "^\\[rank 1\\] .*shard_00001.bin': write failed: No space left on device"
+  agreed_exit write_fail
   [[ $(cat "$dir/run/checkpoints/latest") == step_00000002 ]] || fail "latest moved off step 2"
   "$worker" --verify-checkpoint "$dir/run/checkpoints" > "$dir/verify.log" 2>&1 || { cat "$dir/verify.log"; fail "verify"; }
   cat "$dir/verify.log"

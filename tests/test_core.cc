@@ -33,6 +33,42 @@ TEST(Error, MessageNamesFileLineAndRank) {
   }
 }
 
+// launch/rank_main ends a rank normally on an agreed error and aborts the
+// job on any other; the mark must survive a catch and rethrow and keep the
+// error's type and message.
+TEST(Error, AgreedMarkKeepsTypeAndMessageAndSurvivesRethrow) {
+  try {
+    MP_THROW(IoError, "local");
+  } catch (const Error& e) {
+    EXPECT_FALSE(e.agreed());
+  }
+  try {
+    MP_THROW_AGREED(NumericError, "step ", 4, ": stop");
+    FAIL() << "no throw";
+  } catch (const NumericError& e) {
+    EXPECT_TRUE(e.agreed());
+    EXPECT_EQ(e.message(), "step 4: stop");
+    EXPECT_NE(std::string(e.what()).find("tests/test_core.cc:"), std::string::npos) << e.what();
+  }
+  std::exception_ptr p;
+  try {
+    MP_THROW(ConfigError, "bad shard");
+  } catch (...) {
+    p = std::current_exception();
+  }
+  try {
+    try {
+      std::rethrow_exception(p);
+    } catch (Error& e) {
+      e.set_agreed();
+      throw;
+    }
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(e.agreed());
+    EXPECT_EQ(e.message(), "bad shard");
+  }
+}
+
 TEST(Error, EnforcePrintsBothOperandsAndEvaluatesOnce) {
   int calls = 0;
   auto next = [&] { return ++calls; };
