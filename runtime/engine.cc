@@ -460,11 +460,13 @@ StepResult Engine::Impl::step(Model& model) {
                                   : std::string("rank and unit not located (engine.locate_non_finite names them)");
     if (o.stop_on_non_finite && o.precision.loss_scaling == LossScalingMode::kNone) {
       MP_THROW_AGREED(NumericError, "step ", steps_run, ": non-finite gradients, ", where,
-               "; stopping (non_finite = NON_FINITE_STOP): weights and moments are those after step ", steps_run - 1);
+                      "; stopping (non_finite = NON_FINITE_STOP): weights and moments are those after step ",
+                      steps_run - 1);
     }
     if (consecutive_skips >= o.max_consecutive_skips) {
-      MP_THROW_AGREED(NumericError, "step ", steps_run, ": ", consecutive_skips, " steps in a row had non-finite gradients (",
-               where, " this time); stopping (max_consecutive_skips = ", o.max_consecutive_skips, ")");
+      MP_THROW_AGREED(NumericError, "step ", steps_run, ": ", consecutive_skips,
+                      " steps in a row had non-finite gradients (", where,
+                      " this time); stopping (max_consecutive_skips = ", o.max_consecutive_skips, ")");
     }
   }
   return result;
