@@ -21,7 +21,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/convert_math.h"
 #include "kernels/reduce_math.h"
-#include "runtime/error_mpi.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp::bench {
 namespace {

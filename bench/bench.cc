@@ -5,7 +5,7 @@
 #include <iostream>
 #include <limits>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp::bench {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 
 namespace mp::bench {
 

@@ -34,9 +34,9 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "models/gpt.h"
 #include "runtime/checkpoint.h"
-#include "runtime/crc32c.h"
+#include "core/crc32c.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

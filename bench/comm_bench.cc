@@ -41,8 +41,8 @@
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/convert.h"
-#include "runtime/error.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp::bench {
 namespace {

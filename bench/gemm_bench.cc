@@ -35,8 +35,8 @@
 #include "bench/timing.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 namespace mp::bench {
 namespace {

@@ -45,8 +45,8 @@
 #include "launch/trainer.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

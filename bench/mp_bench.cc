@@ -14,9 +14,9 @@
 
 #include "bench/bench.h"
 #include "bench/suites.h"
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "launch/rank_main.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp::bench {
 namespace {

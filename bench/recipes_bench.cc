@@ -26,7 +26,7 @@
 #include "launch/trainer.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

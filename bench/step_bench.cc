@@ -13,7 +13,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "models/mlp.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

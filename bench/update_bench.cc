@@ -25,8 +25,8 @@
 #include "bench/timing.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 namespace mp::bench {
 namespace {

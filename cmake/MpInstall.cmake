@@ -9,8 +9,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_mp_export_targets mp_proto mp_core mp_files mp_kernels mp_comm mp_optim mp_runtime mp_safetensors mp_models
-                       mp_launch mp_api mp_c)
+set(_mp_export_targets mp_proto mp_core mp_kernels mp_formats mp_comm mp_optim mp_models mp_runtime mp_api mp_c)
 if(TARGET mp_nccl)
   list(APPEND _mp_export_targets mp_nccl)
 endif()
@@ -24,7 +23,7 @@ install(PROGRAMS launch/mprun launch/mp_node launch/mp_multinode launch/mp.sbatc
 
 set(_mp_inc "${CMAKE_INSTALL_INCLUDEDIR}/mp")
 install(DIRECTORY include/mp/ DESTINATION "${_mp_inc}" FILES_MATCHING PATTERN "*.h")
-foreach(_dir runtime comm kernels optim models launch)
+foreach(_dir core kernels formats comm optim models runtime)
   install(DIRECTORY "${_dir}/" DESTINATION "${_mp_inc}/${_dir}" FILES_MATCHING PATTERN "*.h")
 endforeach()
 install(FILES "${PROJECT_BINARY_DIR}/mp/config.h" DESTINATION "${_mp_inc}/mp")

@@ -51,7 +51,7 @@ endif()
 function(mp_project_options target)
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${MP_WARNING_FLAGS}>"
-    # __FILE__ in error messages is repo-relative (runtime/tensor.cc:42).
+    # __FILE__ in error messages is repo-relative (core/tensor.cc:42).
     "$<$<COMPILE_LANGUAGE:CXX>:-fmacro-prefix-map=${CMAKE_SOURCE_DIR}/=>"
     # Math functions never set errno, so sqrtf and friends vectorize.
     "$<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>")

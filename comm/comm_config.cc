@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

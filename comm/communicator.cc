@@ -1,7 +1,7 @@
 #include "comm/communicator.h"
 
 #include "comm/backend_util.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 

@@ -45,8 +45,8 @@
 #include <string>
 
 #include "comm/work.h"
-#include "runtime/stream.h"
-#include "runtime/tensor.h"
+#include "core/stream.h"
+#include "core/tensor.h"
 
 namespace mp {
 

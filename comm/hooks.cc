@@ -1,7 +1,7 @@
 #include "comm/hooks.h"
 
 #include "kernels/convert.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

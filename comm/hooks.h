@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "runtime/allocator.h"
+#include "core/allocator.h"
 
 namespace mp {
 

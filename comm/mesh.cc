@@ -1,6 +1,6 @@
 #include "comm/mesh.h"
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 

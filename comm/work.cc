@@ -1,6 +1,6 @@
 #include "comm/work.h"
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 
@@ -19,7 +19,7 @@ Work::Work(CollectiveInfo info, Event done, std::string communicator_name,
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (done_.wait_for(timeout)) return;  // rethrows the collective's failure
   // The communication thread may never come back: teardown must not wait
-  // for it (runtime/stream.h).
+  // for it (core/stream.h).
   abandon_cpu_streams();
   const std::string diagnosis = diagnose_ ? diagnose_(info_) : std::string();
   MP_THROW(CommError, info_.describe(), " on communicator '", communicator_name_,

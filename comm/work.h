@@ -32,8 +32,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/dtype.h"
-#include "runtime/stream.h"
+#include "core/dtype.h"
+#include "core/stream.h"
 
 namespace mp {
 

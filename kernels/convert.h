@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace mp {
 

@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "kernels/hd.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp::math {
 

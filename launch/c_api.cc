@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "mp/mp.h"
-#include "runtime/flat_layout.h"
+#include "models/flat_layout.h"
 
 namespace {
 

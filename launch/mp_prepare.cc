@@ -1,6 +1,6 @@
 // launch/mp_prepare.cc: turns any file of text into byte-level tokens (one
 // token per byte, ids 0..255) in llm.c's token file format
-// (runtime/token_file.h), so mp_worker can train on it:
+// (formats/token_file.h), so mp_worker can train on it:
 //   build/mp_prepare input.txt train.bin [--val val.bin --val-fraction 0.1]
 // With --val, the last val-fraction of the bytes go to the validation file.
 // Exit codes: 0 success, 2 bad arguments or input, 1 I/O failure.
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/token_file.h"
+#include "core/error.h"
+#include "formats/token_file.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mp_prepare: text -> byte-level tokens in llm.c's token file format"};

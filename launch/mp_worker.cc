@@ -14,7 +14,7 @@
 
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
 #include "launch/train_config.h"
@@ -24,9 +24,9 @@
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/memory_plan.h"
-#include "runtime/stop_signals.h"
+#include "core/stop_signals.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif

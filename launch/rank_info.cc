@@ -5,8 +5,8 @@
 #include <climits>
 
 #include "mp/config.h"
-#include "runtime/error.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp {
 

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "proto/mp.pb.h"
-#include "runtime/device.h"
+#include "core/device.h"
 
 namespace mp {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

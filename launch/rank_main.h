@@ -2,7 +2,7 @@
 // (mp_worker, mp_bench): start MPI, run the body, and on failure print the
 // error on this rank's stderr ("[rank R] file:line: what") and end the whole
 // job (MPI_Abort), so no other rank waits for this one forever. An agreed
-// error (runtime/error.h), which every rank throws at the same point, ends
+// error (core/error.h), which every rank throws at the same point, ends
 // each rank normally instead, so every rank's message is printed.
 // Exit codes: the body's on success; 2 for ConfigError (bad configuration or
 // input); 1 for any other failure.
@@ -10,7 +10,7 @@
 
 #include <functional>
 
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 
 namespace mp {
 

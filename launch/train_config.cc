@@ -12,9 +12,9 @@
 #include <limits>
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/strings.h"
-#include "runtime/text_proto.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "formats/text_proto.h"
 
 namespace mp {
 namespace {

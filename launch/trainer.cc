@@ -28,12 +28,12 @@
 #include "models/token_data.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
-#include "runtime/metrics.h"
-#include "runtime/parallel.h"
-#include "runtime/stop_signals.h"
-#include "runtime/tensorboard.h"
-#include "runtime/token_file.h"
+#include "core/error.h"
+#include "launch/metrics.h"
+#include "core/parallel.h"
+#include "core/stop_signals.h"
+#include "launch/tensorboard.h"
+#include "formats/token_file.h"
 
 namespace mp {
 

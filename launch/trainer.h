@@ -31,7 +31,7 @@
 // gradients) get a line naming the first rank and unit that produced them.
 #pragma once
 
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "launch/train_config.h"
 
 namespace mp {

@@ -10,11 +10,11 @@
 #include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/philox_math.h"
-#include "models/gpt_ops.h"
+#include "kernels/cpu/gpt_ops.h"
 #include "models/model_util.h"
-#include "runtime/error.h"
-#include "runtime/flat_layout.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "models/flat_layout.h"
+#include "core/parallel.h"
 
 namespace mp {
 

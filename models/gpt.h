@@ -10,7 +10,7 @@
 // softmax cross-entropy of next-token targets over all batch * context
 // positions.
 //
-// Units, in forward order (Note [Flat units] in runtime/flat_layout.h):
+// Units, in forward order (Note [Flat units] in models/flat_layout.h):
 //   "embed": "wte" [Vp, C], "wpe" [context, C]
 //   "h{i}", i = 0 .. layers-1: "h{i}.ln_1.weight"/"bias" [C],
 //       "h{i}.attn.c_attn.weight" [C, 3C], "h{i}.attn.c_attn.bias" [3C],
@@ -76,7 +76,7 @@
 // fp32 give the same bits. The double instantiation of gpt_loss_and_grads
 // (the reference) ignores matmul_dtype and fp32_ops: exact math.
 //
-// Determinism: the op math (models/gpt_ops.h) computes every element on one
+// Determinism: the op math (kernels/cpu/gpt_ops.h) computes every element on one
 // thread in a fixed order, and the GEMMs split their work into tiles that do
 // not depend on the thread count (Note [CPU GEMM threads] in
 // kernels/cpu/gemm.h), so the model gives the same bits for any thread count
@@ -90,8 +90,8 @@
 #include <vector>
 
 #include "models/token_data.h"
-#include "runtime/model.h"
-#include "runtime/tensor.h"
+#include "models/model.h"
+#include "core/tensor.h"
 
 namespace mp {
 

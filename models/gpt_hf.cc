@@ -12,10 +12,10 @@
 #include <regex>
 #include <utility>
 
-#include "runtime/file_io.h"
-#include "runtime/error.h"
-#include "runtime/flat_layout.h"
-#include "runtime/safetensors.h"
+#include "core/file_io.h"
+#include "core/error.h"
+#include "models/flat_layout.h"
+#include "formats/safetensors.h"
 
 namespace mp {
 namespace {

@@ -18,7 +18,7 @@
 // tanh approximation ("gelu_new"), LayerNorm eps 1e-5, attention scaled by
 // 1/sqrt(head_dim): the computation is transformers' GPT-2 with dropout 0.
 //
-// Files: DIR/model.safetensors (runtime/safetensors.h) with metadata
+// Files: DIR/model.safetensors (formats/safetensors.h) with metadata
 // {"format": "pt"} (transformers refuses safetensors files without it) and
 // DIR/config.json, a GPT2Config. Import reads the names above with or
 // without transformers' "transformer." prefix; it ignores the attention mask
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "models/gpt.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

@@ -8,9 +8,9 @@
 #include "kernels/convert.h"
 #include "kernels/philox_math.h"
 #include "models/model_util.h"
-#include "runtime/error.h"
-#include "runtime/flat_layout.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "models/flat_layout.h"
+#include "core/parallel.h"
 
 namespace mp {
 namespace {

@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model.h"
-#include "runtime/tensor.h"
+#include "models/model.h"
+#include "core/tensor.h"
 
 namespace mp {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "kernels/philox_math.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 

@@ -9,7 +9,7 @@
 //
 // Two sources:
 //  - GptData (models/gpt.h): the embedded synthetic language.
-//  - TokenWindows: windows of an llm.c token file (runtime/token_file.h).
+//  - TokenWindows: windows of an llm.c token file (formats/token_file.h).
 //
 // Note [Token windows]
 // A token range [begin, end) holds W = (end - begin - 1) / T windows of T + 1
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/token_file.h"
+#include "formats/token_file.h"
 
 namespace mp {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <regex>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 

@@ -9,9 +9,9 @@
 
 #include "mp/config.h"
 #include "runtime/engine_impl.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/fault.h"
-#include "runtime/file_io.h"
+#include "core/file_io.h"
 
 namespace mp {
 

@@ -26,7 +26,7 @@
 // after `latest` moved.
 //
 // Note [Resharding]
-// Flat offsets do not depend on the world size (runtime/flat_layout.h), so
+// Flat offsets do not depend on the world size (models/flat_layout.h), so
 // a rank of any new world size and strategy needs, per unit and field, the
 // global range [offset, offset + shard_numel) of its new shard. It reads
 // exactly the chunks that intersect it, the 1 MiB blocks that hold those
@@ -45,7 +45,7 @@
 #include <string>
 
 #include "proto/mp.pb.h"
-#include "runtime/checkpoint_format.h"
+#include "formats/checkpoint_format.h"
 #include "runtime/engine.h"
 
 namespace mp {
@@ -76,6 +76,6 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& che
                                           CheckpointInfo* info = nullptr);
 
 // resolve_checkpoint, read_checkpoint_manifest and verify_checkpoint, which
-// need no engine: runtime/checkpoint_format.h.
+// need no engine: formats/checkpoint_format.h.
 
 }  // namespace mp

@@ -10,7 +10,7 @@
 #include "kernels/philox_math.h"
 #include "kernels/remainder_math.h"
 #include "runtime/engine_impl.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/fault.h"
 
 namespace mp {

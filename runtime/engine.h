@@ -1,5 +1,5 @@
 // runtime/engine.h: the sharded engine. It owns the flat parameter units
-// (runtime/flat_layout.h), keeps each rank's shard of master weights,
+// (models/flat_layout.h), keeps each rank's shard of master weights,
 // optimizer state and gradients in the dtypes of the precision policy,
 // and runs a training step around a Model's compute: all-gathers with
 // prefetch, reductions issued as soon as a unit's gradients exist, one
@@ -39,9 +39,9 @@
 #include "comm/hooks.h"
 #include "optim/optimizer.h"
 #include "runtime/engine_options.h"
-#include "runtime/flat_layout.h"
+#include "models/flat_layout.h"
 #include "runtime/memory_plan.h"
-#include "runtime/model.h"
+#include "models/model.h"
 
 namespace mp {
 

@@ -5,7 +5,7 @@
 
 #include "comm/comm_config.h"
 #include "optim/optimizer.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -6,7 +6,7 @@
 #include "kernels/cpu/accumulate.h"
 #include "kernels/cpu/grad_stats.h"
 #include "runtime/engine_impl.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "runtime/error.h"
-#include "runtime/strings.h"
+#include "core/error.h"
+#include "core/strings.h"
 
 namespace mp {
 namespace {

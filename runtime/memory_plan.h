@@ -3,7 +3,7 @@
 // anything runs (`mp_worker --plan --world-size 1024`).
 //
 // The engine allocates every long-lived buffer once, through the
-// accounting allocator (runtime/allocator.h), so its measured bytes per
+// accounting allocator (core/allocator.h), so its measured bytes per
 // category equal these predictions exactly; tests assert it for every
 // strategy and recipe. Not covered: activations and workspaces of the
 // model, and the communicator's own kFp32 accumulation scratch (at most
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/allocator.h"
+#include "core/allocator.h"
 #include "runtime/engine_options.h"
-#include "runtime/flat_layout.h"
+#include "models/flat_layout.h"
 
 namespace mp {
 

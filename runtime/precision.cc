@@ -4,7 +4,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -3,7 +3,7 @@
 //
 // Note [Where casts happen]
 // The model computes in fp32 from parameters gathered in param_dtype and
-// hands back fp32 gradients (runtime/model.h).
+// hands back fp32 gradients (models/model.h).
 // - param cast: with an fp32 master and 16-bit params, CAST_AT_UPDATE makes
 //   the fused update write a persistent 16-bit shard, once per step (the
 //   next all-gather sends it as is); CAST_AT_GATHER keeps no 16-bit copy and
@@ -20,7 +20,7 @@
 #include "kernels/convert.h"
 #include "kernels/update_math.h"
 #include "proto/mp.pb.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

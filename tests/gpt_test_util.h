@@ -16,8 +16,8 @@
 
 #include "kernels/convert.h"
 #include "models/gpt.h"
-#include "models/gpt_ops.h"
-#include "runtime/flat_layout.h"
+#include "kernels/cpu/gpt_ops.h"
+#include "models/flat_layout.h"
 
 namespace mp::gpt_test {
 

@@ -7,7 +7,7 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/accumulate.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "comm/comm_config.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

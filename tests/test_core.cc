@@ -5,11 +5,11 @@
 #include <regex>
 
 #include "mp/config.h"
-#include "runtime/allocator.h"
-#include "runtime/device.h"
-#include "runtime/dtype.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
 
 namespace mp {
 namespace {

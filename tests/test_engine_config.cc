@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/engine_options.h"
-#include "runtime/flat_layout.h"
+#include "models/flat_layout.h"
 #include "runtime/memory_plan.h"
 #include "runtime/precision.h"
 

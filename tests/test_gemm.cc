@@ -12,7 +12,7 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

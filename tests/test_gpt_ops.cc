@@ -1,4 +1,4 @@
-// The GPT ops (models/gpt_ops.h): every backward against central finite
+// The GPT ops (kernels/cpu/gpt_ops.h): every backward against central finite
 // differences in double, plus the ops' own invariants.
 #include <limits>
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "models/gpt.h"
-#include "models/gpt_ops.h"
-#include "runtime/flat_layout.h"
+#include "kernels/cpu/gpt_ops.h"
+#include "models/flat_layout.h"
 
 #ifndef MP_TEST_GOLDEN_DIR
 #error "MP_TEST_GOLDEN_DIR (tests/golden) must be defined by the build"

@@ -1,4 +1,4 @@
-// The run directory's writers (runtime/metrics.h, runtime/tensorboard.h):
+// The run directory's writers (launch/metrics.h, launch/tensorboard.h):
 // CRC-32C against published check values and a bitwise reference; event
 // files read back by an independent TFRecord reader that checks both CRCs
 // and notices a corrupt byte; metrics.jsonl lines parse back, with null for
@@ -25,9 +25,9 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/tensorboard.pb.h"
-#include "runtime/error.h"
-#include "runtime/metrics.h"
-#include "runtime/tensorboard.h"
+#include "core/error.h"
+#include "launch/metrics.h"
+#include "launch/tensorboard.h"
 
 namespace mp {
 namespace {

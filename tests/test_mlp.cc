@@ -14,7 +14,7 @@
 
 #include "kernels/convert.h"
 #include "models/mlp.h"
-#include "runtime/flat_layout.h"
+#include "models/flat_layout.h"
 
 namespace mp {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

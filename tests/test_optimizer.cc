@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/grad_stats.h"
 #include "optim/optimizer.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -1,4 +1,4 @@
-// runtime/parallel.h: the split covers [0, n) once, on aligned boundaries;
+// core/parallel.h: the split covers [0, n) once, on aligned boundaries;
 // errors come back to the caller; nested calls run inline; MP_NUM_THREADS.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 namespace mp {
 namespace {

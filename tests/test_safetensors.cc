@@ -1,4 +1,4 @@
-// Safetensors files (runtime/safetensors.h) and the GPT-2 export/import
+// Safetensors files (formats/safetensors.h) and the GPT-2 export/import
 // (models/gpt_hf.h): exact round trips in fp32 and bf16, every kind of bad
 // file named with the file and what is wrong, and (where a Python with torch
 // and transformers is given) transformers computing our logits from our
@@ -27,9 +27,9 @@
 #include "kernels/convert_math.h"
 #include "models/gpt.h"
 #include "models/gpt_hf.h"
-#include "runtime/error.h"
-#include "runtime/flat_layout.h"
-#include "runtime/safetensors.h"
+#include "core/error.h"
+#include "models/flat_layout.h"
+#include "formats/safetensors.h"
 
 #ifndef MP_TEST_GOLDEN_DIR
 #error "MP_TEST_GOLDEN_DIR (tests/golden) must be defined by the build"

@@ -1,4 +1,4 @@
-// runtime/stop_signals.h: SIGTERM and SIGUSR1 are taken by the watcher
+// core/stop_signals.h: SIGTERM and SIGUSR1 are taken by the watcher
 // thread, never by a thread that computes (Note [Signals and oneDNN]).
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
-#include "runtime/parallel.h"
-#include "runtime/stop_signals.h"
-#include "runtime/stream.h"
+#include "core/parallel.h"
+#include "core/stop_signals.h"
+#include "core/stream.h"
 
 namespace mp {
 namespace {

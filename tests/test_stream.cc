@@ -5,8 +5,8 @@
 #include <chrono>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/stream.h"
+#include "core/error.h"
+#include "core/stream.h"
 
 namespace mp {
 namespace {

@@ -16,8 +16,8 @@
 
 #include "models/gpt.h"
 #include "models/token_data.h"
-#include "runtime/error.h"
-#include "runtime/token_file.h"
+#include "core/error.h"
+#include "formats/token_file.h"
 
 namespace mp {
 namespace {

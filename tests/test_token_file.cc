@@ -1,4 +1,4 @@
-// llm.c token files (runtime/token_file.h): round trip, and every kind of
+// llm.c token files (formats/token_file.h): round trip, and every kind of
 // bad file gives the error that names it.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/token_file.h"
+#include "core/error.h"
+#include "formats/token_file.h"
 
 namespace mp {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "launch/train_config.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 #ifndef MP_SOURCE_DIR
 #error "tests/CMakeLists.txt defines MP_SOURCE_DIR, the repository root"

@@ -15,7 +15,7 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "tests/update_test_util.h"
 
 namespace mp {

@@ -7,7 +7,7 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/update_math.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp::testing {
 

@@ -9,8 +9,8 @@
 
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce.h"
-#include "runtime/error.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp {
 namespace {

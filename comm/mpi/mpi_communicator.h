@@ -1,7 +1,7 @@
 // comm/mpi/mpi_communicator.h: the Communicator for CPU memory over MPI.
 // Collectives run in issue order on the communicator's own communication
 // thread (a CpuStream), so the caller's thread computes while they run.
-// MPI must be initialized with MPI_THREAD_MULTIPLE (launch/mpi_world.h).
+// MPI must be initialized with MPI_THREAD_MULTIPLE (comm/mpi/mpi_world.h).
 #pragma once
 
 #include <mpi.h>
@@ -11,7 +11,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_context.h"
-#include "runtime/allocator.h"
+#include "core/allocator.h"
 
 namespace mp {
 

@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "kernels/cpu/reduce.h"
-#include "runtime/error.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp {
 namespace {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kernels/reduce_math.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

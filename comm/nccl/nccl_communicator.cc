@@ -11,9 +11,10 @@
 #include "comm/nccl/nccl_state.h"
 #include "kernels/convert.h"
 #include "kernels/cuda/reduce_cuda.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
+#include "comm/nccl/nccl_error.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp {
 

@@ -14,7 +14,7 @@
 // - The device is the caller's choice. launch/ picks
 //   default_device(local_rank), i.e. cuda(local_rank % device_count), where
 //   local_rank comes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
-//   (launch/mpi_world.h). Two ranks of one communicator must not share a
+//   (comm/mpi/mpi_world.h). Two ranks of one communicator must not share a
 //   device: NCCL rejects that.
 //
 // Issue and completion
@@ -107,8 +107,8 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_context.h"
-#include "runtime/allocator.h"
-#include "runtime/cuda_stream.h"
+#include "core/allocator.h"
+#include "core/cuda_stream.h"
 
 namespace mp {
 

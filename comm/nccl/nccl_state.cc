@@ -3,7 +3,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

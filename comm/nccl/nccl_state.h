@@ -24,8 +24,9 @@
 
 #include "comm/mpi/mpi_context.h"
 #include "comm/work.h"
-#include "runtime/device.h"
-#include "runtime/error_cuda.h"
+#include "core/device.h"
+#include "core/error_cuda.h"
+#include "comm/nccl/nccl_error.h"
 
 namespace mp {
 

@@ -15,17 +15,17 @@
 //                       and StepResult are the metrics
 //   Model               what the host implements: forward(unit, params),
 //                       loss(), backward(unit, params, grads) per
-//                       micro-batch (runtime/model.h has the contract)
+//                       micro-batch (models/model.h has the contract)
 //   save_checkpoint / load_checkpoint   sharded, atomic, reshardable
 //   parse_engine_config the EngineConfig from protobuf text format
 //   install_stop_signal_watcher / StopSignalScope / stop_signal()
 //                       SIGTERM and SIGUSR1 (preemption) recorded by a
 //                       watcher thread, never handled on a thread inside a
-//                       GEMM (runtime/stop_signals.h, Note [Signals and
+//                       GEMM (core/stop_signals.h, Note [Signals and
 //                       oneDNN]): call install first in main()
 //
 // Errors are exceptions derived from mp::Error (ConfigError, IoError,
-// CommError, NumericError, ...; runtime/error.h); the library never ends
+// CommError, NumericError, ...; core/error.h); the library never ends
 // the process. examples/host_trainer.cc is a complete host.
 //
 // Build against an installed mp with CMake:
@@ -37,15 +37,15 @@
 #include <string>
 
 #include "comm/mpi/mpi_communicator.h"
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
-#include "runtime/model.h"
+#include "core/error.h"
+#include "models/model.h"
 #include "runtime/precision.h"
-#include "runtime/stop_signals.h"
-#include "runtime/text_proto.h"
+#include "core/stop_signals.h"
+#include "formats/text_proto.h"
 
 namespace mp {
 

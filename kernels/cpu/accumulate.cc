@@ -3,8 +3,8 @@
 #include <type_traits>
 
 #include "kernels/convert_math.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 namespace mp {
 namespace {

@@ -5,11 +5,11 @@
 #include <type_traits>
 
 #include "kernels/convert_loop.h"
-#include "runtime/stream.h"
+#include "core/stream.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/convert_cuda.h"
-#include "runtime/cuda_stream.h"
+#include "core/cuda_stream.h"
 #endif
 
 namespace mp {

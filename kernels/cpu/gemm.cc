@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kernels/convert_math.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>

@@ -14,9 +14,9 @@
 //
 // Note [CPU GEMM threads]
 // oneDNN (Debian's build) would run its own parallel regions on OpenMP
-// threads, a second pool beside runtime/parallel.h's. gemm_cpu never lets it:
+// threads, a second pool beside core/parallel.h's. gemm_cpu never lets it:
 // it splits C into tiles whose shape is a function of (m, n, k) alone
-// (gemm_tiling), runs the tiles on runtime/parallel.h's pool with `threads`
+// (gemm_tiling), runs the tiles on core/parallel.h's pool with `threads`
 // threads, and calls oneDNN on each tile with the OpenMP thread count of the
 // calling thread set to 1 (restored afterwards). So:
 //   - each C element is computed by one single-threaded oneDNN call whose
@@ -31,7 +31,7 @@
 
 #include <cstdint>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

@@ -1,7 +1,7 @@
 #include "kernels/cpu/grad_stats.h"
 
 #include "kernels/convert_math.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 namespace {

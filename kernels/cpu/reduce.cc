@@ -1,6 +1,6 @@
 #include "kernels/cpu/reduce.h"
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace mp {
 

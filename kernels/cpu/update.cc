@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kernels/cpu/update_span.h"
-#include "runtime/error.h"
-#include "runtime/parallel.h"
+#include "core/error.h"
+#include "core/parallel.h"
 
 namespace mp {
 namespace {

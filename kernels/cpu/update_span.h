@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "kernels/update_math.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 struct UpdateArgs;  // kernels/cpu/update.h

@@ -3,7 +3,7 @@
 // element math is math::convert_element, shared with the CPU loop.
 #include "kernels/convert_loop.h"
 #include "kernels/cuda/convert_cuda.h"
-#include "runtime/error_cuda.h"
+#include "core/error_cuda.h"
 
 namespace mp {
 namespace {

@@ -14,8 +14,8 @@
 #include <utility>
 
 #include "kernels/convert_math.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
 
 #ifndef MP_CUBLASLT_SONAME
 #error "kernels/CMakeLists.txt defines MP_CUBLASLT_SONAME and MP_CUBLASLT_PATH for this file"

@@ -12,8 +12,8 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/gpt_math.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
 
 namespace mp {
 namespace {

@@ -1,5 +1,5 @@
 // kernels/cuda/gpt_ops_cuda.h: the GPT-2 layer math on a CUDA device, in
-// fp32: the device twins of models/gpt_ops.h (same formulas, layouts and
+// fp32: the device twins of kernels/cpu/gpt_ops.h (same formulas, layouts and
 // "accumulates" / "overwrites" contracts; Note [GPT op math] there). The GEMM
 // ops (Conv1D matmuls, the tied head) are gemm_cuda calls
 // (kernels/cuda/gemm_cublaslt.h) with the GemmProblems gpt_ops.cc builds;
@@ -32,7 +32,7 @@
 
 #include <cstdint>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

@@ -6,8 +6,8 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/cuda/grad_stats_cuda.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
 
 namespace mp {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace mp {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "kernels/cuda/reduce_cuda.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
 
 namespace mp {
 namespace {

@@ -1,5 +1,5 @@
 // tests/fuzz/fuzz_checkpoint.cc: the checkpoint manifest and shard readers
-// (runtime/checkpoint_format.h) on untrusted files.
+// (formats/checkpoint_format.h) on untrusted files.
 //
 // Input layout:
 //   byte 0       flags: 1 = the manifest part is the proto payload and the
@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/checkpoint_format.h"
-#include "runtime/crc32c.h"
-#include "runtime/error.h"
+#include "formats/checkpoint_format.h"
+#include "core/crc32c.h"
+#include "core/error.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

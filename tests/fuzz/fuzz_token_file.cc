@@ -1,12 +1,12 @@
-// tests/fuzz/fuzz_token_file.cc: TokenFile::read (runtime/token_file.h) on
+// tests/fuzz/fuzz_token_file.cc: TokenFile::read (formats/token_file.h) on
 // untrusted bytes. The input is the whole file; it is read twice, without
 // a vocabulary and with GPT-2's (50257), and what is read must be what the
 // file holds.
 #include <cstring>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/token_file.h"
+#include "core/error.h"
+#include "formats/token_file.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

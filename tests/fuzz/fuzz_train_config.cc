@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "launch/train_config.h"
-#include "runtime/error.h"
-#include "runtime/strings.h"
+#include "core/error.h"
+#include "core/strings.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/device.h"
+#include "core/device.h"
 
 namespace mp::testing {
 

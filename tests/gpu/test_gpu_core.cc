@@ -9,10 +9,10 @@
 
 #include "kernels/convert.h"
 #include "kernels/convert_math.h"
-#include "runtime/cuda_stream.h"
-#include "runtime/device.h"
+#include "core/cuda_stream.h"
+#include "core/device.h"
 #include "tests/gpu/gpu_test.h"
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace mp {
 namespace {

@@ -2,7 +2,7 @@
 // against a float64 product of the same (bf16-rounded) values for every
 // layout, dtype pair, bias and accumulate; and each GPT CUDA kernel
 // (kernels/cuda/gpt_ops_cuda.h) against the double instantiation of the CPU
-// op (models/gpt_ops.h) on tiny awkward shapes, within fp32 rounding. Every
+// op (kernels/cpu/gpt_ops.h) on tiny awkward shapes, within fp32 rounding. Every
 // deterministic kernel runs twice and must give the same bits.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -19,9 +19,9 @@
 #include "kernels/convert_math.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/gpt_ops_cuda.h"
-#include "models/gpt_ops.h"
-#include "runtime/error.h"
-#include "runtime/error_cuda.h"
+#include "kernels/cpu/gpt_ops.h"
+#include "core/error.h"
+#include "core/error_cuda.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {

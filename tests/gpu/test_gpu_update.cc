@@ -17,7 +17,7 @@
 #include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cpu/update.h"
 #include "kernels/cuda/update_cuda.h"
-#include "runtime/error_cuda.h"
+#include "core/error_cuda.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernels/convert_math.h"
-#include "runtime/dtype.h"
-#include "runtime/tensor.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
 #include "tests/reference_float.h"
 
 namespace mp::testing {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
-#include "launch/mpi_world.h"
-#include "runtime/error_mpi.h"
+#include "comm/mpi/mpi_world.h"
+#include "comm/mpi/mpi_error.h"
 
 namespace mp::testing {
 namespace {

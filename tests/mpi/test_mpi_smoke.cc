@@ -5,10 +5,10 @@
 #include <numeric>
 
 #include "kernels/convert_math.h"
-#include "launch/mpi_world.h"
+#include "comm/mpi/mpi_world.h"
 #include "launch/rank_info.h"
-#include "runtime/error.h"
-#include "runtime/error_mpi.h"
+#include "core/error.h"
+#include "comm/mpi/mpi_error.h"
 #include "tests/mpi/mpi_test.h"
 
 namespace mp {

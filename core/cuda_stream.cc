@@ -1,0 +1,95 @@
+#include "core/cuda_stream.h"
+
+#include <thread>
+
+#include "core/error_cuda.h"
+
+namespace mp {
+namespace {
+
+// Restores the calling thread's current device on scope exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    MP_CHECK_CUDA(cudaGetDevice(&previous_));
+    MP_CHECK_CUDA(cudaSetDevice(index));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaEvent final : public EventImpl {
+ public:
+  CudaEvent(Device device, cudaStream_t stream) : device_(device) {
+    DeviceGuard guard(device.index);
+    MP_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    MP_CHECK_CUDA(cudaEventRecord(event_, stream));
+  }
+  ~CudaEvent() override { (void)cudaEventDestroy(event_); }
+
+  Device device() const override { return device_; }
+  bool query() override {
+    const cudaError_t err = cudaEventQuery(event_);
+    if (err == cudaErrorNotReady) return false;
+    MP_CHECK_CUDA(err);
+    return true;
+  }
+  void synchronize() override { MP_CHECK_CUDA(cudaEventSynchronize(event_)); }
+  bool wait_for(std::chrono::nanoseconds timeout) override {
+    // Polls: cudaEventSynchronize has no timeout.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!query()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
+  cudaEvent_t handle() const { return event_; }
+
+ private:
+  Device device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+CudaStream::CudaStream(Device device, std::string name) : Stream(std::move(name)), device_(device) {
+  MP_ENFORCE(device.is_cuda(), "CudaStream on ", device);
+  DeviceGuard guard(device.index);
+  MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+CudaStream::~CudaStream() {
+  (void)cudaStreamSynchronize(stream_);
+  (void)cudaStreamDestroy(stream_);
+}
+
+Event CudaStream::record() { return Event(std::make_shared<CudaEvent>(device_, stream_)); }
+
+void CudaStream::wait(const Event& event) {
+  EventImpl* impl = event.impl();
+  if (impl == nullptr) return;
+  if (auto* cuda_event = dynamic_cast<CudaEvent*>(impl)) {
+    MP_CHECK_CUDA(cudaStreamWaitEvent(stream_, cuda_event->handle(), 0));
+    return;
+  }
+  // A CPU event: only a finished one can be waited for without a host sync.
+  MP_ENFORCE(impl->query(), "CUDA stream '", name(),
+             "' cannot wait for an unfinished CPU event without blocking the host; "
+             "synchronize the event on the host first");
+  impl->synchronize();  // rethrows the CPU work's failure, if any
+}
+
+cudaStream_t cuda_handle(Stream* stream) {
+  auto* cuda = dynamic_cast<CudaStream*>(stream);
+  MP_ENFORCE(cuda != nullptr, "a CUDA stream is required, got ",
+             stream ? to_string(stream->device()) + " stream '" + stream->name() + "'"
+                    : std::string("no stream"));
+  return cuda->handle();
+}
+
+}  // namespace mp

@@ -1,0 +1,30 @@
+// core/cuda_stream.h: the CUDA side of core/stream.h. A CudaStream owns
+// a non-blocking cudaStream_t on one device; its events are cudaEvent_t
+// created without timing. Semantics: Note [Stream and event semantics].
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/stream.h"
+
+namespace mp {
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(Device device, std::string name);
+  ~CudaStream() override;
+
+  Device device() const override { return device_; }
+  Event record() override;
+  void wait(const Event& event) override;
+  cudaStream_t handle() const { return stream_; }
+
+ private:
+  Device device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// The cudaStream_t of `stream`; throws EnforceError when it is not a CUDA stream.
+cudaStream_t cuda_handle(Stream* stream);
+
+}  // namespace mp

@@ -1,0 +1,53 @@
+#include "core/device.h"
+
+#include <ostream>
+#include <thread>
+
+#include "mp/config.h"
+#include "core/error.h"
+#include "core/cuda_device.h"
+
+namespace mp {
+
+std::string to_string(Device d) {
+  return d.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(d.index);
+}
+
+std::ostream& operator<<(std::ostream& os, Device d) { return os << to_string(d); }
+
+CudaInfo cuda_info() {
+#if MP_WITH_CUDA
+  return detail::cuda_probe();
+#else
+  return CudaInfo{0, "built without CUDA (MP_CUDA=OFF or nvcc not found)"};
+#endif
+}
+
+Device default_device(int local_rank) {
+  MP_ENFORCE_GE(local_rank, 0);
+  const CudaInfo info = cuda_info();
+  if (info.device_count > 0) return Device::cuda(local_rank % info.device_count);
+  return Device::cpu();
+}
+
+void set_current_device(Device d) {
+  if (d.is_cpu()) return;
+#if MP_WITH_CUDA
+  detail::cuda_set_device(d.index);
+#else
+  MP_THROW(ConfigError, "device ", d, " requested but mp was built without CUDA");
+#endif
+}
+
+std::string describe_device(Device d) {
+  if (d.is_cpu()) {
+    return detail::str("cpu (", std::thread::hardware_concurrency(), " hardware threads)");
+  }
+#if MP_WITH_CUDA
+  return detail::cuda_describe(d.index);
+#else
+  MP_THROW(ConfigError, "device ", d, " requested but mp was built without CUDA");
+#endif
+}
+
+}  // namespace mp

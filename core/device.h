@@ -1,0 +1,48 @@
+// core/device.h: where memory lives and work runs: the CPU or one CUDA
+// device. A CUDA build must start on a machine with no GPU or no driver and
+// run its CPU paths; cuda_info() says why CUDA is unavailable.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+namespace mp {
+
+enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+
+  static constexpr Device cpu() { return Device{}; }
+  static constexpr Device cuda(int i) { return Device{DeviceType::kCUDA, i}; }
+  constexpr bool is_cpu() const { return type == DeviceType::kCPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::kCUDA; }
+  friend constexpr bool operator==(Device, Device) = default;
+};
+
+std::string to_string(Device d);  // "cpu", "cuda:1"
+std::ostream& operator<<(std::ostream& os, Device d);
+
+struct CudaInfo {
+  int device_count = 0;
+  std::string unavailable_reason;  // why device_count is 0; empty otherwise
+};
+
+// Never throws. device_count is 0 in CPU-only builds, without a driver
+// (cudaErrorInsufficientDriver) and without devices.
+CudaInfo cuda_info();
+
+// The device a rank computes on: CUDA device local_rank % count when CUDA is
+// available, the CPU otherwise.
+Device default_device(int local_rank);
+
+// Makes `d` current for the calling thread (cudaSetDevice); no-op for CPU.
+void set_current_device(Device d);
+
+// One line for logs: "cpu (2 hardware threads)" or
+// "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB)".
+std::string describe_device(Device d);
+
+}  // namespace mp

@@ -1,0 +1,142 @@
+// core/error.h: the two tiers of errors (see docs in README "Errors").
+//
+// 1. Recoverable failures are typed exceptions derived from mp::Error:
+//    ConfigError (bad config, flag or input file contents), IoError (file
+//    system), CommError (collectives, peers), CudaError (CUDA, cuBLASLt,
+//    NCCL), OutOfMemoryError. Throw them with MP_THROW(Type, parts...).
+// 2. Broken invariants use MP_ENFORCE / MP_ENFORCE_EQ / _NE / _LT / _LE / _GT
+//    / _GE, which throw EnforceError and print both operands. They never
+//    vanish under NDEBUG, unlike assert.
+//
+// An error every rank throws at the same point, from a decision the ranks
+// took together (a collective checkpoint save or load, the non-finite
+// policy), is marked agreed (MP_THROW_AGREED, Error::set_agreed). launch/
+// ends such a rank normally with the error's exit code, since no rank waits
+// on another; any other error ends the whole job with MPI_Abort.
+//
+// Every message reads "[rank R] file:line: what", where R is the process's
+// rank once launch/ has set it (set_error_rank), and file is repo-relative.
+// Foreign-library checks live beside their library: comm/mpi/mpi_error.h
+// (MP_CHECK_MPI), core/error_cuda.h (MP_CHECK_CUDA, MP_CHECK_CUBLAS) and
+// comm/nccl/nccl_error.h (MP_CHECK_NCCL). Library code throws; only launch/
+// ends the process.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace mp {
+
+// The rank that error messages name. Set once by launch/ after MPI start-up
+// (or by an embedding host); -1 means unknown and the prefix is left out.
+void set_error_rank(int rank) noexcept;
+int error_rank() noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(const char* file, int line, const std::string& message);
+  const std::string& message() const noexcept { return message_; }  // without prefix
+  const char* file() const noexcept { return file_; }
+  int line() const noexcept { return line_; }
+  int rank() const noexcept { return rank_; }
+  // Every rank throws this error at the same point (see the top of the file).
+  bool agreed() const noexcept { return agreed_; }
+  void set_agreed() noexcept { agreed_ = true; }
+
+ private:
+  std::string message_;
+  const char* file_;
+  int line_;
+  int rank_;
+  bool agreed_ = false;
+};
+
+#define MP_DEFINE_ERROR(Name)                   \
+  class Name : public Error {                   \
+   public:                                      \
+    using Error::Error;                         \
+  }
+MP_DEFINE_ERROR(ConfigError);       // bad configuration, flag or input data: exit code 2
+MP_DEFINE_ERROR(IoError);           // a file could not be opened, read, written or renamed
+MP_DEFINE_ERROR(CommError);         // a collective failed, timed out or was mismatched
+MP_DEFINE_ERROR(CudaError);         // CUDA runtime, cuBLASLt or NCCL reported an error
+MP_DEFINE_ERROR(OutOfMemoryError);  // an allocation failed
+MP_DEFINE_ERROR(NumericError);      // NaN/Inf where the run cannot skip the step
+MP_DEFINE_ERROR(EnforceError);      // a broken invariant: a bug in mp or in its caller
+#undef MP_DEFINE_ERROR
+
+namespace detail {
+
+template <class... Parts>
+std::string str(const Parts&... parts) {
+  if constexpr (sizeof...(Parts) == 0) {
+    return std::string();
+  } else {
+    std::ostringstream os;
+    (os << ... << parts);
+    return os.str();
+  }
+}
+
+// Formats an operand for MP_ENFORCE_* messages; chars print as numbers.
+template <class T>
+std::string operand(const T& v) {
+  if constexpr (std::is_same_v<T, char> || std::is_same_v<T, signed char> ||
+                std::is_same_v<T, unsigned char>) {
+    return std::to_string(static_cast<int>(v));
+  } else {
+    return str(v);
+  }
+}
+
+template <class E>
+E agreed(E e) {
+  e.set_agreed();
+  return e;
+}
+
+[[noreturn]] void throw_enforce(const char* file, int line, const std::string& what,
+                                const std::string& extra);
+
+template <class A, class B, class Cmp>
+void enforce_cmp(const A& a, const B& b, Cmp cmp, const char* file, int line,
+                 const char* expr, const std::string& extra) {
+  if (!cmp(a, b)) {
+    throw_enforce(file, line,
+                  str("Expected ", expr, ", got ", operand(a), " vs ", operand(b)), extra);
+  }
+}
+
+}  // namespace detail
+}  // namespace mp
+
+#define MP_THROW(ErrorType, ...) \
+  throw ErrorType(__FILE__, __LINE__, ::mp::detail::str(__VA_ARGS__))
+
+// MP_THROW for an error every rank throws at the same point (see above).
+#define MP_THROW_AGREED(ErrorType, ...) \
+  throw ::mp::detail::agreed(ErrorType(__FILE__, __LINE__, ::mp::detail::str(__VA_ARGS__)))
+
+#define MP_ENFORCE(cond, ...)                                                    \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      ::mp::detail::throw_enforce(__FILE__, __LINE__, "Enforce failed: " #cond, \
+                                  ::mp::detail::str(__VA_ARGS__));                 \
+    }                                                                            \
+  } while (0)
+
+#define MP_ENFORCE_CMP_(a, b, op, ...)                                                  \
+  ::mp::detail::enforce_cmp(                                                            \
+      (a), (b), [](const auto& x, const auto& y) { return static_cast<bool>(x op y); }, \
+      __FILE__, __LINE__, #a " " #op " " #b,                                            \
+      ::mp::detail::str(__VA_ARGS__))
+
+#define MP_ENFORCE_EQ(a, b, ...) MP_ENFORCE_CMP_(a, b, ==, __VA_ARGS__)
+#define MP_ENFORCE_NE(a, b, ...) MP_ENFORCE_CMP_(a, b, !=, __VA_ARGS__)
+#define MP_ENFORCE_LT(a, b, ...) MP_ENFORCE_CMP_(a, b, <, __VA_ARGS__)
+#define MP_ENFORCE_LE(a, b, ...) MP_ENFORCE_CMP_(a, b, <=, __VA_ARGS__)
+#define MP_ENFORCE_GT(a, b, ...) MP_ENFORCE_CMP_(a, b, >, __VA_ARGS__)
+#define MP_ENFORCE_GE(a, b, ...) MP_ENFORCE_CMP_(a, b, >=, __VA_ARGS__)

@@ -1,0 +1,34 @@
+// core/error_cuda.h: one check macro per CUDA library (CUDA runtime, cuBLASLt;
+// NCCL's is comm/nccl/nccl_error.h). Each throws
+// CudaError naming the call, the library's error name and text, file:line and
+// rank. Only for builds with MP_WITH_CUDA; cuBLASLt statuses are named here
+// without linking cuBLASLt (it is loaded at run time).
+#pragma once
+
+#include "mp/config.h"
+#include "core/error.h"
+
+#if !MP_WITH_CUDA
+#error "core/error_cuda.h is only for CUDA builds (MP_WITH_CUDA)"
+#endif
+
+namespace mp::detail {
+[[noreturn]] void throw_cuda_error(const char* call, int code, const char* file, int line);
+[[noreturn]] void throw_cublas_error(const char* call, int status, const char* file, int line);
+}  // namespace mp::detail
+
+#define MP_CHECK_CUDA(call)                                                              \
+  do {                                                                                   \
+    const int mp_cuda_rc_ = static_cast<int>(call);                                      \
+    if (mp_cuda_rc_ != 0 /* cudaSuccess */) {                                            \
+      ::mp::detail::throw_cuda_error(#call, mp_cuda_rc_, __FILE__, __LINE__);            \
+    }                                                                                    \
+  } while (0)
+
+#define MP_CHECK_CUBLAS(call)                                                            \
+  do {                                                                                   \
+    const int mp_cublas_rc_ = static_cast<int>(call);                                    \
+    if (mp_cublas_rc_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                \
+      ::mp::detail::throw_cublas_error(#call, mp_cublas_rc_, __FILE__, __LINE__);        \
+    }                                                                                    \
+  } while (0)

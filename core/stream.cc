@@ -1,0 +1,142 @@
+#include "core/stream.h"
+
+#include <atomic>
+
+#include "mp/config.h"
+#include "core/error.h"
+#include "core/stop_signals.h"
+#if MP_WITH_CUDA
+#include "core/cuda_stream.h"
+#endif
+
+namespace mp {
+
+class CpuStream::CpuEvent final : public EventImpl {
+ public:
+  Device device() const override { return Device::cpu(); }
+
+  bool query() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  bool wait_for(std::chrono::nanoseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
+  void complete(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+void abandon_cpu_streams() noexcept { g_abandoned.store(true); }
+bool cpu_streams_abandoned() noexcept { return g_abandoned.load(); }
+
+CpuStream::CpuStream(std::string name)
+    : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] {
+        block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
+        run(*state);
+      }) {}
+
+CpuStream::~CpuStream() {
+  bool detach = false;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+    if (cpu_streams_abandoned()) {
+      state_->queue.clear();  // nothing more starts
+      detach = state_->busy;  // a task that may never return
+    }
+  }
+  state_->cv.notify_all();
+  if (detach) {
+    worker_.detach();
+  } else {
+    worker_.join();
+  }
+}
+
+void CpuStream::push(Item item) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    MP_ENFORCE(!state_->stopping, "submit to stream '", name(), "' while it is being destroyed");
+    state_->queue.push_back(std::move(item));
+  }
+  state_->cv.notify_one();
+}
+
+void CpuStream::submit(std::function<void()> task) {
+  MP_ENFORCE(task != nullptr, "empty task submitted to stream '", name(), "'");
+  push(Item{std::move(task), nullptr});
+}
+
+Event CpuStream::record() {
+  auto event = std::make_shared<CpuEvent>();
+  push(Item{nullptr, event});
+  return Event(event);
+}
+
+void CpuStream::wait(const Event& event) {
+  if (event.impl() == nullptr) return;
+  // The worker blocks until the event completes; a failed event fails this stream.
+  submit([event] { event.synchronize(); });
+}
+
+void CpuStream::run(State& st) {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(st.mu);
+      st.busy = false;
+      st.cv.wait(lock, [&] { return st.stopping || !st.queue.empty(); });
+      if (st.queue.empty()) return;  // stopping, and everything submitted has run
+      item = std::move(st.queue.front());
+      st.queue.pop_front();
+      st.busy = true;
+    }
+    if (item.event) {
+      item.event->complete(st.error);
+    } else if (!st.error) {
+      try {
+        item.task();
+      } catch (...) {
+        st.error = std::current_exception();
+      }
+    }
+  }
+}
+
+std::unique_ptr<Stream> Stream::create(Device device, std::string name) {
+  if (device.is_cpu()) return std::make_unique<CpuStream>(std::move(name));
+#if MP_WITH_CUDA
+  return std::make_unique<CudaStream>(device, std::move(name));
+#else
+  MP_THROW(ConfigError, "stream '", name, "' on ", device, ": mp was built without CUDA");
+#endif
+}
+
+}  // namespace mp

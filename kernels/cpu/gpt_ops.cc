@@ -1,0 +1,497 @@
+// kernels/cpu/gpt_ops.cc: the GPT-2 layer math (Note [GPT op math] in gpt_ops.h).
+#include "kernels/cpu/gpt_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/gpt_math.h"
+#include "kernels/cpu/loops.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace mp {
+namespace {
+
+// Rows of a matmul one pass over the weights serves; columns of an output
+// tile kept in L1 while the reduction dimension streams.
+constexpr int64_t kRowBlock = 4;
+constexpr int64_t kColTile = 512;
+// Multiply-adds below which another thread's wake-up costs more than it saves.
+constexpr int64_t kMinWorkPerPart = int64_t{1} << 14;
+
+// parallel_for's `align` for items of `work` multiply-adds each: a multiple
+// of `multiple` large enough that every part has kMinWorkPerPart of work.
+// Only which thread computes an element depends on it, never the element's
+// arithmetic (Note [GPT op math]).
+int64_t part_align(int64_t work, int64_t multiple) {
+  const int64_t items = std::max<int64_t>(1, kMinWorkPerPart / std::max<int64_t>(work, 1));
+  return (items + multiple - 1) / multiple * multiple;
+}
+
+void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
+  MP_ENFORCE(token >= 0 && token < vocab, what, " ", token, " at row ", row, " outside [0, ", vocab, ")");
+}
+
+}  // namespace
+
+// ---- embedding --------------------------------------------------------------
+
+template <class T>
+void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
+                           int64_t channels, int64_t vocab_rows, T* out, int threads) {
+  parallel_for(batch * seq, threads, part_align(channels, 1), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      check_token(tokens[n], vocab_rows, n, "token");
+      const T* e = wte + tokens[n] * channels;
+      const T* p = wpe + (n % seq) * channels;
+      T* o = out + n * channels;
+      for (int64_t c = 0; c < channels; ++c) o[c] = e[c] + p[c];
+    }
+  });
+}
+
+template <class T>
+void gpt_embedding_backward(const int32_t* tokens, const T* dout, int64_t batch, int64_t seq, int64_t channels,
+                            T* dwte, T* dwpe, int threads) {
+  const int64_t rows = batch * seq;
+  // The thread owning channels [c0, c1) adds every row into them in row order.
+  parallel_for(channels, threads, part_align(rows, 8), [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < rows; ++n) {
+      const T* g = dout + n * channels;
+      T* e = dwte + tokens[n] * channels;
+      T* p = dwpe + (n % seq) * channels;
+      for (int64_t c = c0; c < c1; ++c) {
+        e[c] += g[c];
+        p[c] += g[c];
+      }
+    }
+  });
+}
+
+// ---- layernorm ----------------------------------------------------------------
+
+template <class T>
+void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean,
+                           T* rstd, int threads) {
+  const T inv_c = T(1) / static_cast<T>(channels);
+  const auto eps = static_cast<T>(kGptLayerNormEps);
+  parallel_for(rows, threads, part_align(3 * channels, 1), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* xr = x + n * channels;
+      const T m = reduce8<T>(channels, [&](int64_t j) { return xr[j]; }) * inv_c;
+      const T var = reduce8<T>(channels, [&](int64_t j) { return (xr[j] - m) * (xr[j] - m); }) * inv_c;
+      const T r = T(1) / std::sqrt(var + eps);
+      T* o = out + n * channels;
+      for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, w[c], b[c]);
+      mean[n] = m;
+      rstd[n] = r;
+    }
+  });
+}
+
+template <class T>
+void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
+                            int64_t channels, T* dx, T* dw, T* db, int threads) {
+  const T inv_c = T(1) / static_cast<T>(channels);
+  // dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd.
+  parallel_for(rows, threads, part_align(4 * channels, 1), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* g = dout + n * channels;
+      const T* xr = x + n * channels;
+      const T m = mean[n], r = rstd[n];
+      const T dnorm_mean = reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j]; }) * inv_c;
+      const T dnorm_norm_mean =
+          reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j] * ((xr[j] - m) * r); }) * inv_c;
+      T* d = dx + n * channels;
+      for (int64_t c = 0; c < channels; ++c) d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
+    }
+  });
+  // dw, db: the thread owning channels [c0, c1) sums the rows in order.
+  parallel_for(channels, threads, part_align(2 * rows, 8), [&](int64_t c0, int64_t c1) {
+    std::fill(dw + c0, dw + c1, T(0));
+    std::fill(db + c0, db + c1, T(0));
+    for (int64_t n = 0; n < rows; ++n) {
+      const T* g = dout + n * channels;
+      const T* xr = x + n * channels;
+      const T m = mean[n], r = rstd[n];
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c] += g[c] * ((xr[c] - m) * r);
+        db[c] += g[c];
+      }
+    }
+  });
+}
+
+// ---- matmul (Conv1D) ----------------------------------------------------------
+
+template <class T>
+void gpt_matmul_forward(const T* x, const T* w, const T* bias, int64_t rows, int64_t in, int64_t out, T* y,
+                        int threads) {
+  // y[n, o] = bias[o] + sum over i in order of x[n, i] w[i, o].
+  parallel_for(rows, threads, part_align(in * out, kRowBlock), [&](int64_t n0, int64_t n1) {
+    for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
+      const int64_t re = std::min(n1, rb + kRowBlock);
+      for (int64_t o0 = 0; o0 < out; o0 += kColTile) {
+        const int64_t on = std::min(out - o0, kColTile);
+        for (int64_t n = rb; n < re; ++n) {
+          T* yr = y + n * out + o0;
+          if (bias != nullptr) {
+            std::copy(bias + o0, bias + o0 + on, yr);
+          } else {
+            std::fill(yr, yr + on, T(0));
+          }
+        }
+        for (int64_t i = 0; i < in; ++i) {
+          const T* wi = w + i * out + o0;
+          for (int64_t n = rb; n < re; ++n) axpy(x[n * in + i], wi, y + n * out + o0, on);
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void gpt_matmul_backward(const T* x, const T* w, const T* dy, int64_t rows, int64_t in, int64_t out, T* dx,
+                         T* dw, T* db, int threads) {
+  if (dx != nullptr) {
+    // dx[n, i] = dot(dy[n, :], w[i, :]).
+    parallel_for(rows, threads, part_align(in * out, kRowBlock), [&](int64_t n0, int64_t n1) {
+      for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
+        const int64_t re = std::min(n1, rb + kRowBlock);
+        for (int64_t i = 0; i < in; ++i) {
+          const T* wi = w + i * out;
+          for (int64_t n = rb; n < re; ++n) dx[n * in + i] = dot(dy + n * out, wi, out);
+        }
+      }
+    });
+  }
+  // dw[i, o] = sum over n in order of x[n, i] dy[n, o].
+  parallel_for(in, threads, part_align(rows * out, kRowBlock), [&](int64_t i0, int64_t i1) {
+    for (int64_t ib = i0; ib < i1; ib += kRowBlock) {
+      const int64_t ie = std::min(i1, ib + kRowBlock);
+      for (int64_t o0 = 0; o0 < out; o0 += kColTile) {
+        const int64_t on = std::min(out - o0, kColTile);
+        for (int64_t i = ib; i < ie; ++i) std::fill(dw + i * out + o0, dw + i * out + o0 + on, T(0));
+        for (int64_t n = 0; n < rows; ++n) {
+          const T* g = dy + n * out + o0;
+          for (int64_t i = ib; i < ie; ++i) axpy(x[n * in + i], g, dw + i * out + o0, on);
+        }
+      }
+    }
+  });
+  if (db == nullptr) return;
+  parallel_for(out, threads, part_align(rows, 8), [&](int64_t o0, int64_t o1) {
+    std::fill(db + o0, db + o1, T(0));
+    for (int64_t n = 0; n < rows; ++n) {
+      const T* g = dy + n * out;
+      for (int64_t o = o0; o < o1; ++o) db[o] += g[o];
+    }
+  });
+}
+
+// ---- tied head ------------------------------------------------------------------
+
+template <class T>
+void gpt_logits_forward(const T* x, const T* wte, int64_t rows, int64_t channels, int64_t vocab_rows, T* logits,
+                        int threads) {
+  parallel_for(rows, threads, part_align(channels * vocab_rows, kRowBlock), [&](int64_t n0, int64_t n1) {
+    for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
+      const int64_t re = std::min(n1, rb + kRowBlock);
+      for (int64_t v = 0; v < vocab_rows; ++v) {
+        const T* e = wte + v * channels;
+        for (int64_t n = rb; n < re; ++n) logits[n * vocab_rows + v] = dot(x + n * channels, e, channels);
+      }
+    }
+  });
+}
+
+template <class T>
+void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, T* dx, T* dwte, int threads) {
+  // dx[n, :] = sum over v in order of dlogits[n, v] wte[v, :].
+  parallel_for(rows, threads, part_align(channels * vocab_rows, kRowBlock), [&](int64_t n0, int64_t n1) {
+    for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
+      const int64_t re = std::min(n1, rb + kRowBlock);
+      std::fill(dx + rb * channels, dx + re * channels, T(0));
+      for (int64_t v = 0; v < vocab_rows; ++v) {
+        const T* e = wte + v * channels;
+        for (int64_t n = rb; n < re; ++n) axpy(dlogits[n * vocab_rows + v], e, dx + n * channels, channels);
+      }
+    }
+  });
+  // dwte[v, :] = sum over n in order of dlogits[n, v] x[n, :].
+  parallel_for(vocab_rows, threads, part_align(channels * rows, kRowBlock), [&](int64_t v0, int64_t v1) {
+    for (int64_t vb = v0; vb < v1; vb += kRowBlock) {
+      const int64_t ve = std::min(v1, vb + kRowBlock);
+      std::fill(dwte + vb * channels, dwte + ve * channels, T(0));
+      for (int64_t n = 0; n < rows; ++n) {
+        const T* xr = x + n * channels;
+        for (int64_t v = vb; v < ve; ++v) axpy(dlogits[n * vocab_rows + v], xr, dwte + v * channels, channels);
+      }
+    }
+  });
+}
+
+// ---- GEMM ops (float path) --------------------------------------------------------
+
+namespace {
+
+GemmInput stored(GptGemmInput x, int64_t ld, bool transposed) { return GemmInput{x.data, x.dtype, ld, transposed}; }
+
+// C[m, n] (ldc n) = op(a) op(b) (+ bias).
+void gemm(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, const float* bias, float* c, int threads) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a;
+  p.b = b;
+  p.bias = bias;
+  p.c = c;
+  p.ldc = n;
+  GemmOptions o;
+  o.threads = threads;
+  gemm_cpu(p, o);
+}
+
+}  // namespace
+
+void gpt_matmul_forward(GptGemmInput x, GptGemmInput w, const float* bias, int64_t rows, int64_t in, int64_t out,
+                        float* y, int threads) {
+  gemm(rows, out, in, stored(x, in, false), stored(w, out, false), bias, y, threads);
+}
+
+void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_t rows, int64_t in, int64_t out,
+                         float* dx, float* dw, int threads) {
+  // dx[rows, in] = dy[rows, out] w^T (w stored [in, out]).
+  if (dx != nullptr) gemm(rows, in, out, stored(dy, out, false), stored(w, out, true), nullptr, dx, threads);
+  // dw[in, out] = x^T (x stored [rows, in]) dy[rows, out].
+  gemm(in, out, rows, stored(x, in, true), stored(dy, out, false), nullptr, dw, threads);
+}
+
+void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads) {
+  parallel_for(out, threads, part_align(rows, 8), [&](int64_t o0, int64_t o1) {
+    std::fill(db + o0, db + o1, 0.0f);
+    for (int64_t n = 0; n < rows; ++n) {
+      const float* g = dy + n * out;
+      for (int64_t o = o0; o < o1; ++o) db[o] += g[o];
+    }
+  });
+}
+
+void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
+                        float* logits, int threads) {
+  // logits[rows, V] = x[rows, C] wte^T (wte stored [V, C]).
+  gemm(rows, vocab_rows, channels, stored(x, channels, false), stored(wte, channels, true), nullptr, logits,
+       threads);
+}
+
+void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, float* dx, float* dwte, int threads) {
+  // dx[rows, C] = dlogits[rows, V] wte[V, C].
+  gemm(rows, channels, vocab_rows, stored(dlogits, vocab_rows, false), stored(wte, channels, false), nullptr, dx,
+       threads);
+  // dwte[V, C] = dlogits^T (stored [rows, V]) x[rows, C].
+  gemm(vocab_rows, channels, rows, stored(dlogits, vocab_rows, true), stored(x, channels, false), nullptr, dwte,
+       threads);
+}
+
+template <>
+void gpt_matmul_forward<float>(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                               int64_t out, float* y, int threads) {
+  gpt_matmul_forward(gemm_input(x), gemm_input(w), bias, rows, in, out, y, threads);
+}
+
+template <>
+void gpt_matmul_backward<float>(const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
+                                int64_t out, float* dx, float* dw, float* db, int threads) {
+  gpt_matmul_backward(gemm_input(x), gemm_input(w), gemm_input(dy), rows, in, out, dx, dw, threads);
+  if (db != nullptr) gpt_bias_backward(dy, rows, out, db, threads);
+}
+
+template <>
+void gpt_logits_forward<float>(const float* x, const float* wte, int64_t rows, int64_t channels,
+                               int64_t vocab_rows, float* logits, int threads) {
+  gpt_logits_forward(gemm_input(x), gemm_input(wte), rows, channels, vocab_rows, logits, threads);
+}
+
+template <>
+void gpt_logits_backward<float>(const float* x, const float* wte, const float* dlogits, int64_t rows,
+                                int64_t channels, int64_t vocab_rows, float* dx, float* dwte, int threads) {
+  gpt_logits_backward(gemm_input(x), gemm_input(wte), gemm_input(dlogits), rows, channels, vocab_rows, dx, dwte,
+                      threads);
+}
+
+GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads) {
+  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
+    if (storage == DType::kBF16) {
+      auto* o = static_cast<bf16*>(out);
+      for (int64_t j = j0; j < j1; ++j) o[j] = math::from_f32<bf16>(x[j]);
+    } else {
+      auto* o = static_cast<float*>(out);
+      for (int64_t j = j0; j < j1; ++j) o[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+    }
+  });
+  return GptGemmInput{out, storage};
+}
+
+// ---- gelu -----------------------------------------------------------------------
+// The per-element math lives in kernels/gpt_math.h, shared with the CUDA kernels.
+
+template <class T>
+void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
+  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
+  });
+}
+
+template <class T>
+void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads) {
+  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) dx[j] = math::gelu_grad(x[j]) * dout[j];
+  });
+}
+
+// ---- causal self-attention ------------------------------------------------------
+
+template <class T>
+void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att,
+                           T* out, int threads) {
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const int64_t hd = channels / heads, stride = 3 * channels;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  // One (batch, head) pair per task: it owns its rows of att and its columns of out.
+  parallel_for(batch * heads, threads, part_align(seq * seq * hd, 1), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / heads, h = p % heads;
+      const T* base = qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
+      for (int64_t t = 0; t < seq; ++t) {
+        const T* q = base + t * stride;
+        T* a = att + (p * seq + t) * seq;
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          a[t2] = dot(q, base + t2 * stride + channels, hd) * scale;
+          m = std::max(m, a[t2]);
+        }
+        T sum = 0;
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          a[t2] = std::exp(a[t2] - m);
+          sum += a[t2];
+        }
+        const T inv = T(1) / sum;
+        for (int64_t t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+        std::fill(a + t + 1, a + seq, T(0));
+        T* o = out + (b * seq + t) * channels + h * hd;
+        std::fill(o, o + hd, T(0));
+        for (int64_t t2 = 0; t2 <= t; ++t2) axpy(a[t2], base + t2 * stride + 2 * channels, o, hd);
+      }
+    }
+  });
+}
+
+template <class T>
+void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq,
+                            int64_t channels, int64_t heads, T* scratch, T* dqkv, int threads) {
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const int64_t hd = channels / heads, stride = 3 * channels;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  // One (batch, head) pair per task: it owns its columns of dqkv in its batch's rows.
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * hd, 1), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / heads, h = p % heads;
+      const T* base = qkv + b * seq * stride + h * hd;
+      T* dbase = dqkv + b * seq * stride + h * hd;
+      for (int64_t t = 0; t < seq; ++t) {
+        for (int64_t third = 0; third < 3; ++third) {
+          T* d = dbase + t * stride + third * channels;
+          std::fill(d, d + hd, T(0));
+        }
+      }
+      T* datt = scratch + p * seq;
+      for (int64_t t = 0; t < seq; ++t) {
+        const T* a = att + (p * seq + t) * seq;
+        const T* g = dout + (b * seq + t) * channels + h * hd;
+        const T* q = base + t * stride;
+        T* dq = dbase + t * stride;
+        for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot(g, base + t2 * stride + 2 * channels, hd);
+        // Softmax backward: dscore = a (datt - sum a datt).
+        const T expected = dot(a, datt, t + 1);
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          const T* k = base + t2 * stride + channels;
+          T* dk = dbase + t2 * stride + channels;
+          T* dv = dbase + t2 * stride + 2 * channels;
+          const T dscore = a[t2] * (datt[t2] - expected) * scale;
+          axpy(a[t2], g, dv, hd);
+          axpy(dscore, k, dq, hd);
+          axpy(dscore, q, dk, hd);
+        }
+      }
+    }
+  });
+}
+
+// ---- loss -----------------------------------------------------------------------
+
+template <class T>
+double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                        int64_t padded_vocab, T* row_loss, T* dlogits, int threads) {
+  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
+  const T inv_rows = T(1) / static_cast<T>(rows);
+  parallel_for(rows, threads, part_align(8 * vocab, 1), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int32_t target = targets[n];
+      check_token(target, vocab, n, "target");
+      const T* z = logits + n * padded_vocab;
+      T* dz = dlogits + n * padded_vocab;
+      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz, [](T v) { return math::gpt_exp(v); });
+      std::fill(dz + vocab, dz + padded_vocab, T(0));
+    }
+  });
+  double total = 0.0;
+  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
+  return total / static_cast<double>(rows);
+}
+
+// ---- residual -------------------------------------------------------------------
+
+template <class T>
+void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
+  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) out[j] = a[j] + b[j];
+  });
+}
+
+#define MP_GPT_OPS_INSTANTIATE(T)                                                                             \
+  template void gpt_embedding_forward<T>(const int32_t*, const T*, const T*, int64_t, int64_t, int64_t,       \
+                                         int64_t, T*, int);                                                   \
+  template void gpt_embedding_backward<T>(const int32_t*, const T*, int64_t, int64_t, int64_t, T*, T*, int);  \
+  template void gpt_layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, T*, T*, T*, int);    \
+  template void gpt_layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                          T*, T*, T*, int);                                                   \
+  template void gpt_gelu_forward<T>(const T*, int64_t, T*, int);                                              \
+  template void gpt_gelu_backward<T>(const T*, const T*, int64_t, T*, int);                                   \
+  template void gpt_attention_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, int);          \
+  template void gpt_attention_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
+                                          T*, T*, int);                                                       \
+  template double gpt_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*, T*, int);      \
+  template void gpt_add<T>(const T*, const T*, int64_t, T*, int);
+MP_GPT_OPS_INSTANTIATE(float)
+MP_GPT_OPS_INSTANTIATE(double)
+#undef MP_GPT_OPS_INSTANTIATE
+
+// The loops of the GEMM ops, for the double path (float has the
+// specializations above).
+template void gpt_matmul_forward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                         double*, int);
+template void gpt_matmul_backward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                          double*, double*, double*, int);
+template void gpt_logits_forward<double>(const double*, const double*, int64_t, int64_t, int64_t, double*, int);
+template void gpt_logits_backward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                          double*, double*, int);
+
+}  // namespace mp

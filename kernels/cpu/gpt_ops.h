@@ -1,0 +1,172 @@
+// kernels/cpu/gpt_ops.h: the GPT-2 layer math on the CPU, written once as
+// templates over the scalar T (float for the model, double for reference
+// tests; both are instantiated in gpt_ops.cc). The GEMMs of the float path
+// (the matmul and tied-head ops) run on oneDNN through gemm_cpu
+// (kernels/cpu/gemm.h), with fp32 or bf16 inputs; the double path keeps the
+// plain loops, the reference the float path is tested against.
+//
+// Note [GPT op math]
+// Activations are row-major with one row per token position: rows = batch *
+// seq, row n = b * seq + t. Weights follow the Hugging Face GPT-2 Conv1D
+// layout [in, out] (y = x w + bias), except the tied head, which reads wte as
+// [vocab rows, channels] (logits = x wte^T).
+// Every output element is computed by exactly one thread, in an order that
+// depends only on the shapes, never on how parallel_for splits the work; so
+// results are bitwise identical for any thread count. Reductions use fixed
+// per-lane partial sums (see `dot` in gpt_ops.cc) so they vectorize without
+// reassociation. The float GEMMs keep the promise by construction: gemm_cpu
+// computes each tile of C in one single-threaded oneDNN call whose arguments
+// do not depend on the thread count (Note [CPU GEMM threads] in
+// kernels/cpu/gemm.h). Bits may differ between CPUs with different
+// instruction sets (oneDNN's kernels, libm's vector exp).
+// Gradients overwrite their outputs, except where a function says
+// "accumulates": the residual-stream input gradient of layernorm_backward
+// and the embedding tables of embedding_backward, which are sums of several
+// contributions in the model (the residual branch; the tied head).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/gpt_math.h"
+#include "core/dtype.h"
+
+namespace mp {
+
+inline constexpr double kGptLayerNormEps = math::kGptLayerNormEps;
+
+// ---- embedding --------------------------------------------------------------
+// out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]. wte has vocab_rows rows;
+// every token must lie in [0, vocab_rows) (EnforceError otherwise).
+template <class T>
+void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
+                           int64_t channels, int64_t vocab_rows, T* out, int threads);
+
+// Accumulates: dwte[tokens[n], :] += dout[n, :] and dwpe[n % seq, :] +=
+// dout[n, :], over n in increasing order.
+template <class T>
+void gpt_embedding_backward(const int32_t* tokens, const T* dout, int64_t batch, int64_t seq, int64_t channels,
+                            T* dwte, T* dwpe, int threads);
+
+// ---- layernorm ----------------------------------------------------------------
+// out = (x - mean) * rstd * w + b per row, rstd = 1 / sqrt(var + eps) with the
+// biased variance; mean and rstd ([rows]) are saved for the backward.
+template <class T>
+void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean,
+                           T* rstd, int threads);
+
+// Accumulates the input gradient into dx (dx += d loss / d x); overwrites dw
+// and db.
+template <class T>
+void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
+                            int64_t channels, T* dx, T* dw, T* db, int threads);
+
+// ---- matmul (Conv1D) ----------------------------------------------------------
+// y[rows, out] = x[rows, in] w[in, out] + bias[out]; bias may be null.
+template <class T>
+void gpt_matmul_forward(const T* x, const T* w, const T* bias, int64_t rows, int64_t in, int64_t out, T* y,
+                        int threads);
+
+// Overwrites dx = dy w^T (skipped if dx is null), dw = x^T dy and db =
+// column sums of dy (skipped if db is null).
+template <class T>
+void gpt_matmul_backward(const T* x, const T* w, const T* dy, int64_t rows, int64_t in, int64_t out, T* dx,
+                         T* dw, T* db, int threads);
+
+// ---- tied head ------------------------------------------------------------------
+// logits[rows, vocab_rows] = x[rows, channels] wte^T, wte [vocab_rows, channels].
+template <class T>
+void gpt_logits_forward(const T* x, const T* wte, int64_t rows, int64_t channels, int64_t vocab_rows, T* logits,
+                        int threads);
+
+// Overwrites dx = dlogits wte and dwte = dlogits^T x.
+template <class T>
+void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, T* dx, T* dwte, int threads);
+
+// The float instantiations are the GEMM ops below with fp32 inputs.
+template <>
+void gpt_matmul_forward<float>(const float* x, const float* w, const float* bias, int64_t rows, int64_t in,
+                               int64_t out, float* y, int threads);
+template <>
+void gpt_matmul_backward<float>(const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
+                                int64_t out, float* dx, float* dw, float* db, int threads);
+template <>
+void gpt_logits_forward<float>(const float* x, const float* wte, int64_t rows, int64_t channels,
+                               int64_t vocab_rows, float* logits, int threads);
+template <>
+void gpt_logits_backward<float>(const float* x, const float* wte, const float* dlogits, int64_t rows,
+                                int64_t channels, int64_t vocab_rows, float* dx, float* dwte, int threads);
+
+// ---- GEMM ops with fp32 or bf16 inputs (float path) -----------------------------
+// The same products as above, on gemm_cpu: every input is fp32 or bf16
+// values (`dtype`), accumulated and written in fp32 (Note [GPT autocast] in
+// models/gpt.h says which op gets which).
+struct GptGemmInput {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+};
+inline GptGemmInput gemm_input(const float* values) { return GptGemmInput{values, DType::kF32}; }
+
+// y = x w + bias (bias fp32, may be null).
+void gpt_matmul_forward(GptGemmInput x, GptGemmInput w, const float* bias, int64_t rows, int64_t in, int64_t out,
+                        float* y, int threads);
+// dx = dy w^T (skipped if dx is null) and dw = x^T dy. The bias gradient
+// is gpt_bias_backward of the fp32 dy.
+void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_t rows, int64_t in, int64_t out,
+                         float* dx, float* dw, int threads);
+// db[out] = column sums of dy[rows, out], summed over rows in order.
+void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads);
+// logits = x wte^T.
+void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
+                        float* logits, int threads);
+// dx = dlogits wte and dwte = dlogits^T x.
+void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
+                         int64_t vocab_rows, float* dx, float* dwte, int threads);
+
+// out[i] := x[i] rounded to bf16 (nearest even), for a bf16 GEMM input:
+// stored as bf16 (storage kBF16) or as the fp32 of the bf16 value (kF32,
+// exact; gemm_bf16_storage() says which gemm_cpu multiplies faster).
+// Returns the GEMM input that reads out.
+GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads);
+
+// ---- gelu -----------------------------------------------------------------------
+// The tanh approximation of GPT-2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads);
+
+// dx = dout * gelu'(x); dx may alias dout.
+template <class T>
+void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads);
+
+// ---- causal self-attention ------------------------------------------------------
+// qkv [rows, 3 channels]: row n holds q | k | v, head h at columns
+// h * head_dim .. of each third (head_dim = channels / heads). att [batch,
+// heads, seq, seq] := the softmax probabilities, softmax(q k^T / sqrt(head_dim))
+// over keys t2 <= t (zero above the diagonal); out [rows, channels] :=
+// att v, heads side by side.
+template <class T>
+void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att,
+                           T* out, int threads);
+
+// Overwrites dqkv [rows, 3 channels]. scratch: batch * heads * seq elements.
+template <class T>
+void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq,
+                            int64_t channels, int64_t heads, T* scratch, T* dqkv, int threads);
+
+// ---- loss -----------------------------------------------------------------------
+// Mean over rows of the cross-entropy of softmax(logits[n, 0 .. vocab)) at
+// targets[n]; logits rows have stride padded_vocab >= vocab and the columns
+// past vocab are ignored (llm.c's padded vocabulary). Overwrites dlogits
+// [rows, padded_vocab] with the gradient of the mean (zero on the padding)
+// and row_loss [rows] with each row's loss; the mean is summed in double in
+// row order.
+template <class T>
+double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                        int64_t padded_vocab, T* row_loss, T* dlogits, int threads);
+
+// ---- residual -------------------------------------------------------------------
+// out = a + b elementwise; out may alias a or b.
+template <class T>
+void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads);
+
+}  // namespace mp

@@ -1,0 +1,76 @@
+#include "models/flat_layout.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mp {
+
+int64_t ModelSpec::numel() const {
+  int64_t total = 0;
+  for (const UnitSpec& unit : units) {
+    for (const ParamSpec& p : unit.params) total += shape_numel(p.shape);
+  }
+  return total;
+}
+
+FlatLayout::FlatLayout(const ModelSpec& spec, int group_size) : group_size_(group_size) {
+  if (group_size < 1) MP_THROW(ConfigError, "shard group size ", group_size, ": must be at least 1");
+  if (spec.units.empty()) MP_THROW(ConfigError, "model has no units");
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    const UnitSpec& us = spec.units[u];
+    UnitLayout unit;
+    unit.name = us.name.empty() ? "unit" + std::to_string(u) : us.name;
+    if (us.params.empty()) MP_THROW(ConfigError, "unit '", unit.name, "' has no parameters");
+    int64_t offset = 0;
+    for (size_t i = 0; i < us.params.size(); ++i) {
+      const ParamSpec& ps = us.params[i];
+      if (ps.name.empty()) MP_THROW(ConfigError, "unit '", unit.name, "': parameter ", i, " has no name");
+      int64_t numel = 0;
+      try {
+        numel = shape_numel(ps.shape);
+      } catch (const ConfigError& e) {
+        MP_THROW(ConfigError, "parameter '", ps.name, "' shape ", shape_string(ps.shape), ": ", e.message());
+      }
+      if (numel == 0) MP_THROW(ConfigError, "parameter '", ps.name, "' has no elements");
+      if (!index_.emplace(ps.name, std::make_pair(static_cast<int>(u), static_cast<int>(i))).second) {
+        MP_THROW(ConfigError, "parameter name '", ps.name, "' appears twice");
+      }
+      offset = (offset + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
+      unit.params.push_back(ParamPlacement{ps.name, ps.shape, ps.init, static_cast<int>(u), offset, numel});
+      offset += numel;
+    }
+    unit.numel = offset;
+    unit.padded_numel = (offset + group_size - 1) / group_size * group_size;
+    unit.shard_numel = unit.padded_numel / group_size;
+    units_.push_back(std::move(unit));
+  }
+}
+
+const ParamPlacement& FlatLayout::param(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) MP_THROW(ConfigError, "no parameter named '", name, "'");
+  return units_[static_cast<size_t>(it->second.first)].params[static_cast<size_t>(it->second.second)];
+}
+
+int64_t FlatLayout::max_padded_numel() const {
+  int64_t m = 0;
+  for (const UnitLayout& u : units_) m = std::max(m, u.padded_numel);
+  return m;
+}
+
+int64_t FlatLayout::max_shard_numel() const {
+  int64_t m = 0;
+  for (const UnitLayout& u : units_) m = std::max(m, u.shard_numel);
+  return m;
+}
+
+int64_t FlatLayout::total_numel() const {
+  int64_t total = 0;
+  for (const UnitLayout& u : units_) {
+    for (const ParamPlacement& p : u.params) total += p.numel;
+  }
+  return total;
+}
+
+}  // namespace mp

@@ -1,0 +1,92 @@
+// models/flat_layout.h: a model as an ordered list of units of named
+// parameters, and the flat layout the engine shards.
+//
+// Note [Flat units]
+// Each unit's parameters are concatenated in declaration order into one
+// flat buffer. Every parameter starts at a multiple of kParamAlignElements
+// (16 bytes of bf16, as FSDP1 aligns each parameter to 16 bytes); the gaps
+// are zero. The buffer is then padded to a multiple of the shard group size
+// S, and rank r of the group owns the r-th contiguous slice of
+// padded_numel / S elements. Parameter offsets do not depend on S: only the
+// trailing padding does, so a parameter's global (unit, offset, numel) is
+// the same at every world size (checkpoints rely on it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mp {
+
+inline constexpr int64_t kParamAlignElements = 8;
+
+// How a parameter starts. Values are drawn per (seed, parameter, element),
+// so every rank computes its slice without communication and the result
+// does not depend on the world size.
+struct ParamInit {
+  enum class Kind : uint8_t { kZeros, kOnes, kNormal, kUniform };
+  Kind kind = Kind::kNormal;
+  double scale = 0.02;  // std of kNormal; half-width of kUniform
+};
+
+struct ParamSpec {
+  std::string name;  // unique in the model, e.g. "layer0.weight"
+  Shape shape;
+  ParamInit init;
+};
+
+struct UnitSpec {
+  std::string name;  // e.g. "layer0"
+  std::vector<ParamSpec> params;
+};
+
+struct ModelSpec {
+  std::vector<UnitSpec> units;
+  int64_t numel() const;  // parameters, without alignment or padding
+};
+
+// Where a parameter lives: its unit and its element range in the unit's
+// flat buffer.
+struct ParamPlacement {
+  std::string name;
+  Shape shape;
+  ParamInit init;
+  int unit = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+struct UnitLayout {
+  std::string name;
+  std::vector<ParamPlacement> params;
+  int64_t numel = 0;         // end of the last parameter (alignment gaps included)
+  int64_t padded_numel = 0;  // numel rounded up to a multiple of the group size
+  int64_t shard_numel = 0;   // padded_numel / group size
+};
+
+class FlatLayout {
+ public:
+  // Throws ConfigError naming the unit or parameter: no units, an empty
+  // unit, a duplicate name, a negative dimension.
+  FlatLayout(const ModelSpec& spec, int group_size);
+
+  int group_size() const { return group_size_; }
+  const std::vector<UnitLayout>& units() const { return units_; }
+  const UnitLayout& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  // Throws ConfigError if no parameter has that name.
+  const ParamPlacement& param(const std::string& name) const;
+  int64_t max_padded_numel() const;
+  int64_t max_shard_numel() const;
+  int64_t total_numel() const;  // parameters only
+
+ private:
+  int group_size_ = 1;
+  std::vector<UnitLayout> units_;
+  std::map<std::string, std::pair<int, int>> index_;  // name -> (unit, position)
+};
+
+}  // namespace mp
