@@ -1,5 +1,9 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
 #include "comm/backend_util.h"
 #include "core/error.h"
 
@@ -37,4 +41,183 @@ void check_reducible(DType t) {
 }
 
 }  // namespace comm_detail
+
+using comm_detail::check_reducible;
+using comm_detail::element_ptr;
+using comm_detail::reduction_divisor;
+
+// ---- data plane: every argument rule, once ----------------------------------------
+
+void Communicator::check_tensor(const Tensor& t, const char* what) const {
+  MP_ENFORCE(t.defined(), what, " is undefined");
+  MP_ENFORCE(t.device() == device(), "the communicator '", name(), "' on ", device(),
+             " needs tensors on that device; ", what, " is ", t.describe());
+}
+
+WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor(input, "all_gather input");
+  check_tensor(output, "all_gather output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_gather from ", input.describe(), " to ", output.describe());
+  const int64_t n = input.numel();
+  MP_ENFORCE_EQ(output.numel(), n * size(), "all_gather output must hold size() x input elements");
+  const bool in_place = n > 0 && input.data() == element_ptr(output, rank() * n);
+  return do_all_gather(input, output, in_place);
+}
+
+WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_tensor(input, "reduce_scatter input");
+  check_tensor(output, "reduce_scatter output");
+  check_reducible(input.dtype());
+  const int64_t n = output.numel();
+  MP_ENFORCE_EQ(input.numel(), n * size(), "reduce_scatter input must hold size() x output elements");
+  reduction_divisor(o, size());  // validates divide_factor
+  const bool in_place = n > 0 && output.data() == element_ptr(input, rank() * n);
+  if (o.accumulate == ReduceAccumulate::kFp32) {
+    MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
+               "in-place reduce_scatter needs equal input and output dtypes");
+  } else {
+    MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
+               input.describe(), " to ", output.describe(), ": dtypes must be equal");
+  }
+  return do_reduce_scatter(input, output, o, in_place);
+}
+
+WorkPtr Communicator::all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+  check_tensor(input, "all_reduce input");
+  check_tensor(output, "all_reduce output");
+  check_reducible(input.dtype());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
+  reduction_divisor(o, size());  // validates divide_factor
+  const bool in_place = input.numel() > 0 && input.data() == output.data();
+  if (o.accumulate == ReduceAccumulate::kWire) {
+    MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
+               input.describe(), " to ", output.describe(), ": dtypes must be equal");
+  } else {
+    MP_ENFORCE(!in_place || input.dtype() == output.dtype(),
+               "in-place all_reduce needs equal input and output dtypes");
+  }
+  return do_all_reduce(input, output, o, in_place);
+}
+
+WorkPtr Communicator::broadcast(const Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast tensor");
+  MP_ENFORCE(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
+  return do_broadcast(tensor, root);
+}
+
+WorkPtr Communicator::all_to_all(const Tensor& input, const Tensor& output) {
+  check_tensor(input, "all_to_all input");
+  check_tensor(output, "all_to_all output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all from ", input.describe(), " to ", output.describe());
+  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
+  MP_ENFORCE_EQ(input.numel() % size(), 0, "all_to_all needs size() equal chunks");
+  const bool in_place = input.numel() > 0 && input.data() == output.data();
+  return do_all_to_all(input, output, in_place);
+}
+
+// ---- control plane (Note [Control plane]) -----------------------------------------
+
+std::vector<std::string> Communicator::all_gather_bytes(std::string_view mine) {
+  const int64_t my_length = static_cast<int64_t>(mine.size());
+  const std::vector<int64_t> lengths = all_gather_int64(std::span<const int64_t>(&my_length, 1));
+  const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  std::vector<std::string> out(lengths.size());
+  if (longest == 0) return out;
+  std::string padded(mine);
+  padded.resize(longest, '\0');
+  std::string all(longest * lengths.size(), '\0');
+  do_host_all_gather(padded.data(), longest, all.data());
+  for (size_t r = 0; r < out.size(); ++r) out[r] = all.substr(r * longest, static_cast<size_t>(lengths[r]));
+  return out;
+}
+
+std::string Communicator::broadcast_bytes(std::string_view mine, int root) {
+  MP_ENFORCE(root >= 0 && root < size(), "broadcast_bytes root ", root, " outside [0, ", size(), ")");
+  // Only the root's bytes travel: the others send nothing.
+  std::vector<std::string> all = all_gather_bytes(rank() == root ? mine : std::string_view());
+  return std::move(all[static_cast<size_t>(root)]);
+}
+
+namespace {
+
+template <class T>
+T reduce_in_rank_order(const std::vector<T>& all, HostOp op) {
+  T acc = all.front();
+  for (size_t r = 1; r < all.size(); ++r) {
+    switch (op) {
+      case HostOp::kSum: acc = acc + all[r]; break;
+      case HostOp::kMin: acc = std::min(acc, all[r]); break;
+      case HostOp::kMax: acc = std::max(acc, all[r]); break;
+    }
+  }
+  return acc;
+}
+
+// A failure on one rank as a string: a type letter, then the message.
+std::string describe_failure(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const ConfigError& x) {
+    return std::string("C") + x.what();
+  } catch (const std::exception& x) {
+    return std::string("E") + x.what();
+  } catch (...) {
+    return "Eunknown exception";
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> Communicator::all_gather_int64(std::span<const int64_t> mine) {
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(size()));
+  if (!mine.empty()) do_host_all_gather(mine.data(), mine.size_bytes(), all.data());
+  return all;
+}
+
+std::vector<double> Communicator::all_gather_double(std::span<const double> mine) {
+  std::vector<double> all(mine.size() * static_cast<size_t>(size()));
+  if (!mine.empty()) do_host_all_gather(mine.data(), mine.size_bytes(), all.data());
+  return all;
+}
+
+int64_t Communicator::all_reduce_int64(int64_t mine, HostOp op) {
+  return reduce_in_rank_order(all_gather_int64(std::span<const int64_t>(&mine, 1)), op);
+}
+
+double Communicator::all_reduce_double(double mine, HostOp op) {
+  // NaN propagates through kMin/kMax as through the sum: std::min/max keep
+  // the first argument on unordered comparisons, so check explicitly.
+  const std::vector<double> all = all_gather_double(std::span<const double>(&mine, 1));
+  if (op != HostOp::kSum) {
+    for (double v : all) {
+      if (v != v) return v;
+    }
+  }
+  return reduce_in_rank_order(all, op);
+}
+
+void Communicator::agree(std::string_view what, const std::function<void()>& body) {
+  std::exception_ptr local;
+  try {
+    body();
+  } catch (...) {
+    local = std::current_exception();
+  }
+  const std::vector<std::string> all = all_gather_bytes(local ? describe_failure(local) : std::string());
+  if (local) {
+    try {
+      std::rethrow_exception(local);
+    } catch (Error& x) {
+      x.set_agreed();
+      throw;
+    }
+  }
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    const std::string msg = detail::str(what, " failed on rank ", r, ": ", all[r].substr(1));
+    if (all[r][0] == 'C') MP_THROW_AGREED(ConfigError, msg);
+    MP_THROW_AGREED(IoError, msg);
+  }
+}
+
 }  // namespace mp

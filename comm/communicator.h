@@ -41,8 +41,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "comm/work.h"
 #include "core/stream.h"
@@ -54,6 +58,9 @@ enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMax = 2, kMin = 3 };
 enum class ReduceAccumulate : uint8_t { kWire = 0, kFp32 = 1 };
 
 std::string_view reduce_op_name(ReduceOp op);
+
+// Reductions of the control plane's host values.
+enum class HostOp : uint8_t { kSum = 0, kMin = 1, kMax = 2 };
 
 struct ReduceOptions {
   ReduceOp op = ReduceOp::kSum;
@@ -90,13 +97,12 @@ class Communicator {
   // the collectives.
   virtual Stream& stream() = 0;
 
-  virtual WorkPtr all_gather(const Tensor& input, const Tensor& output) = 0;
-  virtual WorkPtr reduce_scatter(const Tensor& input, const Tensor& output,
-                                 const ReduceOptions& options = {}) = 0;
-  virtual WorkPtr all_reduce(const Tensor& input, const Tensor& output,
-                             const ReduceOptions& options = {}) = 0;
-  virtual WorkPtr broadcast(const Tensor& tensor, int root) = 0;
-  virtual WorkPtr all_to_all(const Tensor& input, const Tensor& output) = 0;
+  // ---- Data plane: tensors on device() ----------------------------------------
+  WorkPtr all_gather(const Tensor& input, const Tensor& output);
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options = {});
+  WorkPtr all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options = {});
+  WorkPtr broadcast(const Tensor& tensor, int root);
+  WorkPtr all_to_all(const Tensor& input, const Tensor& output);
   virtual WorkPtr barrier() = 0;
   // A Work that completes when everything issued so far on stream() has.
   virtual WorkPtr fence(const std::string& what) = 0;
@@ -105,11 +111,57 @@ class Communicator {
   // communicator, ordered by (key, rank). A negative color gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
+  // ---- Control plane: small host values -----------------------------------------
+  // Note [Control plane]
+  // Step decisions, statistics, errors, fingerprints and checkpoint agreement
+  // are small host values, whatever device() the tensors live on. These
+  // calls are blocking and collective over every member, in issue order with
+  // the collectives above (one sequence: fingerprints and timeouts cover them
+  // too), and carry the values exactly, in rank order: an int64 as an int64,
+  // a double as its 8 bytes, never encoded in floats. Every backend carries
+  // them over host memory (MPI), so they work beside a GPU data plane.
+  //
+  // Every rank's bytes, in rank order (lengths may differ).
+  std::vector<std::string> all_gather_bytes(std::string_view mine);
+  // `root`'s bytes on every rank (the others' `mine` is ignored).
+  std::string broadcast_bytes(std::string_view mine, int root);
+  // Every rank's values, rank-major (rank r's at [r * k, (r+1) * k)); every
+  // rank passes the same k (a different k is caught as a fingerprint
+  // mismatch when CommOptions::check_fingerprints is on).
+  std::vector<int64_t> all_gather_int64(std::span<const int64_t> mine);
+  std::vector<double> all_gather_double(std::span<const double> mine);
+  // The reduction over the ranks. Sums run in rank order, so every rank
+  // gets the same bits (a double sum is then deterministic for a world size).
+  int64_t all_reduce_int64(int64_t mine, HostOp op);
+  double all_reduce_double(double mine, HostOp op);
+  // Cross-rank error agreement: runs `body` on every rank; if it threw on any
+  // rank, every rank throws, marked agreed (core/error.h): a rank whose body
+  // threw rethrows its own error, the others the first failed rank's type
+  // (ConfigError stays ConfigError, anything else is IoError) with
+  // "<what> failed on rank R: <message>". Collective; nothing hangs when
+  // only some ranks fail.
+  void agree(std::string_view what, const std::function<void()>& body);
+
  protected:
   Communicator(std::string name, CommOptions options)
       : name_(std::move(name)), options_(options) {}
 
+  // The backends' collectives, called after the checks above. `in_place` is
+  // decided once here (see the contracts at the top).
+  virtual WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) = 0;
+  virtual WorkPtr do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                                    bool in_place) = 0;
+  virtual WorkPtr do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                                bool in_place) = 0;
+  virtual WorkPtr do_broadcast(const Tensor& tensor, int root) = 0;
+  virtual WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) = 0;
+  // Blocking: rank r's `bytes` bytes at `mine` land at all[r * bytes, ...)
+  // on every rank; `bytes` is equal on every rank. Host memory.
+  virtual void do_host_all_gather(const void* mine, size_t bytes, void* all) = 0;
+
  private:
+  void check_tensor(const Tensor& t, const char* what) const;
+
   std::string name_;
   CommOptions options_;
 };

@@ -5,6 +5,8 @@
 namespace mp {
 
 std::string CollectiveInfo::describe() const {
+  // The control plane's exchanges (Note [Control plane]) count bytes.
+  if (op.starts_with("host_")) return detail::str(op, " #", sequence, " (", count, " bytes)");
   return detail::str(op, " #", sequence, " (", dtype_name(dtype), " x ", count, ")");
 }
 

@@ -42,7 +42,7 @@ struct CollectiveInfo {
   std::string op;        // "all_reduce", "reduce_scatter", ...
   uint64_t sequence = 0; // 1-based per communicator, in issue order
   DType dtype = DType::kF32;
-  int64_t count = 0;     // elements per rank as the op defines it
+  int64_t count = 0;     // elements per rank as the op defines it (bytes for host_*)
   std::string describe() const;  // "all_reduce #42 (bf16 x 1000)"
 };
 

@@ -103,7 +103,8 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
 void print_ranks(const MpiWorld& world) {
   const Device device = default_device(world.local_rank());
   set_current_device(device);
-  const auto infos = gather_rank_infos(world, local_rank_info(world, device));
+  auto comm = MpiCommunicator::create_world("ranks", CommOptions{});
+  const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
   if (world.rank() != 0) return;
   std::cout << build_string() << ": " << world.size() << " rank(s)\n";
   for (const auto& info : infos) {

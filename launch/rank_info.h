@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/mpi/mpi_world.h"
 #include "proto/mp.pb.h"
 #include "core/device.h"
@@ -16,9 +17,9 @@ std::string build_string();
 
 proto::RankInfo local_rank_info(const MpiWorld& world, Device device);
 
-// Collective over the world: every rank passes its own info; rank 0 gets all
-// of them in rank order, the others an empty vector. Throws ConfigError on
-// every rank when the ranks run different builds, naming them.
-std::vector<proto::RankInfo> gather_rank_infos(const MpiWorld& world, const proto::RankInfo& mine);
+// Collective over `world` (the control plane, Note [Control plane]): every
+// rank passes its own info and gets all of them in rank order. Throws
+// ConfigError on every rank when the ranks run different builds, naming them.
+std::vector<proto::RankInfo> gather_rank_infos(Communicator& world, const proto::RankInfo& mine);
 
 }  // namespace mp

@@ -465,17 +465,14 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     // stop signal on any rank, rank 0's checkpoint clock, and every rank's
     // busy time, which names a straggler.
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() / 60;
-    const float mine[3] = {static_cast<float>(stop_signal()),
-                           lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0f : 0.0f,
-                           static_cast<float>(r.timings.total_s - r.timings.exposed_comm_s)};
-    std::vector<float> all(3 * static_cast<size_t>(W));
-    comm->all_gather(Tensor::wrap(const_cast<float*>(mine), Device::cpu(), DType::kF32, {3}),
-                     Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {3 * static_cast<int64_t>(W)}))
-        ->wait();
+    const double mine[3] = {static_cast<double>(stop_signal()),
+                            lead && kc.interval_minutes() > 0 && minutes >= kc.interval_minutes() ? 1.0 : 0.0,
+                            r.timings.total_s - r.timings.exposed_comm_s};
+    const std::vector<double> all = comm->all_gather_double(mine);
     std::vector<double> busy(static_cast<size_t>(W));
-    for (int j = 0; j < W; ++j) {
-      agreed_signal = std::max(agreed_signal, static_cast<int>(all[3 * static_cast<size_t>(j)]));
-      busy[static_cast<size_t>(j)] = all[3 * static_cast<size_t>(j) + 2];
+    for (size_t j = 0; j < busy.size(); ++j) {
+      agreed_signal = std::max(agreed_signal, static_cast<int>(all[3 * j]));
+      busy[j] = all[3 * j + 2];
     }
     const std::optional<std::string> straggler = find_straggler(busy);
     if (s.checkpoint_saves) {

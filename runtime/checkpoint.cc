@@ -35,77 +35,6 @@ void rename_or_throw(const std::string& from, const std::string& to) {
   }
 }
 
-// ---- cross-rank agreement ---------------------------------------------------------
-
-// Every rank's string, in rank order. Collective over `c`.
-std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine) {
-  const int W = c.size();
-  // Lengths as two exact float halves (16 bits each).
-  float len[2] = {static_cast<float>(mine.size() >> 16), static_cast<float>(mine.size() & 0xFFFFu)};
-  std::vector<float> lens(2 * static_cast<size_t>(W));
-  c.all_gather(Tensor::wrap(len, Device::cpu(), DType::kF32, {2}),
-               Tensor::wrap(lens.data(), Device::cpu(), DType::kF32, {2 * static_cast<int64_t>(W)}))
-      ->wait();
-  std::vector<size_t> sizes(static_cast<size_t>(W));
-  size_t longest = 1;
-  for (int r = 0; r < W; ++r) {
-    sizes[static_cast<size_t>(r)] = (static_cast<size_t>(lens[2 * static_cast<size_t>(r)]) << 16) +
-                                    static_cast<size_t>(lens[2 * static_cast<size_t>(r) + 1]);
-    longest = std::max(longest, sizes[static_cast<size_t>(r)]);
-  }
-  // The bytes, padded to the longest; a 1-byte dtype moves them unchanged.
-  std::string padded = mine;
-  padded.resize(longest, '\0');
-  std::string all(longest * static_cast<size_t>(W), '\0');
-  c.all_gather(Tensor::wrap(padded.data(), Device::cpu(), DType::kF8E4M3, {static_cast<int64_t>(longest)}),
-               Tensor::wrap(all.data(), Device::cpu(), DType::kF8E4M3, {static_cast<int64_t>(all.size())}))
-      ->wait();
-  std::vector<std::string> out(static_cast<size_t>(W));
-  for (int r = 0; r < W; ++r) out[static_cast<size_t>(r)] = all.substr(static_cast<size_t>(r) * longest, sizes[static_cast<size_t>(r)]);
-  return out;
-}
-
-// A failure on one rank as a string: a type letter, then the message.
-std::string describe_failure(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const ConfigError& x) {
-    return std::string("C") + x.what();
-  } catch (const IoError& x) {
-    return std::string("I") + x.what();
-  } catch (const std::exception& x) {
-    return std::string("E") + x.what();
-  }
-}
-
-// Runs `body` on every rank; if it threw on any rank, every rank throws:
-// the first failed rank's error type and message (its own exception where
-// a rank failed itself), marked agreed. Collective over `c`.
-template <class F>
-void agree(Communicator& c, const char* what, F body) {
-  std::exception_ptr local;
-  try {
-    body();
-  } catch (...) {
-    local = std::current_exception();
-  }
-  const std::vector<std::string> all = all_gather_strings(c, local ? describe_failure(local) : std::string());
-  if (local) {
-    try {
-      std::rethrow_exception(local);
-    } catch (Error& x) {
-      x.set_agreed();
-      throw;
-    }
-  }
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    const std::string msg = detail::str(what, " failed on rank ", r, ": ", all[r].substr(1));
-    if (all[r][0] == 'C') MP_THROW_AGREED(ConfigError, msg);
-    MP_THROW_AGREED(IoError, msg);
-  }
-}
-
 // ---- the engine's state -------------------------------------------------------------
 
 struct FieldRef {
@@ -271,7 +200,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
 
   // Rank 0 prepares the temporary directory, or finds this step saved.
   bool already = false;
-  agree(world, "checkpoint save", [&] {
+  world.agree("checkpoint save", [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(root, ec);
@@ -285,20 +214,18 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
       MP_THROW(IoError, "checkpoint directory '", tmp_dir, "': cannot create: ", ec.message());
     }
   });
-  float flag = already ? 1.0f : 0.0f;
-  world.broadcast(Tensor::wrap(&flag, Device::cpu(), DType::kF32, {1}), 0)->wait();
-  if (flag != 0.0f) {
+  if (world.broadcast_bytes(already ? "1" : "0", 0) == "1") {
     info.seconds = since(t0);
     return info;
   }
 
   proto::CheckpointFile mine;
-  agree(world, "checkpoint save", [&] { mine = write_shard_file(e, tmp_dir, step); });
+  world.agree("checkpoint save", [&] { mine = write_shard_file(e, tmp_dir, step); });
   std::string mine_bytes;
   mine.SerializeToString(&mine_bytes);
-  const std::vector<std::string> files = all_gather_strings(world, mine_bytes);
+  const std::vector<std::string> files = world.all_gather_bytes(mine_bytes);
 
-  agree(world, "checkpoint save", [&] {
+  world.agree("checkpoint save", [&] {
     if (world.rank() != 0) return;
     proto::CheckpointManifest m;
     m.set_format_version(kCheckpointFormatVersion);
@@ -382,7 +309,7 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
   const auto t0 = Clock::now();
   proto::CheckpointManifest m;
   int64_t bytes_read = 0;
-  agree(e.world, "checkpoint load", [&] {
+  e.world.agree("checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
     check_compatible(e, m, dir);
     CheckpointReader reader(dir, m);

@@ -386,19 +386,17 @@ StepResult Engine::Impl::step(Model& model) {
     sum_sq += s.sum_sq;
     non_finite = non_finite || s.non_finite;
   }
-  // One exchange over the shard group (replicas hold the same shards):
-  // (hi, lo) of the fp64 sum and the flag, summed in rank order.
+  // One exchange over the shard group (replicas hold the same shards): the
+  // fp64 sum of squares and the non-finite flag of every rank, summed in rank
+  // order on the control plane (Note [Control plane]).
   if (mesh.shard->size() > 1) {
-    std::vector<float> mine{static_cast<float>(sum_sq), 0.0f, non_finite ? 1.0f : 0.0f};
-    mine[1] = static_cast<float>(sum_sq - static_cast<double>(mine[0]));
-    std::vector<float> all(3 * static_cast<size_t>(mesh.shard->size()));
-    wait(mesh.shard->all_gather(Tensor::wrap(mine.data(), Device::cpu(), DType::kF32, {3}),
-                                Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(all.size())})));
+    const double mine[2] = {sum_sq, non_finite ? 1.0 : 0.0};
+    const std::vector<double> all = mesh.shard->all_gather_double(mine);
     sum_sq = 0;
     non_finite = false;
-    for (size_t j = 0; j < all.size(); j += 3) {
-      sum_sq += static_cast<double>(all[j]) + static_cast<double>(all[j + 1]);
-      non_finite = non_finite || all[j + 2] != 0.0f;
+    for (size_t j = 0; j < all.size(); j += 2) {
+      sum_sq += all[j];
+      non_finite = non_finite || all[j + 1] != 0.0;
     }
   }
   // Deterministic mode: the fp32 rounding of the norm, so the fp64 sum's
@@ -476,42 +474,28 @@ StepResult Engine::Impl::step(Model& model) {
 // gradients were not finite, and its first such unit. Collective over the
 // world (every rank calls it on the same steps).
 void Engine::Impl::locate_non_finite(StepResult& result) {
-  const int W = world.size();
-  float mine = static_cast<float>(first_bad_unit);
-  std::vector<float> all(static_cast<size_t>(W));
-  wait(world.all_gather(Tensor::wrap(&mine, Device::cpu(), DType::kF32, {1}),
-                        Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {W})));
-  for (int j = 0; j < W; ++j) {
-    if (all[static_cast<size_t>(j)] >= 0) {
-      result.non_finite_rank = j;
-      result.non_finite_unit = static_cast<int>(all[static_cast<size_t>(j)]);
+  const int64_t mine = first_bad_unit;
+  const std::vector<int64_t> all = world.all_gather_int64(std::span<const int64_t>(&mine, 1));
+  for (size_t j = 0; j < all.size(); ++j) {
+    if (all[j] >= 0) {
+      result.non_finite_rank = static_cast<int>(j);
+      result.non_finite_unit = static_cast<int>(all[j]);
       return;
     }
   }
 }
 
 // The mean of every rank's micro-batch losses (losses[m] is this rank's
-// m-th), summed in the order of their global index m * W + r (each loss sent
-// as an fp32 (hi, lo) pair: 48 bits). Collective over the world.
+// m-th), summed in the order of their global index m * W + r, so it does not
+// depend on the world size. Collective over the world.
 double Engine::Impl::mean_loss(const std::vector<double>& losses) {
-  const int k = static_cast<int>(losses.size()), W = world.size();
-  std::vector<float> mine(2 * static_cast<size_t>(k));
-  for (int m = 0; m < k; ++m) {
-    const double l = losses[static_cast<size_t>(m)];
-    mine[2 * static_cast<size_t>(m)] = static_cast<float>(l);
-    mine[2 * static_cast<size_t>(m) + 1] = static_cast<float>(l - static_cast<double>(static_cast<float>(l)));
-  }
-  std::vector<float> all(mine.size() * static_cast<size_t>(W));
-  wait(world.all_gather(Tensor::wrap(mine.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(mine.size())}),
-                        Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(all.size())})));
+  const size_t k = losses.size(), W = static_cast<size_t>(world.size());
+  const std::vector<double> all = world.all_gather_double(losses);
   double loss = 0;
-  for (int m = 0; m < k; ++m) {
-    for (int j = 0; j < W; ++j) {
-      const size_t at = (static_cast<size_t>(j) * static_cast<size_t>(k) + static_cast<size_t>(m)) * 2;
-      loss += static_cast<double>(all[at]) + static_cast<double>(all[at + 1]);
-    }
+  for (size_t m = 0; m < k; ++m) {
+    for (size_t j = 0; j < W; ++j) loss += all[j * k + m];
   }
-  return loss / (static_cast<double>(W) * k);
+  return loss / static_cast<double>(W * k);
 }
 
 double Engine::Impl::evaluate(Model& model, int64_t first, int count) {

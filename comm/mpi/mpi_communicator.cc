@@ -15,7 +15,6 @@
 namespace mp {
 namespace {
 
-using comm_detail::check_reducible;
 using comm_detail::element_op;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
@@ -36,11 +35,6 @@ uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step: ids derived from lin
   return h ^ (h >> 31);
 }
 
-void check_cpu(const Tensor& t, const char* what) {
-  MP_ENFORCE(t.defined(), what, " is undefined");
-  MP_ENFORCE(t.device().is_cpu(), "the MPI communicator needs CPU tensors; ", what, " is ", t.describe());
-}
-
 int to_int_count(int64_t n, const char* what) {
   MP_ENFORCE(n <= INT_MAX, what, ": ", n, " elements per rank exceed MPI's int count (", INT_MAX, ")");
   return static_cast<int>(n);
@@ -48,8 +42,8 @@ int to_int_count(int64_t n, const char* what) {
 
 // Fingerprints carry an op as its index here.
 constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                           "all_to_all", "barrier", "split"};
-constexpr int64_t kNumFingerprintOps = 7;
+                                           "all_to_all", "barrier",     "split",      "host_all_gather"};
+constexpr int64_t kNumFingerprintOps = 8;
 
 int64_t op_code(const std::string& op) {
   for (int64_t i = 0; i < kNumFingerprintOps; ++i) {
@@ -143,14 +137,9 @@ void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
            ": the ranks called different collectives: ", os.str());
 }
 
-WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_cpu(input, "all_gather input");
-  check_cpu(output, "all_gather output");
-  MP_ENFORCE(input.dtype() == output.dtype(), "all_gather from ", input.describe(), " to ", output.describe());
+WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
   const int64_t n = input.numel();
-  MP_ENFORCE_EQ(output.numel(), n * size_, "all_gather output must hold size() x input elements");
   const int count = to_int_count(n, "all_gather");
-  const bool in_place = n > 0 && input.data() == element_ptr(output, rank_ * n);
   return issue({"all_gather", 0, input.dtype(), n}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(input.dtype());
     MP_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(),
@@ -158,26 +147,18 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   });
 }
 
-WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
-  check_cpu(input, "reduce_scatter input");
-  check_cpu(output, "reduce_scatter output");
-  check_reducible(input.dtype());
+WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
+                                           bool in_place) {
   const int64_t n = output.numel();
-  MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
-  const bool in_place = n > 0 && output.data() == element_ptr(input, rank_ * n);
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   if (o.accumulate == ReduceAccumulate::kFp32) {
-    MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
-               "in-place reduce_scatter needs equal input and output dtypes");
     std::vector<int64_t> offsets(size_), counts(size_, n);
     for (int j = 0; j < size_; ++j) offsets[j] = j * n;
     return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
       accumulate_chunks(input, offsets, counts, output, op, divisor);
     });
   }
-  MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
-             input.describe(), " to ", output.describe(), ": dtypes must be equal");
   const int count = to_int_count(n, "reduce_scatter");
   return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(input.dtype());
@@ -194,10 +175,10 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& outpu
   });
 }
 
-void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
+void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
+                                      bool in_place) {
   const MPI_Datatype type = ctx_->datatype(input.dtype());
   const MPI_Op op = ctx_->op(input.dtype(), element_op(o.op));
-  const bool in_place = input.numel() > 0 && input.data() == output.data();
   const int64_t piece = piece_elements(input.dtype());
   for (int64_t begin = 0; begin < input.numel(); begin += piece) {
     const int count = static_cast<int>(std::min(piece, input.numel() - begin));
@@ -208,20 +189,12 @@ void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output,
   if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
 }
 
-WorkPtr MpiCommunicator::all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
-  check_cpu(input, "all_reduce input");
-  check_cpu(output, "all_reduce output");
-  check_reducible(input.dtype());
-  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
-  reduction_divisor(o, size_);  // validates
+WorkPtr MpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
+                                       bool in_place) {
   const int64_t n = input.numel();
   if (o.accumulate == ReduceAccumulate::kWire) {
-    MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
-               input.describe(), " to ", output.describe(), ": dtypes must be equal");
-    return issue({"all_reduce", 0, input.dtype(), n}, [=, this] { wire_all_reduce(input, output, o); });
+    return issue({"all_reduce", 0, input.dtype(), n}, [=, this] { wire_all_reduce(input, output, o, in_place); });
   }
-  MP_ENFORCE(n == 0 || input.data() != output.data() || input.dtype() == output.dtype(),
-             "in-place all_reduce needs equal input and output dtypes");
   // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter),
   // then every rank gathers every chunk.
   const int64_t chunk = (n + size_ - 1) / std::max(size_, 1);
@@ -288,9 +261,7 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
   }
 }
 
-WorkPtr MpiCommunicator::broadcast(const Tensor& tensor, int root) {
-  check_cpu(tensor, "broadcast tensor");
-  MP_ENFORCE(root >= 0 && root < size_, "broadcast root ", root, " outside [0, ", size_, ")");
+WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
   return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(tensor.dtype());
     const int64_t piece = piece_elements(tensor.dtype());
@@ -301,20 +272,24 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& tensor, int root) {
   });
 }
 
-WorkPtr MpiCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
-  check_cpu(input, "all_to_all input");
-  check_cpu(output, "all_to_all output");
-  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all from ", input.describe(), " to ", output.describe());
-  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
-  MP_ENFORCE_EQ(input.numel() % size_, 0, "all_to_all needs size() equal chunks");
+WorkPtr MpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) {
   const int64_t n = input.numel() / size_;
   const int count = to_int_count(n, "all_to_all");
-  const bool in_place = n > 0 && input.data() == output.data();
   return issue({"all_to_all", 0, input.dtype(), n}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(input.dtype());
     MP_CHECK_MPI(MPI_Alltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count,
                               type, comm_));
   });
+}
+
+void MpiCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* all) {
+  MP_ENFORCE_LE(bytes, static_cast<size_t>(INT_MAX), "host_all_gather of ", bytes, " bytes per rank");
+  const int count = static_cast<int>(bytes);
+  // The host values are waited for before this returns, so the body may
+  // borrow the caller's buffers.
+  issue({"host_all_gather", 0, DType::kF32, static_cast<int64_t>(bytes)}, [=, this] {
+    MP_CHECK_MPI(MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_));
+  })->wait();
 }
 
 WorkPtr MpiCommunicator::barrier() {

@@ -28,17 +28,24 @@ class MpiCommunicator final : public Communicator {
   Device device() const override { return Device::cpu(); }
   Stream& stream() override { return stream_; }
 
-  WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
-  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
-  WorkPtr all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
-  WorkPtr broadcast(const Tensor& tensor, int root) override;
-  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
   WorkPtr barrier() override;
   WorkPtr fence(const std::string& what) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
   // Bytes of scratch held for reduce_accumulate kFp32 (comm_scratch category).
   MemStats memory() const { return allocator_.stats(); }
+
+ protected:
+  WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
+  WorkPtr do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                            bool in_place) override;
+  WorkPtr do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                        bool in_place) override;
+  WorkPtr do_broadcast(const Tensor& tensor, int root) override;
+  WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
+  // On the communication thread, in issue order, as collective
+  // "host_all_gather" (waited for here).
+  void do_host_all_gather(const void* mine, size_t bytes, void* all) override;
 
  private:
   MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id, std::string name,
@@ -54,7 +61,7 @@ class MpiCommunicator final : public Communicator {
   void accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
                          const std::vector<int64_t>& counts, const Tensor& out,
                          math::ElementOp op, double divisor);
-  void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o);
+  void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o, bool in_place);
 
   std::shared_ptr<MpiContext> ctx_;
   MPI_Comm comm_;  // owned; used only on the communication thread after construction

@@ -1,6 +1,7 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -20,7 +21,6 @@ namespace mp {
 
 namespace {
 
-using comm_detail::check_reducible;
 using comm_detail::element_op;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
@@ -173,12 +173,6 @@ Work::Diagnose NcclCommunicator::diagnoser() const {
   return [state = state_](const CollectiveInfo& info) { return state->diagnose(info); };
 }
 
-void NcclCommunicator::check_tensor(const Tensor& t, const char* what) const {
-  MP_ENFORCE(t.defined(), what, " is undefined");
-  MP_ENFORCE(t.device() == device_, "the NCCL communicator '", name(), "' on ", device_,
-             " needs tensors on that device; ", what, " is ", t.describe());
-}
-
 WorkPtr NcclCommunicator::issue(CollectiveInfo info, const std::function<void()>& enqueue) {
   NcclState& s = *state_;
   {
@@ -263,12 +257,8 @@ void NcclCommunicator::post_divide(const Tensor& output, double divisor) {
   if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor}, &stream_);
 }
 
-WorkPtr NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
-  check_tensor(input, "all_gather input");
-  check_tensor(output, "all_gather output");
-  MP_ENFORCE(input.dtype() == output.dtype(), "all_gather from ", input.describe(), " to ", output.describe());
+WorkPtr NcclCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool /*in_place*/) {
   const int64_t n = input.numel();
-  MP_ENFORCE_EQ(output.numel(), n * size_, "all_gather output must hold size() x input elements");
   // In place when input is output's rank slice: NCCL's convention too.
   return issue({"all_gather", 0, input.dtype(), n}, [&] {
     if (n == 0) return;
@@ -277,22 +267,12 @@ WorkPtr NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) 
   });
 }
 
-WorkPtr NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
-  check_tensor(input, "reduce_scatter input");
-  check_tensor(output, "reduce_scatter output");
-  check_reducible(input.dtype());
+WorkPtr NcclCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
+                                            bool /*in_place*/) {
   const int64_t n = output.numel();
-  MP_ENFORCE_EQ(input.numel(), n * size_, "reduce_scatter input must hold size() x output elements");
-  const bool in_place = output.data() == element_ptr(input, rank_ * n);
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
-  if (o.accumulate == ReduceAccumulate::kWire) {
-    MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
-               input.describe(), " to ", output.describe(), ": dtypes must be equal");
-  }
   if (o.accumulate == ReduceAccumulate::kFp32 || op != math::ElementOp::kSum) {
-    MP_ENFORCE(!in_place || output.dtype() == input.dtype(),
-               "in-place reduce_scatter needs equal input and output dtypes");
     std::vector<int64_t> offsets(size_), counts(size_, n);
     for (int j = 0; j < size_; ++j) offsets[j] = j * n;
     return issue({"reduce_scatter", 0, input.dtype(), n},
@@ -307,18 +287,11 @@ WorkPtr NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& outp
   });
 }
 
-WorkPtr NcclCommunicator::all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o) {
-  check_tensor(input, "all_reduce input");
-  check_tensor(output, "all_reduce output");
-  check_reducible(input.dtype());
-  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_reduce input and output element counts");
+WorkPtr NcclCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
+                                        bool /*in_place*/) {
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   const int64_t n = input.numel();
-  if (o.accumulate == ReduceAccumulate::kWire) {
-    MP_ENFORCE(input.dtype() == output.dtype(), "all_reduce (wire accumulation) from ",
-               input.describe(), " to ", output.describe(), ": dtypes must be equal");
-  }
   if (o.accumulate == ReduceAccumulate::kWire && op == math::ElementOp::kSum) {
     return issue({"all_reduce", 0, input.dtype(), n}, [&] {
       if (n == 0) return;
@@ -328,8 +301,6 @@ WorkPtr NcclCommunicator::all_reduce(const Tensor& input, const Tensor& output, 
       post_divide(output, divisor);
     });
   }
-  MP_ENFORCE(input.data() != output.data() || input.dtype() == output.dtype(),
-             "in-place all_reduce needs equal input and output dtypes");
   // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter
   // or empty), then every rank gathers every chunk.
   const int64_t chunk = (n + size_ - 1) / size_;
@@ -412,9 +383,7 @@ void NcclCommunicator::gather_chunks(const Tensor& output, const std::vector<int
   MP_NCCL_ENQUEUE(*state_, group.end());
 }
 
-WorkPtr NcclCommunicator::broadcast(const Tensor& tensor, int root) {
-  check_tensor(tensor, "broadcast tensor");
-  MP_ENFORCE(root >= 0 && root < size_, "broadcast root ", root, " outside [0, ", size_, ")");
+WorkPtr NcclCommunicator::do_broadcast(const Tensor& tensor, int root) {
   const int64_t n = tensor.numel();
   return issue({"broadcast", 0, tensor.dtype(), n}, [&] {
     if (n == 0) return;
@@ -424,14 +393,8 @@ WorkPtr NcclCommunicator::broadcast(const Tensor& tensor, int root) {
   });
 }
 
-WorkPtr NcclCommunicator::all_to_all(const Tensor& input, const Tensor& output) {
-  check_tensor(input, "all_to_all input");
-  check_tensor(output, "all_to_all output");
-  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all from ", input.describe(), " to ", output.describe());
-  MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
-  MP_ENFORCE_EQ(input.numel() % size_, 0, "all_to_all needs size() equal chunks");
+WorkPtr NcclCommunicator::do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) {
   const int64_t n = input.numel() / size_;
-  const bool in_place = input.data() == output.data();
   return issue({"all_to_all", 0, input.dtype(), n}, [&] {
     if (n == 0) return;
     if (in_place) return all_to_all_in_place(output, n);
@@ -489,6 +452,37 @@ WorkPtr NcclCommunicator::barrier() {
     MP_NCCL_ENQUEUE(*state_, ncclAllReduce(barrier_buffer_.data(), barrier_buffer_.data(), 1, ncclInt32,
                                             ncclSum, state_->comm(), stream_.handle()));
   });
+}
+
+void NcclCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* all) {
+  {
+    std::lock_guard<std::timed_mutex> lock(state_->mutex());
+    state_->throw_if_aborted_locked();
+  }
+  MP_ENFORCE_LE(bytes, static_cast<size_t>(INT_MAX), "host_all_gather of ", bytes, " bytes per rank");
+  CollectiveInfo info{"host_all_gather", state_->progress().issued.load() + 1, DType::kF32,
+                      static_cast<int64_t>(bytes)};
+  state_->progress().issued.store(info.sequence);
+  if (options().check_fingerprints) check_fingerprint(info);
+  // Host memory over the bootstrap MPI communicator, never the GPU stream
+  // (Note [Control plane]); bounded by the timeout like every wait.
+  const int count = static_cast<int>(bytes);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MP_CHECK_MPI(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, bootstrap_, &req));
+  const auto deadline = Clock::now() + options().timeout;
+  for (int done = 0; !done;) {
+    MP_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (Clock::now() >= deadline) {
+      // MPI may still write `all`: the communicator is aborted and the
+      // caller's error ends the job (as for a timed-out fingerprint).
+      abort_communicator("host exchange timed out");
+      MP_THROW(CommError, info.describe(), " on communicator '", name(), "' did not complete within ",
+               seconds(options().timeout), " s: some rank has not issued it. The communicator was aborted.");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  state_->progress().started.store(info.sequence);
 }
 
 WorkPtr NcclCommunicator::fence(const std::string& what) {

@@ -132,11 +132,6 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return device_; }
   Stream& stream() override { return stream_; }
 
-  WorkPtr all_gather(const Tensor& input, const Tensor& output) override;
-  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
-  WorkPtr all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
-  WorkPtr broadcast(const Tensor& tensor, int root) override;
-  WorkPtr all_to_all(const Tensor& input, const Tensor& output) override;
   WorkPtr barrier() override;
   WorkPtr fence(const std::string& what) override;
   // A child over the members of `color`, ordered by (key, rank); nullptr for
@@ -152,11 +147,22 @@ class NcclCommunicator final : public Communicator {
   void abort_communicator(const std::string& reason);
   bool aborted() const;
 
+ protected:
+  WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
+  WorkPtr do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                            bool in_place) override;
+  WorkPtr do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options,
+                        bool in_place) override;
+  WorkPtr do_broadcast(const Tensor& tensor, int root) override;
+  WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
+  // Host values over the bootstrap MPI communicator (MPI_Iallgather, polled
+  // up to the timeout): Note [Control plane] in comm/communicator.h.
+  void do_host_all_gather(const void* mine, size_t bytes, void* all) override;
+
  private:
   NcclCommunicator(MPI_Comm bootstrap, Device device, std::string name, CommOptions options,
                    std::shared_ptr<MpiContext> monitor);
   void init_nccl();
-  void check_tensor(const Tensor& t, const char* what) const;
 
   // Issues collective `info`: assigns its sequence number, checks the
   // fingerprint and the async state, runs `enqueue` (NCCL calls and
