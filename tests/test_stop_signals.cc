@@ -138,8 +138,11 @@ TEST(StopSignals, ASignalStormDuringGemmsIsRecordedAndHarmsNothing) {
   const int shapes[][3] = {{128, 384, 128}, {128, 128, 512}, {512, 128, 128}, {64, 256, 1024}};
   double worst = 0;
   int gemms = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
-  while (std::chrono::steady_clock::now() < until) {
+  // At least 1.5 s and 1000 signals: on a loaded machine the storm thread
+  // gets fewer turns, so the GEMMs go on until it has sent them (at most 30 s).
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::chrono::milliseconds(1500), limit = start + std::chrono::seconds(30);
+  for (auto now = start; now < until || (sent.load() <= 1000 && now < limit); now = std::chrono::steady_clock::now()) {
     for (const auto& s : shapes) {
       const int m = s[0], n = s[1], k = s[2];
       std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n), c(static_cast<size_t>(m) * n);
