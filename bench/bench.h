@@ -1,7 +1,7 @@
 // bench/bench.h: what every mp_bench suite shares: the options, the context a
 // suite runs in, and the reporter that writes one JSON line per measurement.
 //
-// Output contract (DESIGN.md, "Command-line contracts"): each measurement is
+// Output contract (docs/architecture.md "Contracts"): each measurement is
 // one JSON object on one line of stdout, printed by rank 0 only:
 //   {"suite": "comm", "case": "reduce_scatter_fp32_16M", "value": 1.23,
 //    "unit": "ms", "ref": "mpi_reduce_scatter_block", "ref_value": 1.20,

@@ -16,7 +16,7 @@
 // - Page faults: the process's minor page faults during each timed call
 //   (all threads, so the communication thread's count), the maximum over
 //   ranks, median over iterations. Memory touched for the first time costs
-//   about 9 us per 4 KiB page on these machines (DESIGN.md), so a call that
+//   about 9 us per 4 KiB page on these machines (docs/benchmarks.md), so a call that
 //   faults in fresh pages every time shows here.
 #pragma once
 

@@ -1,4 +1,4 @@
-// core/error.h: the two tiers of errors (see docs in README "Errors").
+// core/error.h: the two tiers of errors (docs/architecture.md "Error tiers").
 //
 // 1. Recoverable failures are typed exceptions derived from mp::Error:
 //    ConfigError (bad config, flag or input file contents), IoError (file

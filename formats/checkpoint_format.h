@@ -4,7 +4,7 @@
 // CRC32C per block, and element ranges assembled from the chunks of any
 // number of shard files. runtime/checkpoint.cc saves and loads an engine's
 // state with these; mp_worker --verify-checkpoint and the fuzzers
-// (fuzz/README.md) use them directly. Any process, no MPI.
+// (tests/fuzz/README.md) use them directly. Any process, no MPI.
 //
 // Files are untrusted: every size, offset and checksum is checked before it
 // is used, and each failure throws ConfigError (IoError for a file that

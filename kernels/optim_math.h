@@ -1,7 +1,7 @@
 // kernels/optim_math.h: the per-element update rules of the optimizers, in
 // fp32, called by the fused step's element body (kernels/update_math.h),
 // which the CPU loops and the CUDA kernel share. They follow torch.optim's
-// formulas (REFERENCE.md, "Fused AdamW"):
+// formulas (docs/optimizers.md "Reference semantics"):
 // - AdamW: p *= 1 - lr * wd; m += (1 - b1) (g - m); v = b2 v + (1 - b2) g^2;
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), bc_k = 1 - b_k^step.
 // - SGD: g += wd p; b = g on the first step, else b = mu b + (1 - dampening) g;

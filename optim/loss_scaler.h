@@ -1,6 +1,6 @@
 // optim/loss_scaler.h: dynamic loss scaling with torch.amp.GradScaler's
 // semantics and defaults, plus DeepSpeed's hysteresis and minimum scale
-// (../shared/REFERENCE.md, "Dynamic loss scaling").
+// (docs/optimizers.md "Reference semantics").
 //
 // Each step the ranks agree on found_inf (an integer MAX all-reduce), then:
 // - found_inf: the step is skipped (no parameter, moment or step-count

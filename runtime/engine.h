@@ -6,7 +6,7 @@
 // scalar exchange for the global norm and the skip decision, and fused
 // updates that write the next all-gather's source.
 //
-// Note [Engine schedule] (../shared/DESIGN.md "Data flow of one training step")
+// Note [Engine schedule] (docs/architecture.md "One training step")
 // Forward, unit u: wait for u's all-gather (issued earlier as a prefetch),
 //   issue the gathers of u+1 .. u+k into free slots of a ring of k+1
 //   buffers (k = sharding.prefetch_depth), run forward(u). A gathered unit

@@ -1,6 +1,6 @@
 // runtime/fault.h: faults injected on purpose, so the reliability tests can
 // show what the runtime does when a rank dies, hangs, lags, produces NaN or
-// cannot write a checkpoint (README "Reliability").
+// cannot write a checkpoint (docs/reliability.md "Faults").
 //
 // Note [Fault injection]
 // MP_FAULT lists faults, separated by ';', each KIND@STEP:RANK[:ARG]:

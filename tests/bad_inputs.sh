@@ -4,8 +4,8 @@
 # only its own notice): config files, --set overrides, token files and
 # checkpoints. Each case must end with its exit code and its exact message
 # (DIR stands for the scratch directory), within 60 s, leaving no process.
-# README.md ("Bad input") must show every message: --table prints the
-# cases as that Markdown table, without running them.
+# docs/reliability.md ("Bad input") must show every message: --table prints
+# the cases as that Markdown table, without running them.
 set -u
 worker=$1 dir=$2 mode=${3:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -141,7 +141,7 @@ expect "checkpoint of another precision" 2 "load with the checkpoint's precision
 
 [[ $mode == --table ]] && exit 0
 for m in "${messages[@]}"; do
-  grep -qF -- "$m" "$src/README.md" || { echo "FAIL: README.md's bad-input table lacks: $m"; failures=$((failures + 1)); }
+  grep -qF -- "$m" "$src/docs/reliability.md" || { echo "FAIL: docs/reliability.md's bad-input table lacks: $m"; failures=$((failures + 1)); }
 done
 [[ $failures -eq 0 ]] || fail "$failures case(s)"
 echo PASS

@@ -174,7 +174,7 @@ TEST(EngineOptions, BadConfigsNameTheField) {
 }
 
 // 24 equal units of 8192 x 6144 (1.2B parameters) planned for 1024 ranks:
-// the bytes per parameter follow the strategy table (REFERENCE.md).
+// the bytes per parameter follow the strategy table (docs/engine.md "Sharding strategies").
 TEST(MemoryPlan, MatchesTheStrategyTableAtScale) {
   ModelSpec m;
   for (int u = 0; u < 24; ++u) {

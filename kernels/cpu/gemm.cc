@@ -44,7 +44,7 @@ constexpr double kNoCopyThreshold = 0.0038;
 // Primitives kept; the cache is cleared when it is full (a new shape mix).
 constexpr size_t kMaxCachedPrimitives = 1024;
 
-// One macro per foreign library (STYLE.md): a oneDNN call that throws
+// One macro per foreign library (docs/architecture.md "Error tiers"): a oneDNN call that throws
 // dnnl::error becomes an EnforceError naming the call and the status.
 #define MP_CHECK_DNNL(call, ...)                                                                        \
   do {                                                                                                  \

@@ -19,7 +19,7 @@
 //   or pointer alignment no algorithm takes runs with both operands packed
 //   to fp32 the same way.
 // - fp32 x fp32 is true fp32 unless GemmCudaOptions::allow_tf32.
-// - cuBLASLt is not linked (README "Build"): the first GemmCuda opens
+// - cuBLASLt is not linked (docs/testing.md "Building by hand"): the first GemmCuda opens
 //   libcublasLt with dlopen; a process that runs no GPU GEMM never loads it.
 // - A GemmCuda owns one cuBLASLt handle, a workspace (kGemmCudaWorkspaceBytes)
 //   and a cache of plans: the descriptors and the algorithm the heuristic

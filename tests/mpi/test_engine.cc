@@ -85,7 +85,7 @@ TEST_F(EngineTest, DeterministicShardedTrainingIsBitwiseSingleRank) {
   }
 }
 
-// Documented in README.md ("Other recipes against fp32"): 2-5x the largest
+// Documented in docs/engine.md ("Other recipes against fp32"): 2-5x the largest
 // distance measured over N = 1..4 and every strategy (20 AdamW steps, lr
 // 1e-2, the test MLP and GPT).
 struct Tolerance {
