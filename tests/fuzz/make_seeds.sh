@@ -10,7 +10,7 @@ build=$(cd "${1:?usage: make_seeds.sh BUILD_DIR}" && pwd)
 corpus=$root/tests/fuzz/corpus
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$corpus"/{checkpoint,token_file,train_config}
+mkdir -p "$corpus"/{checkpoint,safetensors,token_file,train_config}
 
 # ---- checkpoints: fuzz_checkpoint.cc's layout -------------------------------------
 small=("$root/configs/mlp.textproto" --set model.mlp.dims=6,8,3 --steps 2 --set log_interval=1
@@ -51,6 +51,31 @@ tokens("valid-empty", [])
 tokens("vocab-edge", [0, 50256, 50257, 65535])
 tokens("count-mismatch", [1, 2, 3], count=5)
 tokens("bad-version", [1, 2], version=2)
+PY
+
+# ---- safetensors: whole files, valid and not ----------------------------------------
+python3 - "$corpus/safetensors" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+def st(name, tensors, metadata=None, header=None, tail=b""):
+    h, data = {}, b""
+    for tname, dtype, shape, raw in tensors:
+        h[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata is not None:
+        h["__metadata__"] = metadata
+    text = (header if header is not None else json.dumps(h)).encode()
+    open(f"{out}/{name}", "wb").write(struct.pack("<Q", len(text)) + text + data + tail)
+f32 = struct.pack("<4f", 1.0, -2.5, 0.0, 3.25)
+bf16 = struct.pack("<3H", 0x3F80, 0xC000, 0x7FC0)
+f16 = struct.pack("<2H", 0x3C00, 0x7E00)
+st("valid-three-dtypes", [("a", "F32", [2, 2], f32), ("b", "BF16", [3], bf16), ("c", "F16", [2], f16)],
+   metadata={"format": "pt"})
+st("valid-scalar-and-empty", [("s", "F32", [], struct.pack("<f", 7.0)), ("e", "F32", [0], b"")])
+st("valid-int", [("i", "I64", [2], struct.pack("<2q", -1, 1 << 40))])
+st("bad-offsets", [("a", "F32", [4], f32)], header=json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}))
+st("bad-json", [], header='{"a": {"dtype": "F32"')
+st("trailing-bytes", [("a", "F32", [4], f32)], tail=b"xx")
 PY
 
 # ---- configs: text, then NUL-separated overrides -------------------------------------
