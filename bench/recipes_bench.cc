@@ -2,7 +2,7 @@
 // model (configs/default.textproto: a small GPT on the synthetic language)
 // for a fixed number of steps under every precision recipe and sharding
 // strategy, and reports per case: the final training loss (mean of the last
-// 5 steps), the validation loss on held-out sequences, tokens/s, and the
+// 5 steps) and every step's loss ("losses"), the validation loss on held-out sequences, tokens/s, and the
 // measured bytes per parameter per rank of the engine's state (the memory
 // plan's categories: params, master, optimizer state, gradients, gather and
 // communication buffers; the model's activations are reported apart). On
@@ -55,6 +55,7 @@ std::vector<Case> recipe_cases() {
 struct Outcome {
   double final_loss = 0, val_loss = 0, tokens_per_s = 0, bytes_per_param = 0, activation_mib = 0;
   int skipped = 0;
+  std::vector<double> losses;  // every step's training loss, in order
 };
 
 Outcome run_case(Communicator& world, const TrainSettings& base, const Case& c, Strategy strategy, int steps) {
@@ -71,7 +72,8 @@ Outcome run_case(Communicator& world, const TrainSettings& base, const Case& c, 
   Gpt model(g, allocator);
   Engine engine(model.spec(), config, world, allocator);
   Outcome o;
-  std::vector<double> losses, times;
+  std::vector<double>& losses = o.losses;
+  std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
     const StepResult r = engine.step(model);
     losses.push_back(r.loss);
@@ -131,6 +133,9 @@ void run_recipes_suite(const BenchContext& ctx) {
       j["bytes_per_param_ratio_to_no_shard_fp32"] = round_to(o.bytes_per_param / reference_bytes, 4);
       j["activation_mib"] = round_to(o.activation_mib, 2);
       j["skipped_steps"] = o.skipped;
+      std::vector<double> losses;  // for the loss curves (scripts/plot_recipes)
+      for (double l : o.losses) losses.push_back(round_to(l, 5));
+      j["losses"] = losses;
       j["ranks"] = world->size();
       j["steps"] = steps;
       ctx.reporter.emit(j);
