@@ -18,8 +18,12 @@ while read -r _ rest; do
   done
 done < <(grep -E '^COPY ' "$df")
 [[ $copies -gt 0 ]] || fail "no COPY lines found"
-# Every top-level source directory the build needs is copied.
-for dir in cmake mp include proto runtime kernels comm optim models launch configs bench examples; do
+# Every top-level source directory the build needs is copied: each folder
+# the top-level CMakeLists.txt adds (the layers, bench, examples) and what
+# its configure reads.
+subdirs=$(sed -n 's/^add_subdirectory(\([a-z_]*\))/\1/p' "$src/CMakeLists.txt" | grep -vx tests)
+[[ -n $subdirs ]] || fail "no add_subdirectory() found in CMakeLists.txt"
+for dir in cmake mp include configs $subdirs; do
   grep -qE "^COPY $dir/ " "$df" || fail "docker/Dockerfile does not copy $dir/ (add_subdirectory or include needs it)"
 done
 # The packages of scripts/setup, but for tools the image has no use for.
