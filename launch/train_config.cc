@@ -2,25 +2,21 @@
 
 #include <google/protobuf/text_format.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <sstream>
 
 #include "core/error.h"
-#include "core/strings.h"
+#include "formats/text_overrides.h"
 #include "formats/text_proto.h"
 
 namespace mp {
 namespace {
 
 namespace pb = google::protobuf;
-using FD = pb::FieldDescriptor;
 
 // configs/default.textproto as a raw string literal, written by
 // launch/CMakeLists.txt at configure time (re-run whenever the file changes).
@@ -28,171 +24,6 @@ constexpr char kDefaultConfigText[] =
 #include "launch/default_train_config.inc"
     ;
 constexpr const char* kDefaultConfigName = "configs/default.textproto (embedded)";
-
-// ---- overrides ----------------------------------------------------------------------
-
-std::string trim(const std::string& s) {
-  const size_t begin = s.find_first_not_of(" \t");
-  if (begin == std::string::npos) return std::string();
-  const size_t end = s.find_last_not_of(" \t");
-  return s.substr(begin, end - begin + 1);
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string field_names(const pb::Descriptor& d) {
-  std::string names;
-  for (int i = 0; i < d.field_count(); ++i) names += (i ? ", " : "") + d.field(i)->name();
-  return names;
-}
-
-std::string enum_names(const pb::EnumDescriptor& e) {
-  std::string names;
-  for (int i = 0; i < e.value_count(); ++i) names += (i ? ", " : "") + e.value(i)->name();
-  return names;
-}
-
-// What a field holds, for "engine.seed (uint64) is not a message".
-std::string type_of(const FD& f) {
-  std::string t = f.is_repeated() ? "repeated " : "";
-  if (f.type() == FD::TYPE_MESSAGE) return t + f.message_type()->full_name();
-  if (f.type() == FD::TYPE_ENUM) return t + f.enum_type()->full_name();
-  return t + f.type_name();
-}
-
-// Each parser takes the field's label ("model.gpt.layers", "model.mlp.dims[1]")
-// and the value text, and throws ConfigError "label = 'text': why".
-int64_t parse_signed(const std::string& label, const std::string& raw, int64_t lo, int64_t hi, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not an integer");
-  }
-  if (errno == ERANGE || v < lo || v > hi) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type, " [", lo, ", ", hi, "]");
-  }
-  return v;
-}
-
-uint64_t parse_unsigned(const std::string& label, const std::string& raw, uint64_t hi, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not an integer");
-  }
-  // strtoull accepts "-1" and wraps it around.
-  if (errno == ERANGE || text[0] == '-' || v > hi) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type, " [0, ", hi, "]");
-  }
-  return v;
-}
-
-double parse_real(const std::string& label, const std::string& raw, double max_magnitude, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not a number");
-  }
-  if (std::isnan(v) || (std::isinf(v) && errno != ERANGE)) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not a finite number");
-  }
-  if (std::isinf(v) || std::fabs(v) > max_magnitude) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type);
-  }
-  return v;
-}
-
-bool parse_bool(const std::string& label, const std::string& raw) {
-  const std::string text = lower(trim(raw));
-  if (text == "true" || text == "1") return true;
-  if (text == "false" || text == "0") return false;
-  MP_THROW(ConfigError, label, " = '", raw, "': not a bool (true, false, 1 or 0)");
-}
-
-const pb::EnumValueDescriptor* parse_enum(const std::string& label, const std::string& raw,
-                                          const pb::EnumDescriptor& e) {
-  const std::string text = trim(raw);
-  for (int i = 0; i < e.value_count(); ++i) {
-    if (lower(e.value(i)->name()) == lower(text)) return e.value(i);
-  }
-  char* end = nullptr;
-  errno = 0;
-  const long long number = std::strtoll(text.c_str(), &end, 10);
-  if (!text.empty() && end == text.c_str() + text.size() && errno == 0 &&
-      number >= std::numeric_limits<int>::min() && number <= std::numeric_limits<int>::max()) {
-    if (const auto* v = e.FindValueByNumber(static_cast<int>(number))) return v;
-  }
-  MP_THROW(ConfigError, label, " = '", raw, "': not a value of ", e.full_name(), "; valid: ", enum_names(e),
-           " (or their numbers)");
-}
-
-// Sets (or, repeated, appends) one scalar `f` of `m` from `text`.
-void set_scalar(pb::Message& m, const FD& f, const std::string& label, const std::string& text) {
-  const pb::Reflection& r = *m.GetReflection();
-  const bool rep = f.is_repeated();
-  constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
-  constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-  constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
-  switch (f.cpp_type()) {
-    case FD::CPPTYPE_INT32: {
-      const auto v = static_cast<int32_t>(parse_signed(label, text, kI32Min, kI32Max, "int32"));
-      rep ? r.AddInt32(&m, &f, v) : r.SetInt32(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_INT64: {
-      const int64_t v = parse_signed(label, text, kI64Min, kI64Max, "int64");
-      rep ? r.AddInt64(&m, &f, v) : r.SetInt64(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_UINT32: {
-      const auto v = static_cast<uint32_t>(parse_unsigned(label, text, std::numeric_limits<uint32_t>::max(), "uint32"));
-      rep ? r.AddUInt32(&m, &f, v) : r.SetUInt32(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_UINT64: {
-      const uint64_t v = parse_unsigned(label, text, std::numeric_limits<uint64_t>::max(), "uint64");
-      rep ? r.AddUInt64(&m, &f, v) : r.SetUInt64(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_DOUBLE: {
-      const double v = parse_real(label, text, std::numeric_limits<double>::max(), "double");
-      rep ? r.AddDouble(&m, &f, v) : r.SetDouble(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_FLOAT: {
-      const auto v = static_cast<float>(parse_real(label, text, std::numeric_limits<float>::max(), "float"));
-      rep ? r.AddFloat(&m, &f, v) : r.SetFloat(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_BOOL: {
-      const bool v = parse_bool(label, text);
-      rep ? r.AddBool(&m, &f, v) : r.SetBool(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_ENUM: {
-      const pb::EnumValueDescriptor* v = parse_enum(label, text, *f.enum_type());
-      rep ? r.AddEnum(&m, &f, v) : r.SetEnum(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_STRING:
-      if (!is_valid_utf8(text)) MP_THROW(ConfigError, label, ": the value is not valid UTF-8 (text fields are UTF-8)");
-      rep ? r.AddString(&m, &f, text) : r.SetString(&m, &f, text);
-      return;
-    case FD::CPPTYPE_MESSAGE:
-      break;
-  }
-  MP_THROW(EnforceError, label, ": set_scalar on a message field");
-}
 
 // ---- resolving ----------------------------------------------------------------------
 
@@ -319,7 +150,7 @@ void resolve_compute(const proto::ComputeConfig& c, TrainSettings& s) {
   check_not_negative("compute.threads", c.threads());
   if (!proto::DataType_IsValid(c.matmul_dtype())) {
     MP_THROW(ConfigError, "compute.matmul_dtype = ", static_cast<int>(c.matmul_dtype()), ": not a value of ",
-             proto::DataType_descriptor()->full_name(), "; valid: ", enum_names(*proto::DataType_descriptor()));
+             proto::DataType_descriptor()->full_name(), "; valid: ", enum_value_names(*proto::DataType_descriptor()));
   }
   for (int i = 0; i < c.fp32_ops_size(); ++i) {
     try {
@@ -365,63 +196,7 @@ proto::TrainConfig load_train_config(const std::string& path) {
 // ---- overrides --------------------------------------------------------------------
 
 void apply_override(proto::TrainConfig& config, const std::string& assignment) {
-  const size_t eq = assignment.find('=');
-  if (eq == std::string::npos) {
-    MP_THROW(ConfigError, "override '", assignment,
-             "': missing '=' (write field.path=value, e.g. engine.optimizer.lr=3e-4)");
-  }
-  const std::string path = trim(assignment.substr(0, eq));
-  const std::string value = assignment.substr(eq + 1);
-  if (path.empty()) MP_THROW(ConfigError, "override '", assignment, "': no field path before '='");
-
-  proto::TrainConfig result = config;  // on error, config stays as it was
-  pb::Message* message = &result;
-  const std::vector<std::string> names = split(path, '.');
-  std::string walked;  // the path down to `message`
-  for (size_t i = 0; i < names.size(); ++i) {
-    const pb::Descriptor& d = *message->GetDescriptor();
-    const std::string full = walked.empty() ? names[i] : walked + "." + names[i];
-    if (names[i].empty()) MP_THROW(ConfigError, "override field path '", path, "': empty field name");
-    const FD* f = d.FindFieldByName(names[i]);
-    if (f == nullptr) {
-      MP_THROW(ConfigError, "unknown field '", full, "': ", walked.empty() ? "the config" : walked, " (",
-               d.full_name(), ") has ", field_names(d));
-    }
-    const bool last = i + 1 == names.size();
-    if (!last) {
-      if (f->cpp_type() != FD::CPPTYPE_MESSAGE) {
-        MP_THROW(ConfigError, "'", path, "': ", full, " (", type_of(*f), ") is not a message");
-      }
-      if (f->is_repeated()) {
-        MP_THROW(ConfigError, "'", path, "': ", full, " (", type_of(*f),
-                 ") is a repeated message; overrides cannot reach into it (set it in a config file)");
-      }
-      message = message->GetReflection()->MutableMessage(message, f);
-      walked = full;
-      continue;
-    }
-    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
-      if (f->is_repeated()) {
-        MP_THROW(ConfigError, full, " (", type_of(*f),
-                 ") is a repeated message: overrides cannot assign it (set it in a config file)");
-      }
-      const pb::Descriptor& sub = *f->message_type();
-      MP_THROW(ConfigError, full, " (", type_of(*f), ") is a message: cannot assign a whole message; assign its fields",
-               sub.field_count() > 0 ? detail::str(", e.g. ", full, ".", sub.field(0)->name(), "=...") : "",
-               " (fields: ", field_names(sub), ")");
-    }
-    if (f->is_repeated()) {
-      message->GetReflection()->ClearField(message, f);
-      if (value.empty()) break;
-      const std::vector<std::string> items = split(value, ',');
-      for (size_t k = 0; k < items.size(); ++k) {
-        set_scalar(*message, *f, detail::str(full, "[", k, "]"), items[k]);
-      }
-    } else {
-      set_scalar(*message, *f, full, value);
-    }
-  }
-  config.Swap(&result);
+  apply_text_override(config, assignment, {"the config", "engine.optimizer.lr=3e-4"});
 }
 
 // ---- resolving ----------------------------------------------------------------------

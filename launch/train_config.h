@@ -63,9 +63,10 @@ proto::TrainConfig parse_train_config(const std::string& text, const std::string
 // ---- overrides --------------------------------------------------------------------
 
 // Applies `assignment`, "field.path=value", to `config` through protobuf
-// reflection. The path names fields from TrainConfig down by their proto
-// names (engine.optimizer.lr, model.gpt.layers); the value is split at the
-// first '=' and taken by the field's type:
+// reflection (apply_text_override, formats/text_overrides.h). The path names
+// fields from TrainConfig down by their proto names (engine.optimizer.lr,
+// model.gpt.layers); the value is split at the first '=' and taken by the
+// field's type:
 //   integers    base 10, the whole value (no trailing text), within the
 //               field's range: model.gpt.layers=6
 //   floats      strtod syntax, finite: engine.optimizer.lr=3e-4
