@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "formats/text_overrides.h"
 #include "formats/text_proto.h"
+#include "models/model_limits.h"
 
 namespace mp {
 namespace {
@@ -35,66 +37,23 @@ void check_not_negative(const char* field, int64_t value) {
   if (value < 0) MP_THROW(ConfigError, field, " = ", value, ": must not be negative");
 }
 
-// Model sizes beyond these are typos, not models: the config check names
-// them before anything is built (model.gpt.layers = 99999999999 would
-// otherwise build units until memory runs out).
-constexpr int64_t kMaxLayers = int64_t{1} << 16;
-constexpr int64_t kMaxWidth = int64_t{1} << 24;  // GPT context and channels, an MLP width
-constexpr double kMaxParams = 0x1p40;             // about 1.1e12 parameters
-
-void check_at_most(const char* field, int64_t value, int64_t limit) {
-  if (value > limit) MP_THROW(ConfigError, field, " = ", value, ": must be at most ", limit);
-}
-
-void check_param_count(const char* model, double params) {
-  if (params > kMaxParams) {
-    MP_THROW(ConfigError, model, ": ", params, " parameters; at most 2^40 (", kMaxParams, ") are supported");
-  }
-}
-
-// model.gpt: zero fields take the embedded default's (proto/mp.proto).
+// model.gpt: zero fields take the embedded default's (proto/mp.proto); the
+// size rules are models/gpt.h's.
 GptConfig resolve_gpt(proto::GptModelConfig& g) {
   const proto::TrainConfig base = default_train_config();
   const proto::GptModelConfig& d = base.model().gpt();
-  struct Field {
-    const char* name;
-    int64_t value;
-    int64_t fallback;
-    void (proto::GptModelConfig::*set)(int64_t);
-  };
-  const Field fields[] = {
-      {"model.gpt.vocab", g.vocab(), d.vocab(), &proto::GptModelConfig::set_vocab},
-      {"model.gpt.context", g.context(), d.context(), &proto::GptModelConfig::set_context},
-      {"model.gpt.channels", g.channels(), d.channels(), &proto::GptModelConfig::set_channels},
-      {"model.gpt.heads", g.heads(), d.heads(), &proto::GptModelConfig::set_heads},
-      {"model.gpt.layers", g.layers(), d.layers(), &proto::GptModelConfig::set_layers},
-  };
-  for (const Field& f : fields) {
-    check_positive(f.name, f.value == 0 ? f.fallback : f.value);
-    (g.*f.set)(f.value == 0 ? f.fallback : f.value);
-  }
-  constexpr int64_t kMaxVocab = int64_t{1} << 30;  // as models/gpt.h: token ids are int32
-  if (g.vocab() > kMaxVocab) {
-    MP_THROW(ConfigError, "model.gpt.vocab = ", g.vocab(), ": must be at most ", kMaxVocab);
-  }
-  check_at_most("model.gpt.context", g.context(), kMaxWidth);
-  check_at_most("model.gpt.channels", g.channels(), kMaxWidth);
-  check_at_most("model.gpt.layers", g.layers(), kMaxLayers);
-  if (g.channels() % g.heads() != 0) {
-    MP_THROW(ConfigError, "model.gpt.heads = ", g.heads(), " does not divide model.gpt.channels = ", g.channels());
-  }
-  // As models/gpt.cc lays them out: embeddings, then per layer two
-  // LayerNorms, qkv, attention projection and the MLP, then the final LayerNorm.
-  const double C = static_cast<double>(g.channels());
-  check_param_count("model.gpt",
-                    static_cast<double>(g.vocab() + g.context()) * C +
-                        static_cast<double>(g.layers()) * (12.0 * C * C + 13.0 * C) + 2.0 * C);
+  if (g.vocab() == 0) g.set_vocab(d.vocab());
+  if (g.context() == 0) g.set_context(d.context());
+  if (g.channels() == 0) g.set_channels(d.channels());
+  if (g.heads() == 0) g.set_heads(d.heads());
+  if (g.layers() == 0) g.set_layers(d.layers());
   GptConfig c;
   c.vocab = g.vocab();
   c.context = g.context();
   c.channels = g.channels();
   c.heads = g.heads();
   c.layers = g.layers();
+  check_gpt_sizes(c, "model.gpt");
   return c;
 }
 
@@ -103,14 +62,14 @@ MlpConfig resolve_mlp(const proto::MlpModelConfig& m) {
     MP_THROW(ConfigError, "model.mlp.dims has ", m.dims_size(), " entr", m.dims_size() == 1 ? "y" : "ies",
              ": need at least 2 (input width, hidden widths..., classes)");
   }
-  check_at_most("model.mlp.dims entries", m.dims_size(), kMaxLayers + 1);
+  check_size_at_most("model.mlp.dims entries", m.dims_size(), kMaxModelLayers + 1);
   double params = 0;
   for (int i = 0; i < m.dims_size(); ++i) {
     if (m.dims(i) <= 0) MP_THROW(ConfigError, "model.mlp.dims[", i, "] = ", m.dims(i), ": must be positive");
-    check_at_most(("model.mlp.dims[" + std::to_string(i) + "]").c_str(), m.dims(i), kMaxWidth);
+    check_size_at_most("model.mlp.dims[" + std::to_string(i) + "]", m.dims(i), kMaxModelWidth);
     if (i > 0) params += static_cast<double>(m.dims(i - 1) + 1) * static_cast<double>(m.dims(i));
   }
-  check_param_count("model.mlp", params);
+  check_model_params("model.mlp", params);
   MlpConfig c;
   c.dims.assign(m.dims().begin(), m.dims().end());
   return c;
@@ -200,6 +159,17 @@ void apply_override(proto::TrainConfig& config, const std::string& assignment) {
 }
 
 // ---- resolving ----------------------------------------------------------------------
+
+DType TrainSettings::gpt_matmul_dtype() const {
+  std::optional<DType> requested;
+  switch (config.compute().matmul_dtype()) {
+    case proto::FP32: requested = DType::kF32; break;
+    case proto::BF16: requested = DType::kBF16; break;
+    case proto::FP16: requested = DType::kF16; break;
+    default: break;
+  }
+  return mp::gpt_matmul_dtype(requested, engine_options.precision.param_dtype);
+}
 
 bool TrainSettings::is_fp32_op(const std::string& op) const {
   for (const std::regex& re : fp32_ops) {

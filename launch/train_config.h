@@ -121,6 +121,9 @@ struct TrainSettings {
   // Whether the GEMM named `op` ("h3.attn.c_proj", "head") stays fp32: one
   // of fp32_ops matches the whole name.
   bool is_fp32_op(const std::string& op) const;
+  // The GPT's GEMM input dtype: gpt_matmul_dtype (models/gpt.h) of
+  // compute.matmul_dtype and engine_options' param_dtype.
+  DType gpt_matmul_dtype() const;
 };
 
 // Checks `config` for a run on `world_size` ranks and fills the defaults

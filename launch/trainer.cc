@@ -37,26 +37,6 @@
 
 namespace mp {
 
-double gpt_train_flops_per_token(const GptConfig& c) {
-  const auto C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
-  const double block = 12 * C * C + 13 * C;              // attn 4C^2 + 4C, mlp 8C^2 + 5C, two LNs 4C
-  const double n = static_cast<double>(c.vocab) * C + L * block + 2 * C;  // wte (tied head), blocks, ln_f
-  return 6 * n + 12 * L * C * static_cast<double>(c.context);
-}
-
-DType gpt_matmul_dtype(const TrainSettings& s) {
-  switch (s.config.compute().matmul_dtype()) {
-    case proto::FP32:
-      return DType::kF32;
-    case proto::BF16:
-      return DType::kBF16;
-    case proto::FP16:
-      MP_THROW(ConfigError, "compute.matmul_dtype = FP16: the CPU GEMMs take fp32 or bf16 inputs");
-    default:
-      return s.engine_options.precision.param_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  }
-}
-
 int default_threads_per_rank(int local_size) {
   if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') {
     return default_cpu_threads();  // parses and checks MP_NUM_THREADS
@@ -139,7 +119,7 @@ RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
   }
   GptConfig g = s.gpt;
   g.threads = g.threads > 0 ? g.threads : threads;
-  g.matmul_dtype = gpt_matmul_dtype(s);
+  g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(c.compute().fp32_ops().begin(), c.compute().fp32_ops().end());
   const std::string& train_path = c.data().train_path();
   if (train_path.empty()) {
@@ -166,16 +146,7 @@ RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
   m.model = std::move(gpt);
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
-  char buf[256];
-  int fp32_ops = 0;
-  for (DType d : gpt_matmul_op_dtypes(g)) fp32_ops += d == DType::kF32 ? 1 : 0;
-  std::snprintf(buf, sizeof(buf), "GPT-2 of %lld parameters (layers %lld, channels %lld, heads %lld, context %lld, "
-                "vocab %lld); GEMMs on %s inputs%s", static_cast<long long>(m.model->spec().numel()),
-                static_cast<long long>(g.layers), static_cast<long long>(g.channels), static_cast<long long>(g.heads),
-                static_cast<long long>(g.context), static_cast<long long>(g.vocab),
-                std::string(dtype_name(g.matmul_dtype)).c_str(),
-                g.matmul_dtype != DType::kF32 && fp32_ops > 0 ? (", " + std::to_string(fp32_ops) + " kept fp32 (compute.fp32_ops)").c_str() : "");
-  m.description = buf;
+  m.description = gpt_describe(g);
   m.data_description = "train: " + m.train->describe() + "\n  validation: " +
                        (m.val ? m.val->describe() : "held-out sequences of the same source (index 2^40 on)");
   return m;

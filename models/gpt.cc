@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -354,10 +353,6 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
                          g + offset(unit, kLnfW), g + offset(unit, kLnfB), th);
 }
 
-void check_positive(const char* field, int64_t value) {
-  if (value <= 0) MP_THROW(ConfigError, "gpt.", field, " = ", value, ": must be positive");
-}
-
 }  // namespace
 
 namespace detail {
@@ -366,66 +361,6 @@ struct GptWorkspace {
   GptBuffers<float> buffers;
 };
 }  // namespace detail
-
-// ---- config -------------------------------------------------------------------
-
-void validate(const GptConfig& config) {
-  check_positive("vocab", config.vocab);
-  check_positive("context", config.context);
-  check_positive("channels", config.channels);
-  check_positive("heads", config.heads);
-  check_positive("layers", config.layers);
-  check_positive("micro_batch_size", config.micro_batch_size);
-  constexpr int64_t kMaxVocab = int64_t{1} << 30;  // token ids are int32
-  if (config.vocab > kMaxVocab) {
-    MP_THROW(ConfigError, "gpt.vocab = ", config.vocab, ": must be at most ", kMaxVocab);
-  }
-  if (config.channels % config.heads != 0) {
-    MP_THROW(ConfigError, "gpt.heads = ", config.heads, " does not divide gpt.channels = ", config.channels);
-  }
-  if (config.threads < 0) {
-    MP_THROW(ConfigError, "gpt.threads = ", config.threads, ": must be 0 (default) or positive");
-  }
-  if (config.matmul_dtype != DType::kF32 && config.matmul_dtype != DType::kBF16) {
-    MP_THROW(ConfigError, "compute.matmul_dtype = ", dtype_name(config.matmul_dtype), ": must be fp32 or bf16");
-  }
-  for (size_t k = 0; k < config.fp32_ops.size(); ++k) {
-    try {
-      const std::regex check(config.fp32_ops[k], std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      MP_THROW(ConfigError, "compute.fp32_ops[", k, "] = '", config.fp32_ops[k],
-               "': not a valid regular expression (", e.what(), ")");
-    }
-  }
-}
-
-std::vector<std::string> gpt_matmul_op_names(int64_t layers) {
-  std::vector<std::string> names;
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string h = "h" + std::to_string(l);
-    // The BlockOp order.
-    for (const char* op : {".attn.c_attn", ".attn.c_proj", ".mlp.c_fc", ".mlp.c_proj"}) names.push_back(h + op);
-  }
-  names.emplace_back("head");
-  return names;
-}
-
-std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config) {
-  validate(config);
-  std::vector<std::regex> fp32;
-  for (const std::string& pattern : config.fp32_ops) fp32.emplace_back(pattern, std::regex::ECMAScript);
-  std::vector<DType> dtypes;
-  for (const std::string& name : gpt_matmul_op_names(config.layers)) {
-    const bool keep =
-        std::any_of(fp32.begin(), fp32.end(), [&](const std::regex& r) { return std::regex_match(name, r); });
-    dtypes.push_back(keep ? DType::kF32 : config.matmul_dtype);
-  }
-  return dtypes;
-}
-
-int64_t gpt_padded_vocab(int64_t vocab) {
-  return (vocab + kGptVocabMultiple - 1) / kGptVocabMultiple * kGptVocabMultiple;
-}
 
 // ---- data -------------------------------------------------------------------
 
