@@ -18,12 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/comm_config.h"
-#include "kernels/philox_math.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "launch/rank_info.h"
 #include "mp/config.h"
 #include "models/gpt.h"
 #include "models/gpt_hf.h"
+#include "models/gpt_sample.h"
 #include "models/mlp.h"
 #include "models/token_data.h"
 #include "runtime/checkpoint.h"
@@ -152,73 +152,12 @@ RunModel make_model(const TrainSettings& s, int threads, Allocator allocator) {
   return m;
 }
 
-// Sampling's input: row 0 holds the text so far, the other rows and the
-// targets are zeros (the loss is not used).
-class PromptSource final : public TokenBatchSource {
- public:
-  PromptSource(int64_t batch, int64_t context) : batch_(batch), context_(context), tokens_(batch * context, 0) {}
-  int64_t batch() const override { return batch_; }
-  int64_t context() const override { return context_; }
-  void micro_batch(int64_t, int32_t* inputs, int32_t* targets) const override {
-    std::copy(tokens_.begin(), tokens_.end(), inputs);
-    std::fill(targets, targets + batch_ * context_, 0);
-  }
-  std::string describe() const override { return "sampling prompt"; }
-  std::vector<int32_t>& tokens() { return tokens_; }
-
- private:
-  int64_t batch_, context_;
-  std::vector<int32_t> tokens_;
-};
-
-// `count` tokens from the model at temperature 1, starting from token 10
-// ('\n' in byte-level vocabularies): one forward per token through the
-// engine (collective), each token drawn from philox(seed, step, position), so
-// every rank draws the same text without exchanging it. Bytes print as text
-// (non-printable ones as \xNN) for vocabularies up to 256, else token ids.
-std::string sample_text(Engine& engine, RunModel& m, const GptConfig& g, int count, uint64_t seed, int64_t step) {
-  auto prompt = std::make_shared<PromptSource>(g.micro_batch_size, g.context);
-  const int32_t start = g.vocab > 10 ? 10 : 0;
-  prompt->tokens()[0] = start;
-  m.gpt->set_source(prompt);
-  const int64_t padded = gpt_padded_vocab(g.vocab);
-  std::vector<double> p(static_cast<size_t>(g.vocab));
-  std::vector<int32_t> text{start};
-  for (int t = 0; t + 1 < count && t + 1 < g.context; ++t) {
-    engine.evaluate(*m.model, 0, 1);
-    const float* row = m.gpt->logits() + static_cast<int64_t>(t) * padded;
-    const double top = *std::max_element(row, row + g.vocab);
-    double sum = 0;
-    for (int64_t v = 0; v < g.vocab; ++v) sum += p[static_cast<size_t>(v)] = std::exp(static_cast<double>(row[v]) - top);
-    const double u = (math::philox_u32(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(t)) + 0.5) / 4294967296.0;
-    double acc = 0;
-    int32_t next = static_cast<int32_t>(g.vocab - 1);
-    for (int64_t v = 0; v < g.vocab; ++v) {
-      acc += p[static_cast<size_t>(v)] / sum;
-      if (u < acc) {
-        next = static_cast<int32_t>(v);
-        break;
-      }
-    }
-    prompt->tokens()[static_cast<size_t>(t + 1)] = next;
-    text.push_back(next);
-  }
-  m.gpt->set_source(m.train);
-  std::string out;
-  for (int32_t tok : text) {
-    if (g.vocab > 256) {
-      out += (out.empty() ? "" : " ") + std::to_string(tok);
-    } else if (tok >= 32 && tok < 127) {
-      out += static_cast<char>(tok);
-    } else if (tok == 10) {
-      out += "\\n";
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(tok));
-      out += buf;
-    }
-  }
-  return out;
+// Text from the GPT (models/gpt_sample.h): one forward per token through
+// the engine (collective).
+std::string sample_text(Engine& engine, RunModel& m, int count, uint64_t seed, int64_t step) {
+  const std::vector<int32_t> tokens =
+      gpt_sample(*m.gpt, [&] { engine.evaluate(*m.model, 0, 1); }, count, seed, step);
+  return gpt_tokens_text(tokens, m.gpt->config().vocab);
 }
 
 double validate(Engine& engine, RunModel& m, int batches) {
@@ -430,7 +369,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     }
     std::optional<std::string> sample;
     if (m.gpt != nullptr && c.sample_interval() > 0 && (i % c.sample_interval() == 0 || i == steps)) {
-      sample = sample_text(engine, m, m.gpt->config(), c.sample_tokens(), c.engine().seed(), i);
+      sample = sample_text(engine, m, c.sample_tokens(), c.engine().seed(), i);
     }
     // One small exchange per step (Note [Step agreement] in trainer.h): a
     // stop signal on any rank, rank 0's checkpoint clock, and every rank's

@@ -237,6 +237,7 @@ class Gpt final : public Model {
   // and context must equal the config's (EnforceError otherwise).
   void set_source(std::shared_ptr<const TokenBatchSource> source);
   const TokenBatchSource& source() const { return *source_; }
+  const std::shared_ptr<const TokenBatchSource>& shared_source() const { return source_; }
   // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
   // (non-fp32 parameters are converted to an fp32 workspace first).
   void forward(int unit, const Tensor& params) override;

@@ -3,6 +3,7 @@
 // path, narrow parameters, determinism across runs and thread counts,
 // untouched gaps, no allocations per call, config errors, the padded
 // vocabulary, the data, and a short training run.
+#include "models/gpt_sample.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {
@@ -354,6 +355,11 @@ TEST(Gpt, SizesAndCostsCountTheLayout) {
   EXPECT_EQ(d.rfind("GPT-2 of ", 0), 0u) << d;
   EXPECT_NE(d.find("(layers 2, channels 32, heads 4, context 16, vocab 64); GEMMs on fp32 inputs"), std::string::npos)
       << d;
+}
+
+TEST(Gpt, SampledTokensPrintAsBytesOrIds) {
+  EXPECT_EQ(gpt_tokens_text({10, 65, 32, 0, 255}, 256), "\\nA \\x00\\xff");
+  EXPECT_EQ(gpt_tokens_text({10, 65, 300}, 301), "10 65 300");
 }
 
 TEST(Gpt, SizeRulesNameTheFieldUnderThePrefix) {
