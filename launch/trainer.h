@@ -2,6 +2,10 @@
 // and data of a resolved TrainConfig (launch/train_config.h), the sharded
 // engine, periodic validation, the progress log on rank 0 and the run
 // directory (metrics.jsonl, config.textproto, TensorBoard events).
+// train() is the loop; its parts: launch/run_model.h (model, data,
+// validation, sampling), launch/checkpoint_policy.h (resume, import, saves,
+// export), launch/step_agreement.h (the exchange after every step),
+// launch/run_log.h (the log) and launch/run_dir.h (the run directory).
 //
 // Note [Run log]
 // Rank 0 prints a header (ranks, model, data, memory plan, the synthetic
