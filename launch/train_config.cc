@@ -121,6 +121,94 @@ void resolve_compute(const proto::ComputeConfig& c, TrainSettings& s) {
   }
 }
 
+// model: exactly one of gpt and mlp.
+void resolve_model(proto::TrainConfig& c, TrainSettings& s) {
+  switch (c.model().kind_case()) {
+    case proto::ModelConfig::kGpt:
+      s.model = ModelKind::kGpt;
+      s.gpt = resolve_gpt(*c.mutable_model()->mutable_gpt());
+      return;
+    case proto::ModelConfig::kMlp:
+      s.model = ModelKind::kMlp;
+      s.mlp = resolve_mlp(c.model().mlp());
+      return;
+    case proto::ModelConfig::KIND_NOT_SET:
+      break;
+  }
+  MP_THROW(ConfigError, "model is not set: the config needs model { gpt { ... } } or model { mlp { ... } }");
+}
+
+// steps, the log, validation and sampling intervals, with their defaults.
+void resolve_schedule(proto::TrainConfig& c, ModelKind model) {
+  check_positive("steps", c.steps());
+  check_not_negative("log_interval", c.log_interval());
+  if (c.log_interval() == 0) c.set_log_interval(1);
+  check_not_negative("val_interval", c.val_interval());
+  check_not_negative("val_batches", c.val_batches());
+  if (c.val_batches() == 0) c.set_val_batches(4);
+  check_not_negative("sample_interval", c.sample_interval());
+  check_not_negative("sample_tokens", c.sample_tokens());
+  if (c.sample_tokens() == 0) c.set_sample_tokens(64);
+  if (c.sample_interval() > 0) {
+    if (model != ModelKind::kGpt) {
+      MP_THROW(ConfigError, "sample_interval = ", c.sample_interval(), ": text samples need model.gpt");
+    }
+    if (c.sample_tokens() > c.model().gpt().context()) {
+      MP_THROW(ConfigError, "sample_tokens = ", c.sample_tokens(), " exceeds model.gpt.context = ",
+               c.model().gpt().context());
+    }
+  }
+}
+
+// checkpoint: intervals, keep_last, the directory and whether the run saves,
+// resume, and the Hugging Face import and export (GPT only).
+void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
+  const proto::CheckpointConfig& k = c.checkpoint();
+  check_not_negative("checkpoint.interval_steps", k.interval_steps());
+  if (!(k.interval_minutes() >= 0) || !std::isfinite(k.interval_minutes())) {
+    MP_THROW(ConfigError, "checkpoint.interval_minutes = ", k.interval_minutes(), ": must be finite and >= 0");
+  }
+  check_not_negative("checkpoint.keep_last", k.keep_last());
+  s.checkpoint_keep_last = k.keep_last() > 0 ? k.keep_last() : 3;
+  s.checkpoint_dir = !k.dir().empty() ? k.dir() : c.out_dir().empty() ? "" : c.out_dir() + "/checkpoints";
+  const bool asked = k.interval_steps() > 0 || k.interval_minutes() > 0 || k.save_at_end();
+  if (asked && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.",
+             k.interval_steps() > 0 ? "interval_steps" : k.interval_minutes() > 0 ? "interval_minutes" : "save_at_end",
+             " is set but there is nowhere to save: set checkpoint.dir or out_dir");
+  }
+  s.checkpoint_saves = !s.checkpoint_dir.empty() && (asked || k.save_on_signal() || !k.has_save_on_signal());
+  if (k.resume() == "auto" && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.resume = 'auto' looks under checkpoint.dir (or out_dir/checkpoints); neither is set");
+  }
+  const bool gpt = s.model == ModelKind::kGpt;
+  if (!k.init_from_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.init_from_safetensors: Hugging Face GPT-2 weights need model.gpt");
+  }
+  if (!k.export_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.export_safetensors: Hugging Face GPT-2 export needs model.gpt");
+  }
+  if (k.export_dtype() != proto::DATA_TYPE_UNSET && k.export_dtype() != proto::FP32 && k.export_dtype() != proto::BF16) {
+    MP_THROW(ConfigError, "checkpoint.export_dtype = ", proto::DataType_Name(k.export_dtype()), ": FP32 or BF16");
+  }
+}
+
+// The model's run fields: micro_batch_size, data_seed and threads.
+void fill_model_run(const proto::TrainConfig& c, TrainSettings& s) {
+  const int threads = c.compute().threads();
+  if (s.model == ModelKind::kGpt) {
+    s.gpt.micro_batch_size = c.data().micro_batch_size();
+    s.gpt.data_seed = c.data().seed();
+    s.gpt.threads = threads;
+    validate(s.gpt);  // a backstop: the checks above cover it
+  } else {
+    s.mlp.micro_batch_size = c.data().micro_batch_size();
+    s.mlp.data_seed = c.data().seed();
+    s.mlp.threads = threads;
+    validate(s.mlp);
+  }
+}
+
 }  // namespace
 
 // ---- the base -------------------------------------------------------------------
@@ -178,91 +266,18 @@ bool TrainSettings::is_fp32_op(const std::string& op) const {
   return false;
 }
 
-void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
-  const proto::CheckpointConfig& k = c.checkpoint();
-  check_not_negative("checkpoint.interval_steps", k.interval_steps());
-  if (!(k.interval_minutes() >= 0) || !std::isfinite(k.interval_minutes())) {
-    MP_THROW(ConfigError, "checkpoint.interval_minutes = ", k.interval_minutes(), ": must be finite and >= 0");
-  }
-  check_not_negative("checkpoint.keep_last", k.keep_last());
-  s.checkpoint_keep_last = k.keep_last() > 0 ? k.keep_last() : 3;
-  s.checkpoint_dir = !k.dir().empty() ? k.dir() : c.out_dir().empty() ? "" : c.out_dir() + "/checkpoints";
-  const bool asked = k.interval_steps() > 0 || k.interval_minutes() > 0 || k.save_at_end();
-  if (asked && s.checkpoint_dir.empty()) {
-    MP_THROW(ConfigError, "checkpoint.",
-             k.interval_steps() > 0 ? "interval_steps" : k.interval_minutes() > 0 ? "interval_minutes" : "save_at_end",
-             " is set but there is nowhere to save: set checkpoint.dir or out_dir");
-  }
-  s.checkpoint_saves = !s.checkpoint_dir.empty() && (asked || k.save_on_signal() || !k.has_save_on_signal());
-  if (k.resume() == "auto" && s.checkpoint_dir.empty()) {
-    MP_THROW(ConfigError, "checkpoint.resume = 'auto' looks under checkpoint.dir (or out_dir/checkpoints); neither is set");
-  }
-  const bool gpt = s.model == ModelKind::kGpt;
-  if (!k.init_from_safetensors().empty() && !gpt) {
-    MP_THROW(ConfigError, "checkpoint.init_from_safetensors: Hugging Face GPT-2 weights need model.gpt");
-  }
-  if (!k.export_safetensors().empty() && !gpt) {
-    MP_THROW(ConfigError, "checkpoint.export_safetensors: Hugging Face GPT-2 export needs model.gpt");
-  }
-  if (k.export_dtype() != proto::DATA_TYPE_UNSET && k.export_dtype() != proto::FP32 && k.export_dtype() != proto::BF16) {
-    MP_THROW(ConfigError, "checkpoint.export_dtype = ", proto::DataType_Name(k.export_dtype()), ": FP32 or BF16");
-  }
-}
 
 TrainSettings resolve_train_config(const proto::TrainConfig& config, int world_size) {
   TrainSettings s;
   s.config = config;
   proto::TrainConfig& c = s.config;
-
-  switch (c.model().kind_case()) {
-    case proto::ModelConfig::kGpt:
-      s.model = ModelKind::kGpt;
-      s.gpt = resolve_gpt(*c.mutable_model()->mutable_gpt());
-      break;
-    case proto::ModelConfig::kMlp:
-      s.model = ModelKind::kMlp;
-      s.mlp = resolve_mlp(c.model().mlp());
-      break;
-    case proto::ModelConfig::KIND_NOT_SET:
-      MP_THROW(ConfigError, "model is not set: the config needs model { gpt { ... } } or model { mlp { ... } }");
-  }
+  resolve_model(c, s);
   resolve_data(c, s.model);
-
-  check_positive("steps", c.steps());
-  check_not_negative("log_interval", c.log_interval());
-  if (c.log_interval() == 0) c.set_log_interval(1);
-  check_not_negative("val_interval", c.val_interval());
-  check_not_negative("val_batches", c.val_batches());
-  if (c.val_batches() == 0) c.set_val_batches(4);
-  check_not_negative("sample_interval", c.sample_interval());
-  check_not_negative("sample_tokens", c.sample_tokens());
-  if (c.sample_tokens() == 0) c.set_sample_tokens(64);
-  if (c.sample_interval() > 0) {
-    if (s.model != ModelKind::kGpt) {
-      MP_THROW(ConfigError, "sample_interval = ", c.sample_interval(), ": text samples need model.gpt");
-    }
-    if (c.sample_tokens() > c.model().gpt().context()) {
-      MP_THROW(ConfigError, "sample_tokens = ", c.sample_tokens(), " exceeds model.gpt.context = ",
-               c.model().gpt().context());
-    }
-  }
-
+  resolve_schedule(c, s.model);
   resolve_compute(c.compute(), s);
   resolve_checkpoint(c, s);
   s.engine_options = resolve_engine_options(c.engine(), world_size);
-
-  const int threads = c.compute().threads();
-  if (s.model == ModelKind::kGpt) {
-    s.gpt.micro_batch_size = c.data().micro_batch_size();
-    s.gpt.data_seed = c.data().seed();
-    s.gpt.threads = threads;
-    validate(s.gpt);  // a backstop: the checks above cover it
-  } else {
-    s.mlp.micro_batch_size = c.data().micro_batch_size();
-    s.mlp.data_seed = c.data().seed();
-    s.mlp.threads = threads;
-    validate(s.mlp);
-  }
+  fill_model_run(c, s);
   return s;
 }
 
