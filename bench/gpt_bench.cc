@@ -16,9 +16,9 @@
 // Per case: the median step time over the timed steps (rank 0's clock;
 // every step ends in collectives, so all ranks finish together), tokens/s =
 // global batch x T / step time, and the model FLOP/s by nanoGPT's and
-// llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N = V C + L (12 C^2 +
-// 13 C) + 2 C (the tied wte once, the blocks, ln_f; no wpe, unpadded V; the
-// one launch/trainer.h gpt_train_flops_per_token, as in mp_worker). value = model GFLOP/s,
+// llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N the parameters
+// without wpe and without the vocabulary padding (gpt_train_flops_per_token
+// in models/gpt.h, as in mp_worker). value = model GFLOP/s,
 // ref = the GEMM peak of the whole job: every rank times a 2048^3 fp32
 // gemm_cpu on its threads at the same time, best of a few, summed over
 // ranks; ratio = the fraction of that peak the training achieves.
@@ -42,7 +42,6 @@
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/cpu/gemm.h"
-#include "launch/trainer.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
 #include "core/error.h"

@@ -23,7 +23,6 @@
 #include "bench/suites.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "launch/train_config.h"
-#include "launch/trainer.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
 #include "core/error.h"
@@ -65,10 +64,10 @@ Outcome run_case(Communicator& world, const TrainSettings& base, const Case& c, 
   GptConfig g = base.gpt;
   g.threads = 1;
   Allocator allocator;
-  // Autocast follows the recipe (launch/trainer.h gpt_matmul_dtype).
+  // Autocast follows the recipe (gpt_matmul_dtype, models/gpt.h).
   TrainSettings settings = base;
   settings.engine_options = resolve_engine_options(config, world.size());
-  g.matmul_dtype = gpt_matmul_dtype(settings);
+  g.matmul_dtype = settings.gpt_matmul_dtype();
   Gpt model(g, allocator);
   Engine engine(model.spec(), config, world, allocator);
   Outcome o;

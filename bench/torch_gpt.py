@@ -77,10 +77,14 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocab), targets.reshape(-1))
 
 
-def flops_per_token(vocab, context, c, layers):
-    """nanoGPT's and llm.c's estimate, as mp_bench gpt counts it."""
-    n = vocab * c + layers * (12 * c * c + 13 * c) + 2 * c
-    return 6 * n + 12 * layers * c * context
+def flops_per_token(model, context):
+    """nanoGPT's and llm.c's estimate 6 N + 12 L C T, as mp_bench gpt counts it
+    (models/gpt.h gpt_train_flops_per_token): N the model's parameters without
+    wpe and without the vocabulary padding."""
+    c = model.wpe.weight.shape[1]
+    padding = (model.wte.weight.shape[0] - model.vocab) * c
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel() - padding
+    return 6 * n + 12 * len(model.h) * c * context
 
 
 def run(mode, args):
@@ -113,7 +117,7 @@ def run(mode, args):
         "better": "higher",
         "step_ms": round(step_s * 1e3, 2),
         "best_tokens_per_s": round(tokens / min(times), 2),
-        "model_gflops": round(flops_per_token(50257, args.seq, 768, 12) * tokens / step_s / 1e9, 2),
+        "model_gflops": round(flops_per_token(model, args.seq) * tokens / step_s / 1e9, 2),
         "loss": round(loss.item(), 4),
         "threads": torch.get_num_threads(),
         "steps": args.steps,

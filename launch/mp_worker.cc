@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
@@ -127,6 +130,78 @@ int launcher_world_size() {
   return 1;
 }
 
+// mp_worker's command line.
+struct WorkerArgs {
+  bool version = false, plan = false, plan_all = false, print_config = false;
+  std::string config_path, out, resume, export_dir, verify_dir;
+  std::vector<std::string> sets;
+  int64_t steps = 0;
+  int plan_world_size = 0;
+  CLI::Option* world_size = nullptr;  // given: --world-size was
+};
+
+void add_options(CLI::App& app, WorkerArgs& a) {
+  app.add_flag("--version", a.version, "Print the version and build, then exit");
+  app.add_option("config", a.config_path, "Text-format TrainConfig (configs/*.textproto); default: the embedded one");
+  app.add_option("--set", a.sets, "Override one field, e.g. --set engine.optimizer.lr=3e-4 (repeatable, in order)")
+      ->allow_extra_args(false);
+  app.add_option("--steps", a.steps, "Optimizer steps (same as --set steps=N)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--out", a.out, "Run directory: metrics.jsonl, config.textproto, TensorBoard events (--set out_dir=DIR)");
+  app.add_option("--resume", a.resume,
+                 "Resume from a checkpoint directory, a checkpoint root (its `latest`), or 'auto' (the latest under "
+                 "checkpoint.dir if any) (--set checkpoint.resume=...)");
+  app.add_option("--export-safetensors", a.export_dir,
+                 "After training, write the GPT as a Hugging Face GPT-2 directory (model.safetensors + config.json)");
+  app.add_option("--verify-checkpoint", a.verify_dir,
+                 "Check a checkpoint (or a root's latest): manifest, file sizes, every checksum; then exit");
+  app.add_flag("--print-config", a.print_config, "Print the resolved config in text format and exit");
+  app.add_flag("--plan", a.plan, "Print the per-rank memory plan and exit, without running");
+  a.world_size = app.add_option("--world-size", a.plan_world_size,
+                                "With --plan: the (hypothetical) number of ranks, e.g. 1024; default: the "
+                                "launcher's world size, else 1")
+                     ->check(CLI::Range(1, 1 << 24));
+  app.add_flag("--plan-all", a.plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
+}
+
+// --verify-checkpoint: the exit code.
+int verify_checkpoint_dir(const std::string& path) {
+  try {
+    const std::string dir = resolve_checkpoint(path);
+    const int64_t bytes = verify_checkpoint(dir);
+    const proto::CheckpointManifest m = read_checkpoint_manifest(dir);
+    std::printf("%s: step %lld, saved by %d rank(s), %lld bytes in %d files, every checksum matches\n", dir.c_str(),
+                static_cast<long long>(m.step()), m.world_size(), static_cast<long long>(bytes), m.files_size());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mp_worker: %s\n", e.what());
+    return 2;
+  }
+}
+
+// The config of the command line, checked for `check_size` ranks, into
+// `settings`. Returns the exit code when the worker is done without
+// training (--print-config, --plan, a bad config), else nothing.
+std::optional<int> resolve_settings(const WorkerArgs& a, int check_size, TrainSettings& settings) {
+  try {
+    proto::TrainConfig config = a.config_path.empty() ? default_train_config() : load_train_config(a.config_path);
+    for (const std::string& assignment : a.sets) apply_override(config, assignment);
+    if (a.steps > 0) config.set_steps(a.steps);
+    if (!a.out.empty()) config.set_out_dir(a.out);
+    if (!a.resume.empty()) config.mutable_checkpoint()->set_resume(a.resume);
+    if (!a.export_dir.empty()) config.mutable_checkpoint()->set_export_safetensors(a.export_dir);
+    settings = resolve_train_config(config, check_size);
+    if (a.print_config) {
+      std::cout << to_text(settings.config);
+      return 0;
+    }
+    if (a.plan) return print_plan(settings, check_size, a.plan_all);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mp_worker: %s\n", e.what());
+    return 2;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 }  // namespace mp
 
@@ -138,82 +213,29 @@ int main(int argc, char** argv) {
                "Without CONFIG it trains the embedded default (configs/default.textproto): a small GPT on a\n"
                "synthetic language whose entropy floor is known. Launch N ranks with launch/mprun -np N, or\n"
                "launch/mp_node on one node; a bare build/mp_worker runs as world size 1."};
-  bool version = false, plan = false, plan_all = false, print_config = false;
-  std::string config_path, out;
-  std::vector<std::string> sets;
-  int64_t steps = 0;
-  int plan_world_size = 0;
-  app.add_flag("--version", version, "Print the version and build, then exit");
-  app.add_option("config", config_path, "Text-format TrainConfig (configs/*.textproto); default: the embedded one");
-  app.add_option("--set", sets, "Override one field, e.g. --set engine.optimizer.lr=3e-4 (repeatable, in order)")
-      ->allow_extra_args(false);
-  app.add_option("--steps", steps, "Optimizer steps (same as --set steps=N)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--out", out, "Run directory: metrics.jsonl, config.textproto, TensorBoard events (--set out_dir=DIR)");
-  std::string resume, export_dir, verify_dir;
-  app.add_option("--resume", resume,
-                 "Resume from a checkpoint directory, a checkpoint root (its `latest`), or 'auto' (the latest under "
-                 "checkpoint.dir if any) (--set checkpoint.resume=...)");
-  app.add_option("--export-safetensors", export_dir,
-                 "After training, write the GPT as a Hugging Face GPT-2 directory (model.safetensors + config.json)");
-  app.add_option("--verify-checkpoint", verify_dir,
-                 "Check a checkpoint (or a root's latest): manifest, file sizes, every checksum; then exit");
-  app.add_flag("--print-config", print_config, "Print the resolved config in text format and exit");
-  app.add_flag("--plan", plan, "Print the per-rank memory plan and exit, without running");
-  auto* world_size = app.add_option("--world-size", plan_world_size,
-                                    "With --plan: the (hypothetical) number of ranks, e.g. 1024; default: the "
-                                    "launcher's world size, else 1")
-                         ->check(CLI::Range(1, 1 << 24));
-  app.add_flag("--plan-all", plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
+  mp::WorkerArgs args;
+  mp::add_options(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (version) {
+  if (args.version) {
     mp::print_version();
     return 0;
   }
-  if (!verify_dir.empty()) {
-    try {
-      const std::string dir = mp::resolve_checkpoint(verify_dir);
-      const int64_t bytes = mp::verify_checkpoint(dir);
-      const mp::proto::CheckpointManifest m = mp::read_checkpoint_manifest(dir);
-      std::printf("%s: step %lld, saved by %d rank(s), %lld bytes in %d files, every checksum matches\n", dir.c_str(),
-                  static_cast<long long>(m.step()), m.world_size(), static_cast<long long>(bytes), m.files_size());
-      return 0;
-    } catch (const mp::Error& e) {
-      std::fprintf(stderr, "mp_worker: %s\n", e.what());
-      return 2;
-    }
-  }
-  if (plan_all) plan = true;
-  if (world_size->count() > 0 && !plan) {
+  if (!args.verify_dir.empty()) return mp::verify_checkpoint_dir(args.verify_dir);
+  if (args.plan_all) args.plan = true;
+  const bool world_size_given = args.world_size->count() > 0;
+  if (world_size_given && !args.plan) {
     std::fprintf(stderr, "mp_worker: --world-size applies to --plan only (a run takes its size from the launcher)\n");
     return 2;
   }
-  const int launch_size = mp::launcher_world_size();
-  const int check_size = world_size->count() > 0 ? plan_world_size : launch_size;
+  const int check_size = world_size_given ? args.plan_world_size : mp::launcher_world_size();
   // The config is read and checked before MPI starts: a bad file or field
   // ends every rank at once with exit code 2 and the same message.
   mp::TrainSettings settings;
-  try {
-    mp::proto::TrainConfig config =
-        config_path.empty() ? mp::default_train_config() : mp::load_train_config(config_path);
-    for (const std::string& a : sets) mp::apply_override(config, a);
-    if (steps > 0) config.set_steps(steps);
-    if (!out.empty()) config.set_out_dir(out);
-    if (!resume.empty()) config.mutable_checkpoint()->set_resume(resume);
-    if (!export_dir.empty()) config.mutable_checkpoint()->set_export_safetensors(export_dir);
-    settings = mp::resolve_train_config(config, check_size);
-    if (print_config) {
-      std::cout << mp::to_text(settings.config);
-      return 0;
-    }
-    if (plan) return mp::print_plan(settings, check_size, plan_all);
-  } catch (const mp::Error& e) {
-    std::fprintf(stderr, "mp_worker: %s\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> code = mp::resolve_settings(args, check_size, settings)) return *code;
   return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) {
     mp::print_ranks(world);
     return mp::train(world, world.size() == check_size ? settings : mp::resolve_train_config(settings.config, world.size()));

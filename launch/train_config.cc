@@ -2,25 +2,23 @@
 
 #include <google/protobuf/text_format.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
-#include "core/strings.h"
+#include "formats/text_overrides.h"
 #include "formats/text_proto.h"
+#include "models/model_limits.h"
 
 namespace mp {
 namespace {
 
 namespace pb = google::protobuf;
-using FD = pb::FieldDescriptor;
 
 // configs/default.textproto as a raw string literal, written by
 // launch/CMakeLists.txt at configure time (re-run whenever the file changes).
@@ -28,171 +26,6 @@ constexpr char kDefaultConfigText[] =
 #include "launch/default_train_config.inc"
     ;
 constexpr const char* kDefaultConfigName = "configs/default.textproto (embedded)";
-
-// ---- overrides ----------------------------------------------------------------------
-
-std::string trim(const std::string& s) {
-  const size_t begin = s.find_first_not_of(" \t");
-  if (begin == std::string::npos) return std::string();
-  const size_t end = s.find_last_not_of(" \t");
-  return s.substr(begin, end - begin + 1);
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string field_names(const pb::Descriptor& d) {
-  std::string names;
-  for (int i = 0; i < d.field_count(); ++i) names += (i ? ", " : "") + d.field(i)->name();
-  return names;
-}
-
-std::string enum_names(const pb::EnumDescriptor& e) {
-  std::string names;
-  for (int i = 0; i < e.value_count(); ++i) names += (i ? ", " : "") + e.value(i)->name();
-  return names;
-}
-
-// What a field holds, for "engine.seed (uint64) is not a message".
-std::string type_of(const FD& f) {
-  std::string t = f.is_repeated() ? "repeated " : "";
-  if (f.type() == FD::TYPE_MESSAGE) return t + f.message_type()->full_name();
-  if (f.type() == FD::TYPE_ENUM) return t + f.enum_type()->full_name();
-  return t + f.type_name();
-}
-
-// Each parser takes the field's label ("model.gpt.layers", "model.mlp.dims[1]")
-// and the value text, and throws ConfigError "label = 'text': why".
-int64_t parse_signed(const std::string& label, const std::string& raw, int64_t lo, int64_t hi, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not an integer");
-  }
-  if (errno == ERANGE || v < lo || v > hi) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type, " [", lo, ", ", hi, "]");
-  }
-  return v;
-}
-
-uint64_t parse_unsigned(const std::string& label, const std::string& raw, uint64_t hi, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not an integer");
-  }
-  // strtoull accepts "-1" and wraps it around.
-  if (errno == ERANGE || text[0] == '-' || v > hi) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type, " [0, ", hi, "]");
-  }
-  return v;
-}
-
-double parse_real(const std::string& label, const std::string& raw, double max_magnitude, const char* type) {
-  const std::string text = trim(raw);
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not a number");
-  }
-  if (std::isnan(v) || (std::isinf(v) && errno != ERANGE)) {
-    MP_THROW(ConfigError, label, " = '", raw, "': not a finite number");
-  }
-  if (std::isinf(v) || std::fabs(v) > max_magnitude) {
-    MP_THROW(ConfigError, label, " = '", raw, "': out of range for ", type);
-  }
-  return v;
-}
-
-bool parse_bool(const std::string& label, const std::string& raw) {
-  const std::string text = lower(trim(raw));
-  if (text == "true" || text == "1") return true;
-  if (text == "false" || text == "0") return false;
-  MP_THROW(ConfigError, label, " = '", raw, "': not a bool (true, false, 1 or 0)");
-}
-
-const pb::EnumValueDescriptor* parse_enum(const std::string& label, const std::string& raw,
-                                          const pb::EnumDescriptor& e) {
-  const std::string text = trim(raw);
-  for (int i = 0; i < e.value_count(); ++i) {
-    if (lower(e.value(i)->name()) == lower(text)) return e.value(i);
-  }
-  char* end = nullptr;
-  errno = 0;
-  const long long number = std::strtoll(text.c_str(), &end, 10);
-  if (!text.empty() && end == text.c_str() + text.size() && errno == 0 &&
-      number >= std::numeric_limits<int>::min() && number <= std::numeric_limits<int>::max()) {
-    if (const auto* v = e.FindValueByNumber(static_cast<int>(number))) return v;
-  }
-  MP_THROW(ConfigError, label, " = '", raw, "': not a value of ", e.full_name(), "; valid: ", enum_names(e),
-           " (or their numbers)");
-}
-
-// Sets (or, repeated, appends) one scalar `f` of `m` from `text`.
-void set_scalar(pb::Message& m, const FD& f, const std::string& label, const std::string& text) {
-  const pb::Reflection& r = *m.GetReflection();
-  const bool rep = f.is_repeated();
-  constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
-  constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-  constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
-  switch (f.cpp_type()) {
-    case FD::CPPTYPE_INT32: {
-      const auto v = static_cast<int32_t>(parse_signed(label, text, kI32Min, kI32Max, "int32"));
-      rep ? r.AddInt32(&m, &f, v) : r.SetInt32(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_INT64: {
-      const int64_t v = parse_signed(label, text, kI64Min, kI64Max, "int64");
-      rep ? r.AddInt64(&m, &f, v) : r.SetInt64(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_UINT32: {
-      const auto v = static_cast<uint32_t>(parse_unsigned(label, text, std::numeric_limits<uint32_t>::max(), "uint32"));
-      rep ? r.AddUInt32(&m, &f, v) : r.SetUInt32(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_UINT64: {
-      const uint64_t v = parse_unsigned(label, text, std::numeric_limits<uint64_t>::max(), "uint64");
-      rep ? r.AddUInt64(&m, &f, v) : r.SetUInt64(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_DOUBLE: {
-      const double v = parse_real(label, text, std::numeric_limits<double>::max(), "double");
-      rep ? r.AddDouble(&m, &f, v) : r.SetDouble(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_FLOAT: {
-      const auto v = static_cast<float>(parse_real(label, text, std::numeric_limits<float>::max(), "float"));
-      rep ? r.AddFloat(&m, &f, v) : r.SetFloat(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_BOOL: {
-      const bool v = parse_bool(label, text);
-      rep ? r.AddBool(&m, &f, v) : r.SetBool(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_ENUM: {
-      const pb::EnumValueDescriptor* v = parse_enum(label, text, *f.enum_type());
-      rep ? r.AddEnum(&m, &f, v) : r.SetEnum(&m, &f, v);
-      return;
-    }
-    case FD::CPPTYPE_STRING:
-      if (!is_valid_utf8(text)) MP_THROW(ConfigError, label, ": the value is not valid UTF-8 (text fields are UTF-8)");
-      rep ? r.AddString(&m, &f, text) : r.SetString(&m, &f, text);
-      return;
-    case FD::CPPTYPE_MESSAGE:
-      break;
-  }
-  MP_THROW(EnforceError, label, ": set_scalar on a message field");
-}
 
 // ---- resolving ----------------------------------------------------------------------
 
@@ -204,66 +37,23 @@ void check_not_negative(const char* field, int64_t value) {
   if (value < 0) MP_THROW(ConfigError, field, " = ", value, ": must not be negative");
 }
 
-// Model sizes beyond these are typos, not models: the config check names
-// them before anything is built (model.gpt.layers = 99999999999 would
-// otherwise build units until memory runs out).
-constexpr int64_t kMaxLayers = int64_t{1} << 16;
-constexpr int64_t kMaxWidth = int64_t{1} << 24;  // GPT context and channels, an MLP width
-constexpr double kMaxParams = 0x1p40;             // about 1.1e12 parameters
-
-void check_at_most(const char* field, int64_t value, int64_t limit) {
-  if (value > limit) MP_THROW(ConfigError, field, " = ", value, ": must be at most ", limit);
-}
-
-void check_param_count(const char* model, double params) {
-  if (params > kMaxParams) {
-    MP_THROW(ConfigError, model, ": ", params, " parameters; at most 2^40 (", kMaxParams, ") are supported");
-  }
-}
-
-// model.gpt: zero fields take the embedded default's (proto/mp.proto).
+// model.gpt: zero fields take the embedded default's (proto/mp.proto); the
+// size rules are models/gpt.h's.
 GptConfig resolve_gpt(proto::GptModelConfig& g) {
   const proto::TrainConfig base = default_train_config();
   const proto::GptModelConfig& d = base.model().gpt();
-  struct Field {
-    const char* name;
-    int64_t value;
-    int64_t fallback;
-    void (proto::GptModelConfig::*set)(int64_t);
-  };
-  const Field fields[] = {
-      {"model.gpt.vocab", g.vocab(), d.vocab(), &proto::GptModelConfig::set_vocab},
-      {"model.gpt.context", g.context(), d.context(), &proto::GptModelConfig::set_context},
-      {"model.gpt.channels", g.channels(), d.channels(), &proto::GptModelConfig::set_channels},
-      {"model.gpt.heads", g.heads(), d.heads(), &proto::GptModelConfig::set_heads},
-      {"model.gpt.layers", g.layers(), d.layers(), &proto::GptModelConfig::set_layers},
-  };
-  for (const Field& f : fields) {
-    check_positive(f.name, f.value == 0 ? f.fallback : f.value);
-    (g.*f.set)(f.value == 0 ? f.fallback : f.value);
-  }
-  constexpr int64_t kMaxVocab = int64_t{1} << 30;  // as models/gpt.h: token ids are int32
-  if (g.vocab() > kMaxVocab) {
-    MP_THROW(ConfigError, "model.gpt.vocab = ", g.vocab(), ": must be at most ", kMaxVocab);
-  }
-  check_at_most("model.gpt.context", g.context(), kMaxWidth);
-  check_at_most("model.gpt.channels", g.channels(), kMaxWidth);
-  check_at_most("model.gpt.layers", g.layers(), kMaxLayers);
-  if (g.channels() % g.heads() != 0) {
-    MP_THROW(ConfigError, "model.gpt.heads = ", g.heads(), " does not divide model.gpt.channels = ", g.channels());
-  }
-  // As models/gpt.cc lays them out: embeddings, then per layer two
-  // LayerNorms, qkv, attention projection and the MLP, then the final LayerNorm.
-  const double C = static_cast<double>(g.channels());
-  check_param_count("model.gpt",
-                    static_cast<double>(g.vocab() + g.context()) * C +
-                        static_cast<double>(g.layers()) * (12.0 * C * C + 13.0 * C) + 2.0 * C);
+  if (g.vocab() == 0) g.set_vocab(d.vocab());
+  if (g.context() == 0) g.set_context(d.context());
+  if (g.channels() == 0) g.set_channels(d.channels());
+  if (g.heads() == 0) g.set_heads(d.heads());
+  if (g.layers() == 0) g.set_layers(d.layers());
   GptConfig c;
   c.vocab = g.vocab();
   c.context = g.context();
   c.channels = g.channels();
   c.heads = g.heads();
   c.layers = g.layers();
+  check_gpt_sizes(c, "model.gpt");
   return c;
 }
 
@@ -272,14 +62,14 @@ MlpConfig resolve_mlp(const proto::MlpModelConfig& m) {
     MP_THROW(ConfigError, "model.mlp.dims has ", m.dims_size(), " entr", m.dims_size() == 1 ? "y" : "ies",
              ": need at least 2 (input width, hidden widths..., classes)");
   }
-  check_at_most("model.mlp.dims entries", m.dims_size(), kMaxLayers + 1);
+  check_size_at_most("model.mlp.dims entries", m.dims_size(), kMaxModelLayers + 1);
   double params = 0;
   for (int i = 0; i < m.dims_size(); ++i) {
     if (m.dims(i) <= 0) MP_THROW(ConfigError, "model.mlp.dims[", i, "] = ", m.dims(i), ": must be positive");
-    check_at_most(("model.mlp.dims[" + std::to_string(i) + "]").c_str(), m.dims(i), kMaxWidth);
+    check_size_at_most("model.mlp.dims[" + std::to_string(i) + "]", m.dims(i), kMaxModelWidth);
     if (i > 0) params += static_cast<double>(m.dims(i - 1) + 1) * static_cast<double>(m.dims(i));
   }
-  check_param_count("model.mlp", params);
+  check_model_params("model.mlp", params);
   MlpConfig c;
   c.dims.assign(m.dims().begin(), m.dims().end());
   return c;
@@ -319,7 +109,7 @@ void resolve_compute(const proto::ComputeConfig& c, TrainSettings& s) {
   check_not_negative("compute.threads", c.threads());
   if (!proto::DataType_IsValid(c.matmul_dtype())) {
     MP_THROW(ConfigError, "compute.matmul_dtype = ", static_cast<int>(c.matmul_dtype()), ": not a value of ",
-             proto::DataType_descriptor()->full_name(), "; valid: ", enum_names(*proto::DataType_descriptor()));
+             proto::DataType_descriptor()->full_name(), "; valid: ", enum_value_names(*proto::DataType_descriptor()));
   }
   for (int i = 0; i < c.fp32_ops_size(); ++i) {
     try {
@@ -328,6 +118,94 @@ void resolve_compute(const proto::ComputeConfig& c, TrainSettings& s) {
       MP_THROW(ConfigError, "compute.fp32_ops[", i, "] = '", c.fp32_ops(i), "': not a valid ECMAScript regex (",
                e.what(), ")");
     }
+  }
+}
+
+// model: exactly one of gpt and mlp.
+void resolve_model(proto::TrainConfig& c, TrainSettings& s) {
+  switch (c.model().kind_case()) {
+    case proto::ModelConfig::kGpt:
+      s.model = ModelKind::kGpt;
+      s.gpt = resolve_gpt(*c.mutable_model()->mutable_gpt());
+      return;
+    case proto::ModelConfig::kMlp:
+      s.model = ModelKind::kMlp;
+      s.mlp = resolve_mlp(c.model().mlp());
+      return;
+    case proto::ModelConfig::KIND_NOT_SET:
+      break;
+  }
+  MP_THROW(ConfigError, "model is not set: the config needs model { gpt { ... } } or model { mlp { ... } }");
+}
+
+// steps, the log, validation and sampling intervals, with their defaults.
+void resolve_schedule(proto::TrainConfig& c, ModelKind model) {
+  check_positive("steps", c.steps());
+  check_not_negative("log_interval", c.log_interval());
+  if (c.log_interval() == 0) c.set_log_interval(1);
+  check_not_negative("val_interval", c.val_interval());
+  check_not_negative("val_batches", c.val_batches());
+  if (c.val_batches() == 0) c.set_val_batches(4);
+  check_not_negative("sample_interval", c.sample_interval());
+  check_not_negative("sample_tokens", c.sample_tokens());
+  if (c.sample_tokens() == 0) c.set_sample_tokens(64);
+  if (c.sample_interval() > 0) {
+    if (model != ModelKind::kGpt) {
+      MP_THROW(ConfigError, "sample_interval = ", c.sample_interval(), ": text samples need model.gpt");
+    }
+    if (c.sample_tokens() > c.model().gpt().context()) {
+      MP_THROW(ConfigError, "sample_tokens = ", c.sample_tokens(), " exceeds model.gpt.context = ",
+               c.model().gpt().context());
+    }
+  }
+}
+
+// checkpoint: intervals, keep_last, the directory and whether the run saves,
+// resume, and the Hugging Face import and export (GPT only).
+void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
+  const proto::CheckpointConfig& k = c.checkpoint();
+  check_not_negative("checkpoint.interval_steps", k.interval_steps());
+  if (!(k.interval_minutes() >= 0) || !std::isfinite(k.interval_minutes())) {
+    MP_THROW(ConfigError, "checkpoint.interval_minutes = ", k.interval_minutes(), ": must be finite and >= 0");
+  }
+  check_not_negative("checkpoint.keep_last", k.keep_last());
+  s.checkpoint_keep_last = k.keep_last() > 0 ? k.keep_last() : 3;
+  s.checkpoint_dir = !k.dir().empty() ? k.dir() : c.out_dir().empty() ? "" : c.out_dir() + "/checkpoints";
+  const bool asked = k.interval_steps() > 0 || k.interval_minutes() > 0 || k.save_at_end();
+  if (asked && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.",
+             k.interval_steps() > 0 ? "interval_steps" : k.interval_minutes() > 0 ? "interval_minutes" : "save_at_end",
+             " is set but there is nowhere to save: set checkpoint.dir or out_dir");
+  }
+  s.checkpoint_saves = !s.checkpoint_dir.empty() && (asked || k.save_on_signal() || !k.has_save_on_signal());
+  if (k.resume() == "auto" && s.checkpoint_dir.empty()) {
+    MP_THROW(ConfigError, "checkpoint.resume = 'auto' looks under checkpoint.dir (or out_dir/checkpoints); neither is set");
+  }
+  const bool gpt = s.model == ModelKind::kGpt;
+  if (!k.init_from_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.init_from_safetensors: Hugging Face GPT-2 weights need model.gpt");
+  }
+  if (!k.export_safetensors().empty() && !gpt) {
+    MP_THROW(ConfigError, "checkpoint.export_safetensors: Hugging Face GPT-2 export needs model.gpt");
+  }
+  if (k.export_dtype() != proto::DATA_TYPE_UNSET && k.export_dtype() != proto::FP32 && k.export_dtype() != proto::BF16) {
+    MP_THROW(ConfigError, "checkpoint.export_dtype = ", proto::DataType_Name(k.export_dtype()), ": FP32 or BF16");
+  }
+}
+
+// The model's run fields: micro_batch_size, data_seed and threads.
+void fill_model_run(const proto::TrainConfig& c, TrainSettings& s) {
+  const int threads = c.compute().threads();
+  if (s.model == ModelKind::kGpt) {
+    s.gpt.micro_batch_size = c.data().micro_batch_size();
+    s.gpt.data_seed = c.data().seed();
+    s.gpt.threads = threads;
+    validate(s.gpt);  // a backstop: the checks above cover it
+  } else {
+    s.mlp.micro_batch_size = c.data().micro_batch_size();
+    s.mlp.data_seed = c.data().seed();
+    s.mlp.threads = threads;
+    validate(s.mlp);
   }
 }
 
@@ -365,66 +243,21 @@ proto::TrainConfig load_train_config(const std::string& path) {
 // ---- overrides --------------------------------------------------------------------
 
 void apply_override(proto::TrainConfig& config, const std::string& assignment) {
-  const size_t eq = assignment.find('=');
-  if (eq == std::string::npos) {
-    MP_THROW(ConfigError, "override '", assignment,
-             "': missing '=' (write field.path=value, e.g. engine.optimizer.lr=3e-4)");
-  }
-  const std::string path = trim(assignment.substr(0, eq));
-  const std::string value = assignment.substr(eq + 1);
-  if (path.empty()) MP_THROW(ConfigError, "override '", assignment, "': no field path before '='");
-
-  proto::TrainConfig result = config;  // on error, config stays as it was
-  pb::Message* message = &result;
-  const std::vector<std::string> names = split(path, '.');
-  std::string walked;  // the path down to `message`
-  for (size_t i = 0; i < names.size(); ++i) {
-    const pb::Descriptor& d = *message->GetDescriptor();
-    const std::string full = walked.empty() ? names[i] : walked + "." + names[i];
-    if (names[i].empty()) MP_THROW(ConfigError, "override field path '", path, "': empty field name");
-    const FD* f = d.FindFieldByName(names[i]);
-    if (f == nullptr) {
-      MP_THROW(ConfigError, "unknown field '", full, "': ", walked.empty() ? "the config" : walked, " (",
-               d.full_name(), ") has ", field_names(d));
-    }
-    const bool last = i + 1 == names.size();
-    if (!last) {
-      if (f->cpp_type() != FD::CPPTYPE_MESSAGE) {
-        MP_THROW(ConfigError, "'", path, "': ", full, " (", type_of(*f), ") is not a message");
-      }
-      if (f->is_repeated()) {
-        MP_THROW(ConfigError, "'", path, "': ", full, " (", type_of(*f),
-                 ") is a repeated message; overrides cannot reach into it (set it in a config file)");
-      }
-      message = message->GetReflection()->MutableMessage(message, f);
-      walked = full;
-      continue;
-    }
-    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
-      if (f->is_repeated()) {
-        MP_THROW(ConfigError, full, " (", type_of(*f),
-                 ") is a repeated message: overrides cannot assign it (set it in a config file)");
-      }
-      const pb::Descriptor& sub = *f->message_type();
-      MP_THROW(ConfigError, full, " (", type_of(*f), ") is a message: cannot assign a whole message; assign its fields",
-               sub.field_count() > 0 ? detail::str(", e.g. ", full, ".", sub.field(0)->name(), "=...") : "",
-               " (fields: ", field_names(sub), ")");
-    }
-    if (f->is_repeated()) {
-      message->GetReflection()->ClearField(message, f);
-      if (value.empty()) break;
-      const std::vector<std::string> items = split(value, ',');
-      for (size_t k = 0; k < items.size(); ++k) {
-        set_scalar(*message, *f, detail::str(full, "[", k, "]"), items[k]);
-      }
-    } else {
-      set_scalar(*message, *f, full, value);
-    }
-  }
-  config.Swap(&result);
+  apply_text_override(config, assignment, {"the config", "engine.optimizer.lr=3e-4"});
 }
 
 // ---- resolving ----------------------------------------------------------------------
+
+DType TrainSettings::gpt_matmul_dtype() const {
+  std::optional<DType> requested;
+  switch (config.compute().matmul_dtype()) {
+    case proto::FP32: requested = DType::kF32; break;
+    case proto::BF16: requested = DType::kBF16; break;
+    case proto::FP16: requested = DType::kF16; break;
+    default: break;
+  }
+  return mp::gpt_matmul_dtype(requested, engine_options.precision.param_dtype);
+}
 
 bool TrainSettings::is_fp32_op(const std::string& op) const {
   for (const std::regex& re : fp32_ops) {
@@ -433,91 +266,18 @@ bool TrainSettings::is_fp32_op(const std::string& op) const {
   return false;
 }
 
-void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
-  const proto::CheckpointConfig& k = c.checkpoint();
-  check_not_negative("checkpoint.interval_steps", k.interval_steps());
-  if (!(k.interval_minutes() >= 0) || !std::isfinite(k.interval_minutes())) {
-    MP_THROW(ConfigError, "checkpoint.interval_minutes = ", k.interval_minutes(), ": must be finite and >= 0");
-  }
-  check_not_negative("checkpoint.keep_last", k.keep_last());
-  s.checkpoint_keep_last = k.keep_last() > 0 ? k.keep_last() : 3;
-  s.checkpoint_dir = !k.dir().empty() ? k.dir() : c.out_dir().empty() ? "" : c.out_dir() + "/checkpoints";
-  const bool asked = k.interval_steps() > 0 || k.interval_minutes() > 0 || k.save_at_end();
-  if (asked && s.checkpoint_dir.empty()) {
-    MP_THROW(ConfigError, "checkpoint.",
-             k.interval_steps() > 0 ? "interval_steps" : k.interval_minutes() > 0 ? "interval_minutes" : "save_at_end",
-             " is set but there is nowhere to save: set checkpoint.dir or out_dir");
-  }
-  s.checkpoint_saves = !s.checkpoint_dir.empty() && (asked || k.save_on_signal() || !k.has_save_on_signal());
-  if (k.resume() == "auto" && s.checkpoint_dir.empty()) {
-    MP_THROW(ConfigError, "checkpoint.resume = 'auto' looks under checkpoint.dir (or out_dir/checkpoints); neither is set");
-  }
-  const bool gpt = s.model == ModelKind::kGpt;
-  if (!k.init_from_safetensors().empty() && !gpt) {
-    MP_THROW(ConfigError, "checkpoint.init_from_safetensors: Hugging Face GPT-2 weights need model.gpt");
-  }
-  if (!k.export_safetensors().empty() && !gpt) {
-    MP_THROW(ConfigError, "checkpoint.export_safetensors: Hugging Face GPT-2 export needs model.gpt");
-  }
-  if (k.export_dtype() != proto::DATA_TYPE_UNSET && k.export_dtype() != proto::FP32 && k.export_dtype() != proto::BF16) {
-    MP_THROW(ConfigError, "checkpoint.export_dtype = ", proto::DataType_Name(k.export_dtype()), ": FP32 or BF16");
-  }
-}
 
 TrainSettings resolve_train_config(const proto::TrainConfig& config, int world_size) {
   TrainSettings s;
   s.config = config;
   proto::TrainConfig& c = s.config;
-
-  switch (c.model().kind_case()) {
-    case proto::ModelConfig::kGpt:
-      s.model = ModelKind::kGpt;
-      s.gpt = resolve_gpt(*c.mutable_model()->mutable_gpt());
-      break;
-    case proto::ModelConfig::kMlp:
-      s.model = ModelKind::kMlp;
-      s.mlp = resolve_mlp(c.model().mlp());
-      break;
-    case proto::ModelConfig::KIND_NOT_SET:
-      MP_THROW(ConfigError, "model is not set: the config needs model { gpt { ... } } or model { mlp { ... } }");
-  }
+  resolve_model(c, s);
   resolve_data(c, s.model);
-
-  check_positive("steps", c.steps());
-  check_not_negative("log_interval", c.log_interval());
-  if (c.log_interval() == 0) c.set_log_interval(1);
-  check_not_negative("val_interval", c.val_interval());
-  check_not_negative("val_batches", c.val_batches());
-  if (c.val_batches() == 0) c.set_val_batches(4);
-  check_not_negative("sample_interval", c.sample_interval());
-  check_not_negative("sample_tokens", c.sample_tokens());
-  if (c.sample_tokens() == 0) c.set_sample_tokens(64);
-  if (c.sample_interval() > 0) {
-    if (s.model != ModelKind::kGpt) {
-      MP_THROW(ConfigError, "sample_interval = ", c.sample_interval(), ": text samples need model.gpt");
-    }
-    if (c.sample_tokens() > c.model().gpt().context()) {
-      MP_THROW(ConfigError, "sample_tokens = ", c.sample_tokens(), " exceeds model.gpt.context = ",
-               c.model().gpt().context());
-    }
-  }
-
+  resolve_schedule(c, s.model);
   resolve_compute(c.compute(), s);
   resolve_checkpoint(c, s);
   s.engine_options = resolve_engine_options(c.engine(), world_size);
-
-  const int threads = c.compute().threads();
-  if (s.model == ModelKind::kGpt) {
-    s.gpt.micro_batch_size = c.data().micro_batch_size();
-    s.gpt.data_seed = c.data().seed();
-    s.gpt.threads = threads;
-    validate(s.gpt);  // a backstop: the checks above cover it
-  } else {
-    s.mlp.micro_batch_size = c.data().micro_batch_size();
-    s.mlp.data_seed = c.data().seed();
-    s.mlp.threads = threads;
-    validate(s.mlp);
-  }
+  fill_model_run(c, s);
   return s;
 }
 

@@ -63,9 +63,10 @@ proto::TrainConfig parse_train_config(const std::string& text, const std::string
 // ---- overrides --------------------------------------------------------------------
 
 // Applies `assignment`, "field.path=value", to `config` through protobuf
-// reflection. The path names fields from TrainConfig down by their proto
-// names (engine.optimizer.lr, model.gpt.layers); the value is split at the
-// first '=' and taken by the field's type:
+// reflection (apply_text_override, formats/text_overrides.h). The path names
+// fields from TrainConfig down by their proto names (engine.optimizer.lr,
+// model.gpt.layers); the value is split at the first '=' and taken by the
+// field's type:
 //   integers    base 10, the whole value (no trailing text), within the
 //               field's range: model.gpt.layers=6
 //   floats      strtod syntax, finite: engine.optimizer.lr=3e-4
@@ -120,6 +121,9 @@ struct TrainSettings {
   // Whether the GEMM named `op` ("h3.attn.c_proj", "head") stays fp32: one
   // of fp32_ops matches the whole name.
   bool is_fp32_op(const std::string& op) const;
+  // The GPT's GEMM input dtype: gpt_matmul_dtype (models/gpt.h) of
+  // compute.matmul_dtype and engine_options' param_dtype.
+  DType gpt_matmul_dtype() const;
 };
 
 // Checks `config` for a run on `world_size` ranks and fills the defaults

@@ -2,6 +2,10 @@
 // and data of a resolved TrainConfig (launch/train_config.h), the sharded
 // engine, periodic validation, the progress log on rank 0 and the run
 // directory (metrics.jsonl, config.textproto, TensorBoard events).
+// train() is the loop; its parts: launch/run_model.h (model, data,
+// validation, sampling), launch/checkpoint_policy.h (resume, import, saves,
+// export), launch/step_agreement.h (the exchange after every step),
+// launch/run_log.h (the log) and launch/run_dir.h (the run directory).
 //
 // Note [Run log]
 // Rank 0 prints a header (ranks, model, data, memory plan, the synthetic
@@ -18,7 +22,8 @@
 // tokens/s counts every rank's tokens: world x micro_batches x
 // micro_batch_size x context per step (samples for the MLP), over the
 // step's wall time on rank 0. Model FLOP/s is that rate times
-// gpt_train_flops_per_token below, or 6 x parameters per sample for the MLP.
+// gpt_train_flops_per_token (models/gpt.h), or 6 x parameters per sample for
+// the MLP.
 //
 // Note [Step agreement]
 // After every step the ranks exchange three numbers each (one all-gather):
@@ -39,21 +44,6 @@ namespace mp {
 // Trains on every rank of `world`. Collective. Returns the process exit
 // code (0). Errors are thrown (launch/rank_main.h turns them into exit codes).
 int train(const MpiWorld& world, const TrainSettings& settings);
-
-// Training FLOPs per token of the GPT, nanoGPT's (and PaLM's) estimate
-// 6 N + 12 L C T: N the parameters without the position embeddings and
-// without the vocabulary padding (6 N: the forward and backward GEMMs), and
-// 12 L C T the attention scores and their weighted sums (forward and
-// backward, the causal half not subtracted).
-double gpt_train_flops_per_token(const GptConfig& config);
-
-// The GEMM input dtype of the GPT (models/gpt.h Note [GPT autocast]):
-// compute.matmul_dtype when set, else the precision policy's param_dtype
-// when that is bf16 (autocast's choice), else fp32 (the fp32 and tf32
-// recipes, and amp_fp16, whose fp16 GEMM inputs the CPU GEMMs do not take:
-// its GEMMs run on fp32 inputs; parameters, gradients and loss scaling stay
-// fp16 as the recipe says).
-DType gpt_matmul_dtype(const TrainSettings& settings);
 
 // The CPU threads each rank's compute gets when compute.threads is 0: the
 // cores this process may run on, divided among the node's `local_size`

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/philox_math.h"
 #include "kernels/cpu/gpt_ops.h"
 #include "models/model_util.h"
 #include "core/error.h"
@@ -354,10 +352,6 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
                          g + offset(unit, kLnfW), g + offset(unit, kLnfB), th);
 }
 
-void check_positive(const char* field, int64_t value) {
-  if (value <= 0) MP_THROW(ConfigError, "gpt.", field, " = ", value, ": must be positive");
-}
-
 }  // namespace
 
 namespace detail {
@@ -366,162 +360,6 @@ struct GptWorkspace {
   GptBuffers<float> buffers;
 };
 }  // namespace detail
-
-// ---- config -------------------------------------------------------------------
-
-void validate(const GptConfig& config) {
-  check_positive("vocab", config.vocab);
-  check_positive("context", config.context);
-  check_positive("channels", config.channels);
-  check_positive("heads", config.heads);
-  check_positive("layers", config.layers);
-  check_positive("micro_batch_size", config.micro_batch_size);
-  constexpr int64_t kMaxVocab = int64_t{1} << 30;  // token ids are int32
-  if (config.vocab > kMaxVocab) {
-    MP_THROW(ConfigError, "gpt.vocab = ", config.vocab, ": must be at most ", kMaxVocab);
-  }
-  if (config.channels % config.heads != 0) {
-    MP_THROW(ConfigError, "gpt.heads = ", config.heads, " does not divide gpt.channels = ", config.channels);
-  }
-  if (config.threads < 0) {
-    MP_THROW(ConfigError, "gpt.threads = ", config.threads, ": must be 0 (default) or positive");
-  }
-  if (config.matmul_dtype != DType::kF32 && config.matmul_dtype != DType::kBF16) {
-    MP_THROW(ConfigError, "compute.matmul_dtype = ", dtype_name(config.matmul_dtype), ": must be fp32 or bf16");
-  }
-  for (size_t k = 0; k < config.fp32_ops.size(); ++k) {
-    try {
-      const std::regex check(config.fp32_ops[k], std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      MP_THROW(ConfigError, "compute.fp32_ops[", k, "] = '", config.fp32_ops[k],
-               "': not a valid regular expression (", e.what(), ")");
-    }
-  }
-}
-
-std::vector<std::string> gpt_matmul_op_names(int64_t layers) {
-  std::vector<std::string> names;
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string h = "h" + std::to_string(l);
-    // The BlockOp order.
-    for (const char* op : {".attn.c_attn", ".attn.c_proj", ".mlp.c_fc", ".mlp.c_proj"}) names.push_back(h + op);
-  }
-  names.emplace_back("head");
-  return names;
-}
-
-std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config) {
-  validate(config);
-  std::vector<std::regex> fp32;
-  for (const std::string& pattern : config.fp32_ops) fp32.emplace_back(pattern, std::regex::ECMAScript);
-  std::vector<DType> dtypes;
-  for (const std::string& name : gpt_matmul_op_names(config.layers)) {
-    const bool keep =
-        std::any_of(fp32.begin(), fp32.end(), [&](const std::regex& r) { return std::regex_match(name, r); });
-    dtypes.push_back(keep ? DType::kF32 : config.matmul_dtype);
-  }
-  return dtypes;
-}
-
-int64_t gpt_padded_vocab(int64_t vocab) {
-  return (vocab + kGptVocabMultiple - 1) / kGptVocabMultiple * kGptVocabMultiple;
-}
-
-// ---- data -------------------------------------------------------------------
-
-GptData::GptData(const GptConfig& config) {
-  validate(config);
-  vocab_ = config.vocab;
-  context_ = config.context;
-  batch_ = config.micro_batch_size;
-  seed_ = config.data_seed;
-  successors_.resize(static_cast<size_t>(vocab_ * kGptSuccessors));
-  for (size_t i = 0; i < successors_.size(); ++i) {
-    const uint32_t word = math::philox_u32(seed_, kGptTransitionStream, i);
-    successors_[i] = static_cast<int32_t>(word % static_cast<uint64_t>(vocab_));
-  }
-}
-
-void GptData::sequence(int64_t index, int32_t* tokens) const {
-  MP_ENFORCE_GE(index, 0, "sequence index");
-  walk(index, tokens, tokens + 1);
-}
-
-void GptData::micro_batch(int64_t global_index, int32_t* inputs, int32_t* targets) const {
-  MP_ENFORCE_GE(global_index, 0, "micro-batch index");
-  for (int64_t b = 0; b < batch_; ++b) {
-    walk(global_index * batch_ + b, inputs + b * context_, targets + b * context_);
-  }
-}
-
-// Token j of the sequence goes to inputs[j] (j < context) and targets[j - 1]
-// (j >= 1). Word j >= 1: noise when bits 0-2 are all zero (1/8), the noise
-// token from bits 8-31; else the successor that bits 3-4 pick.
-void GptData::walk(int64_t index, int32_t* inputs, int32_t* targets) const {
-  const auto stream = static_cast<uint64_t>(index);
-  const auto vocab = static_cast<uint64_t>(vocab_);
-  auto token = static_cast<int32_t>(math::philox_u32(seed_, stream, 0) % vocab);
-  inputs[0] = token;
-  for (int64_t j = 1; j <= context_; ++j) {
-    const uint32_t word = math::philox_u32(seed_, stream, static_cast<uint64_t>(j));
-    if ((word & 7u) == 0) {
-      token = static_cast<int32_t>((word >> 8) % vocab);
-    } else {
-      token = successors_[static_cast<size_t>(token * kGptSuccessors + ((word >> 3) & 3u))];
-    }
-    targets[j - 1] = token;
-    if (j < context_) inputs[j] = token;
-  }
-}
-
-std::string GptData::describe() const {
-  return "synthetic Markov language (vocab " + std::to_string(vocab_) + ", seed " + std::to_string(seed_) + ")";
-}
-
-// P(x % n == v) for x uniform on [0, 2^bits): the count of such x over 2^bits.
-static double uniform_mod_probability(int bits, uint64_t n, uint64_t v) {
-  const uint64_t range = uint64_t{1} << bits;
-  return static_cast<double>((range - 1 - v) / n + 1) / static_cast<double>(range);
-}
-
-double GptData::entropy_floor() const {
-  const auto vocab = static_cast<size_t>(vocab_);
-  std::vector<double> noise(vocab), dist(vocab), next(vocab), row(vocab);
-  for (size_t w = 0; w < vocab; ++w) {
-    noise[w] = uniform_mod_probability(24, vocab, w);  // bits 8-31 of the word
-    dist[w] = uniform_mod_probability(32, vocab, w);   // token 0
-  }
-  // H(next | v) and the transition rows, one token v at a time.
-  std::vector<double> entropy(vocab);
-  std::vector<std::vector<double>> transition(vocab);
-  for (size_t v = 0; v < vocab; ++v) {
-    for (size_t w = 0; w < vocab; ++w) row[w] = noise[w] / 8.0;
-    for (int64_t j = 0; j < kGptSuccessors; ++j) {
-      row[static_cast<size_t>(successors_[v * kGptSuccessors + static_cast<size_t>(j)])] +=
-          7.0 / 8.0 / static_cast<double>(kGptSuccessors);
-    }
-    double h = 0;
-    for (size_t w = 0; w < vocab; ++w) {
-      if (row[w] > 0) h -= row[w] * std::log(row[w]);
-    }
-    entropy[v] = h;
-    transition[v] = row;
-  }
-  // Target j (1 .. context) follows token j - 1, whose distribution is
-  // token 0's pushed through the chain j - 1 times.
-  double total = 0;
-  for (int64_t j = 1; j <= context_; ++j) {
-    double expected = 0;
-    for (size_t v = 0; v < vocab; ++v) expected += dist[v] * entropy[v];
-    total += expected;
-    std::fill(next.begin(), next.end(), 0.0);
-    for (size_t v = 0; v < vocab; ++v) {
-      for (size_t w = 0; w < vocab; ++w) next[w] += dist[v] * transition[v][w];
-    }
-    dist.swap(next);
-  }
-  return total / static_cast<double>(context_);
-}
 
 // ---- whole model on flat buffers ---------------------------------------------
 

@@ -86,6 +86,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,12 +120,53 @@ std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config);
 
 // Throws ConfigError naming the field, e.g. "gpt.heads = 5 does not divide
 // gpt.channels = 32", "gpt.layers = 0: must be positive" or
-// "compute.fp32_ops[1] = "h(": not an ECMAScript regex (...)".
+// "compute.fp32_ops[1] = "h(": not an ECMAScript regex (...)": the size
+// rules of check_gpt_sizes(config, "gpt"), then micro_batch_size, threads,
+// matmul_dtype and fp32_ops.
 void validate(const GptConfig& config);
+
+// The size rules of a GPT, each a ConfigError naming the field as
+// PREFIX.NAME (with "model.gpt": "model.gpt.heads = 5 does not divide
+// model.gpt.channels = 32"): vocab, context, channels, heads and layers
+// positive; vocab at most 2^30 (token ids are int32); context and channels
+// at most kMaxModelWidth, layers at most kMaxModelLayers, and at most
+// kMaxModelParams parameters (gpt_parameter_count; models/model_limits.h);
+// heads divides channels.
+void check_gpt_sizes(const GptConfig& config, const std::string& prefix);
 
 inline constexpr int64_t kGptVocabMultiple = 128;
 // vocab rounded up to a multiple of kGptVocabMultiple.
 int64_t gpt_padded_vocab(int64_t vocab);
+
+// ---- sizes and costs -----------------------------------------------------------
+
+// The parameters: wte vocab x C (without the padding to gpt_padded_vocab),
+// wpe context x C, 12 C^2 + 13 C per block, ln_f 2 C. A double, so a config
+// check can count absurd sizes; Gpt::spec_for(config).numel() is this plus
+// wte's padding rows.
+double gpt_parameter_count(const GptConfig& config);
+
+// Training FLOPs per token of the GPT, nanoGPT's (and PaLM's) estimate
+// 6 N + 12 L C T: N the parameters without the position embeddings and
+// without the vocabulary padding (6 N: the forward and backward GEMMs), and
+// 12 L C T the attention scores and their weighted sums (forward and
+// backward, the causal half not subtracted).
+double gpt_train_flops_per_token(const GptConfig& config);
+
+// The GEMM input dtype (Note [GPT autocast]) of a GPT whose parameters are
+// `param_dtype` (the precision policy's): `requested` (compute.matmul_dtype)
+// when given, else bf16 when param_dtype is bf16 (autocast's choice), else
+// fp32 (the fp32 and tf32 recipes, and amp_fp16, whose fp16 GEMM inputs the
+// CPU GEMMs do not take: its GEMMs run on fp32 inputs; parameters, gradients
+// and loss scaling stay fp16 as the recipe says). Throws ConfigError when
+// fp16 is requested.
+DType gpt_matmul_dtype(std::optional<DType> requested, DType param_dtype);
+
+// The run log's line for the model: "GPT-2 of N parameters (layers L,
+// channels C, heads H, context T, vocab V); GEMMs on bf16 inputs, K kept
+// fp32 (compute.fp32_ops)" (the last part only when some are). Validates
+// config.
+std::string gpt_describe(const GptConfig& config);
 
 // ---- data (Note [GPT data]) ---------------------------------------------------
 
@@ -195,6 +237,7 @@ class Gpt final : public Model {
   // and context must equal the config's (EnforceError otherwise).
   void set_source(std::shared_ptr<const TokenBatchSource> source);
   const TokenBatchSource& source() const { return *source_; }
+  const std::shared_ptr<const TokenBatchSource>& shared_source() const { return source_; }
   // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
   // (non-fp32 parameters are converted to an fp32 workspace first).
   void forward(int unit, const Tensor& params) override;

@@ -3,6 +3,7 @@
 // path, narrow parameters, determinism across runs and thread counts,
 // untouched gaps, no allocations per call, config errors, the padded
 // vocabulary, the data, and a short training run.
+#include "models/gpt_sample.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {
@@ -333,6 +334,46 @@ TEST(Gpt, ConfigErrorsNameTheField) {
   expect_config_error(bad_regex, "compute.fp32_ops[1] = 'h(0': not a valid regular expression");
   EXPECT_THROW(Gpt::spec_for(make_config(64, 16, 32, 3, 2, 2)), ConfigError);
   EXPECT_THROW(GptData(make_config(64, 0, 32, 4, 2, 2)), ConfigError);
+}
+
+TEST(Gpt, SizesAndCostsCountTheLayout) {
+  // gpt_parameter_count is the layout's numel without wte's padding rows.
+  for (const GptConfig& c : {make_config(64, 16, 32, 4, 2, 2), make_config(300, 8, 48, 6, 3, 1)}) {
+    const double padding = static_cast<double>((gpt_padded_vocab(c.vocab) - c.vocab) * c.channels);
+    EXPECT_EQ(gpt_parameter_count(c) + padding, static_cast<double>(Gpt::spec_for(c).numel()));
+  }
+  // GPT-2 124M at T = 1024: nanoGPT's 6 N + 12 L C T with N = 123,653,376
+  // (wpe excluded, vocab 50257 unpadded).
+  GptConfig gpt2 = make_config(50257, 1024, 768, 12, 12, 1);
+  EXPECT_EQ(gpt_parameter_count(gpt2), 123653376.0 + 1024 * 768);
+  EXPECT_EQ(gpt_train_flops_per_token(gpt2), 6 * 123653376.0 + 12.0 * 12 * 768 * 1024);
+  EXPECT_EQ(gpt_matmul_dtype(std::nullopt, DType::kBF16), DType::kBF16);
+  EXPECT_EQ(gpt_matmul_dtype(std::nullopt, DType::kF16), DType::kF32);
+  EXPECT_EQ(gpt_matmul_dtype(DType::kF32, DType::kBF16), DType::kF32);
+  EXPECT_THROW(gpt_matmul_dtype(DType::kF16, DType::kF32), ConfigError);
+  const std::string d = gpt_describe(make_config(64, 16, 32, 4, 2, 2));
+  EXPECT_EQ(d.rfind("GPT-2 of ", 0), 0u) << d;
+  EXPECT_NE(d.find("(layers 2, channels 32, heads 4, context 16, vocab 64); GEMMs on fp32 inputs"), std::string::npos)
+      << d;
+}
+
+TEST(Gpt, SampledTokensPrintAsBytesOrIds) {
+  EXPECT_EQ(gpt_tokens_text({10, 65, 32, 0, 255}, 256), "\\nA \\x00\\xff");
+  EXPECT_EQ(gpt_tokens_text({10, 65, 300}, 301), "10 65 300");
+}
+
+TEST(Gpt, SizeRulesNameTheFieldUnderThePrefix) {
+  GptConfig c = make_config(64, 16, 32, 4, 2, 2);
+  c.layers = int64_t{1} << 17;
+  try {
+    check_gpt_sizes(c, "model.gpt");
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.message(), "model.gpt.layers = 131072: must be at most 65536");
+  }
+  expect_config_error(c, "gpt.layers = 131072: must be at most 65536");
+  c = make_config(1 << 20, 4096, 1 << 19, 4, 1, 2);  // 12 C^2 alone is 3.3e12 parameters
+  expect_config_error(c, "gpt: 3.85045e+12 parameters; at most 2^40 (1.09951e+12) are supported");
 }
 
 TEST(Gpt, ModelEnforcesTheCallOrder) {

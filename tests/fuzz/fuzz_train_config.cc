@@ -1,6 +1,6 @@
 // tests/fuzz/fuzz_train_config.cc: the TrainConfig text parser, --set
-// overrides and the config checks (launch/train_config.h) on untrusted
-// text. Input: the config text, then overrides, each after a NUL byte
+// overrides (formats/text_overrides.h) and the config checks
+// (launch/train_config.h) on untrusted text. Input: the config text, then overrides, each after a NUL byte
 // ("field.path=value"). Properties checked beyond "no crash":
 // - a failed override leaves the config unchanged;
 // - every string field of an accepted config is UTF-8;
