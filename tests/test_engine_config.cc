@@ -6,10 +6,13 @@
 #include "models/flat_layout.h"
 #include "runtime/memory_plan.h"
 #include "runtime/precision.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
 
+using testing::contains;
+using testing::error_of;
 using PP = proto::PrecisionPolicy;
 using SC = proto::ShardingConfig;
 
@@ -19,18 +22,6 @@ ModelSpec two_units() {
   m.units.push_back(UnitSpec{"b", {ParamSpec{"b.w", {7}, {}}}});
   return m;
 }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(FlatLayout, AlignsParamsAndPadsToTheGroupSize) {
   const FlatLayout l(two_units(), 3);

@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <random>
 #include <regex>
@@ -28,11 +27,14 @@
 #include "core/error.h"
 #include "launch/metrics.h"
 #include "launch/tensorboard.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_of;
+using testing::read_bytes;
 
 // CRC-32C one bit at a time, straight from the definition: the reference
 // the table-driven crc32c() is compared with.
@@ -57,11 +59,6 @@ uint64_t get_le(const std::string& bytes, size_t at, int n_bytes) {
   uint64_t v = 0;
   for (int i = 0; i < n_bytes; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
   return v;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // A TFRecord reader written apart from the writer: every record's framing,
@@ -115,25 +112,8 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return lines;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-
-class RunDirTest : public ::testing::Test {
+class RunDirTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/mp_metrics_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::vector<std::string> event_files(const std::string& dir) const {
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -141,8 +121,6 @@ class RunDirTest : public ::testing::Test {
     }
     return files;
   }
-
-  std::string dir_;
 };
 using TensorBoardEvents = RunDirTest;
 using MetricsJsonl = RunDirTest;

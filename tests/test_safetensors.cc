@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "models/flat_layout.h"
 #include "formats/safetensors.h"
+#include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR
 #error "MP_TEST_GOLDEN_DIR (tests/golden) must be defined by the build"
@@ -39,6 +40,10 @@ namespace mp {
 namespace {
 
 using Json = nlohmann::json;
+using testing::error_of;
+using testing::read_bytes;
+using testing::TempDirTest;
+using testing::write_bytes;
 
 uint32_t bits_of(float v) {
   uint32_t b = 0;
@@ -60,15 +65,6 @@ std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 uint64_t header_length(const std::string& bytes) {
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
@@ -81,34 +77,6 @@ std::string file_bytes(const std::string& header, const std::string& data) {
   std::string out(reinterpret_cast<const char*>(&n), 8);
   return out + header + data;
 }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.message();
-  } catch (const Error& e) {
-    return "(not a ConfigError) " + e.message();
-  }
-  return "(no error)";
-}
-
-class TempDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char dir[] = "/tmp/mp_safetensors_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
 
 // ---- safetensors ------------------------------------------------------------------
 
@@ -326,7 +294,7 @@ TEST_F(Safetensors, CorruptFilesNameTheFileTheTensorAndTheProblem) {
   for (const Case& c : cases) {
     const std::string p = path(std::string(c.name) + ".safetensors");
     write_bytes(p, c.bytes);
-    const std::string message = error_of([&] { read_safetensors(p); });
+    const std::string message = error_of<ConfigError>([&] { read_safetensors(p); });
     const std::string prefix = "safetensors file '" + p + "': ";
     EXPECT_EQ(message.rfind(prefix, 0), 0u) << c.name << ": " << message;
     EXPECT_NE(message.find(c.expected), std::string::npos)
@@ -501,7 +469,7 @@ TEST_F(GptHf, ImportNamesWhatDoesNotFitTheConfig) {
   const auto import_error = [&](const std::string& name, const std::vector<SafetensorsTensor>& tensors) {
     const std::string p = path(name + ".safetensors");
     write_safetensors(p, tensors, {{"format", "pt"}});
-    return error_of([&] { import_gpt_hf(p, config_); });
+    return error_of<ConfigError>([&] { import_gpt_hf(p, config_); });
   };
   const std::string where = "GPT-2 file '" + path("");
   const std::string cfg = "(vocab 100, context 8, channels 16, heads 2, layers 2)";
@@ -546,16 +514,16 @@ TEST_F(GptHf, ImportNamesWhatDoesNotFitTheConfig) {
   export_gpt_hf(path("heads"), config_, lookup(w), DType::kF32);
   GptConfig four_heads = config_;
   four_heads.heads = 4;
-  EXPECT_EQ(error_of([&] { import_gpt_hf(path("heads"), four_heads); }),
+  EXPECT_EQ(error_of<ConfigError>([&] { import_gpt_hf(path("heads"), four_heads); }),
             "GPT-2 config '" + path("heads/config.json") +
                 "': n_head = 2, but the model config has 4 (vocab 100, context 8, channels 16, heads 4, layers 2)");
   Json cfg_json = Json::parse(read_bytes(path("heads/config.json")));
   cfg_json["activation_function"] = "relu";
   write_bytes(path("heads/config.json"), cfg_json.dump());
-  EXPECT_NE(error_of([&] { import_gpt_hf(path("heads"), config_); }).find("activation_function = \"relu\""),
+  EXPECT_NE(error_of<ConfigError>([&] { import_gpt_hf(path("heads"), config_); }).find("activation_function = \"relu\""),
             std::string::npos);
   write_bytes(path("heads/config.json"), "{oops");
-  EXPECT_NE(error_of([&] { import_gpt_hf(path("heads"), config_); }).find("config.json': not valid JSON"),
+  EXPECT_NE(error_of<ConfigError>([&] { import_gpt_hf(path("heads"), config_); }).find("config.json': not valid JSON"),
             std::string::npos);
   EXPECT_THROW(import_gpt_hf(path("nothing"), config_), IoError);
 }

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +13,7 @@
 #include "runtime/checkpoint.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 namespace {
@@ -51,10 +51,6 @@ class CheckpointTest : public MpiTest {
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> self_;
 };
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 std::vector<std::vector<float>> all_weights(Engine& e) {
   std::vector<std::vector<float>> w;
@@ -262,15 +258,6 @@ void flip_byte(const std::string& path, int64_t at) {
   c = static_cast<char>(c ^ 0x5A);
   f.seekp(at);
   f.write(&c, 1);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Each rank breaks its own copy (world size 1 each): every kind of damage

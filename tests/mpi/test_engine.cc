@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "mp/config.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 namespace {
@@ -33,17 +33,6 @@ class EngineTest : public MpiTest {
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> self_;
 };
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-size_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
-  }
-  return std::min(a.size(), b.size());
-}
 
 // What 20 steps must bring the loss down to, as a fraction of the first
 // (GPT: about 0.88 measured, from ln 50; MLP: about 0.6).
@@ -448,15 +437,6 @@ TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
   }
 }
 
-std::string numeric_error_of(Engine& engine, Model& model) {
-  try {
-    engine.step(model);
-  } catch (const NumericError& e) {
-    return e.what();
-  }
-  return "(no NumericError)";
-}
-
 // non_finite = NON_FINITE_STOP: every rank stops at the bad step with an
 // error naming the rank and unit, weights as after the step before; and
 // max_consecutive_skips ends a run whose gradients stay non-finite.
@@ -471,7 +451,7 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
     engine.step(model);
     std::vector<std::vector<float>> before;
     for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
-    const std::string msg = numeric_error_of(engine, model);
+    const std::string msg = error_of<NumericError>([&] { engine.step(model); });
     EXPECT_NE(msg.find("step 2: non-finite gradients, first from rank " + std::to_string(n - 1) + ", unit layer1"),
               std::string::npos) << msg;
     EXPECT_NE(msg.find("weights and moments are those after step 1"), std::string::npos) << msg;
@@ -486,7 +466,7 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
     EXPECT_FALSE(engine.step(model).skipped);
     EXPECT_EQ(engine.step(model).consecutive_skips, 1);
     EXPECT_EQ(engine.step(model).consecutive_skips, 2);
-    const std::string msg = numeric_error_of(engine, model);
+    const std::string msg = error_of<NumericError>([&] { engine.step(model); });
     EXPECT_NE(msg.find("step 4: 3 steps in a row had non-finite gradients (first from rank 0, unit layer1 this time)"),
               std::string::npos) << msg;
   }
