@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "gpt_test_util.h"
 #include "kernels/convert_math.h"
 #include "models/gpt.h"
 #include "models/gpt_hf.h"
 #include "core/error.h"
 #include "models/flat_layout.h"
 #include "formats/safetensors.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR
@@ -361,7 +361,7 @@ class GptHf : public TempDirTest {
     return out;
   }
 
-  GptConfig config_ = gpt_test::make_config(100, 8, 16, 2, 2, 2);
+  const GptConfig config_ = testing::small_gpt(100);
 };
 
 TEST_F(GptHf, OurNamesMapToTransformersGpt2Names) {
@@ -545,11 +545,11 @@ TEST_F(GptHf, TransformersComputesOurLogitsFromTheExport) {
   const std::string script = std::string(MP_TEST_GOLDEN_DIR) + "/../check_hf_export.py";
 
   // Weights large enough that attention and GELU are far from linear; wte's padding rows nonzero.
-  const GptConfig c = gpt_test::make_config(100, 8, 16, 2, 2, 2);
+  const GptConfig& c = config_;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
-    gpt_test::Units32 units = gpt_test::init_params(layout, 77, 10.0f, 0.2f);
+    testing::Units32 units = testing::init_params(layout, 77, 10.0f, 0.2f);
     if (dtype == DType::kBF16) {
       for (auto& unit : units) {
         for (float& v : unit) v = math::to_f32(math::from_f32<bf16>(v));
@@ -557,7 +557,7 @@ TEST_F(GptHf, TransformersComputesOurLogitsFromTheExport) {
     }
     Gpt model(c);
     model.begin_micro_batch(0);
-    for (int u = 0; u < layout.num_units(); ++u) model.forward(u, gpt_test::wrap(units[static_cast<size_t>(u)]));
+    for (int u = 0; u < layout.num_units(); ++u) model.forward(u, testing::wrap(units[static_cast<size_t>(u)]));
     const std::string out = root + "/" + std::string(dtype_name(dtype));
     export_gpt_hf(out, c, [&](const std::string& name) {
       const ParamPlacement& p = layout.param(name);

@@ -15,6 +15,7 @@
 #include "models/token_data.h"
 #include "core/error.h"
 #include "formats/token_file.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 namespace mp {
@@ -130,13 +131,7 @@ TEST(TokenData, TooFewTokensNameTheFile) {
 }
 
 GptConfig small(int64_t vocab, int64_t context) {
-  GptConfig c;
-  c.vocab = vocab;
-  c.context = context;
-  c.channels = 8;
-  c.heads = 2;
-  c.layers = 1;
-  c.micro_batch_size = 4;
+  GptConfig c = testing::gpt_config(vocab, context, 8, 2, 1, 4, /*threads=*/0);
   c.data_seed = 99;
   return c;
 }

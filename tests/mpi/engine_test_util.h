@@ -10,6 +10,7 @@
 #include "models/mlp.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
+#include "tests/model_test_util.h"
 
 namespace mp::testing {
 
@@ -36,14 +37,6 @@ inline proto::EngineConfig engine_config(Strategy strategy, const std::string& r
   return c;
 }
 
-inline MlpConfig small_mlp(int64_t micro_batch_size = 4) {
-  MlpConfig m;
-  m.dims = {12, 24, 20, 6};
-  m.micro_batch_size = micro_batch_size;
-  m.threads = 1;
-  return m;
-}
-
 struct TrainRun {
   std::vector<double> losses;
   std::vector<double> norms;
@@ -52,21 +45,9 @@ struct TrainRun {
   MemoryPlan plan;
 };
 
-// The two test models: the MLP and a 2-layer GPT-2.
+// The two test models: small_mlp() and small_gpt() (tests/model_test_util.h).
 enum class TestModel { kMlp, kGpt };
 inline const char* test_model_name(TestModel m) { return m == TestModel::kMlp ? "mlp" : "gpt"; }
-
-inline GptConfig small_gpt() {
-  GptConfig g;
-  g.vocab = 50;
-  g.context = 8;
-  g.channels = 16;
-  g.heads = 2;
-  g.layers = 2;
-  g.micro_batch_size = 2;
-  g.threads = 1;
-  return g;
-}
 
 inline std::unique_ptr<Model> make_model(TestModel m) {
   if (m == TestModel::kGpt) return std::make_unique<Gpt>(small_gpt());
