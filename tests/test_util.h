@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,15 @@ inline std::string sci(double v) {
   std::ostringstream os;
   os << std::scientific << v;
   return os.str();
+}
+
+// n values drawn from N(0, scale^2), the same for the same seed.
+inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
 }
 
 // The whole file; empty when it cannot be read.
