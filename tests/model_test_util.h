@@ -1,6 +1,7 @@
 // tests/model_test_util.h: what the model tests share, GPT and MLP alike:
-// the small test shapes, parameters as unit buffers of a FlatLayout, and one
-// micro-batch through the Model interface.
+// the small test shapes, parameters as unit buffers of a FlatLayout, one
+// micro-batch through the Model interface, and whole-model gradients
+// against finite differences.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -147,6 +148,43 @@ inline double run_model(Model& model, int64_t g, const std::vector<Tensor>& para
     model.backward(u, params[static_cast<size_t>(u)], grads[static_cast<size_t>(u)]);
   }
   return loss;
+}
+
+// ---- gradients against finite differences -------------------------------------
+
+struct FdErrors {
+  double max_abs = 0.0;  // max |grad - fd|
+  double max_rel = 0.0;  // max |grad - fd| / max(|fd|, floor)
+};
+
+// Every parameter element of p (gaps and padding of `layout` left alone)
+// moved by +-1e-5: the central difference of loss(p) is expected within
+// 1e-6 max(|fd|, floor) of `grads`, the gradient of loss at p.
+template <class Loss>
+FdErrors expect_gradients_match_finite_differences(const FlatLayout& layout, Units64& p, const Units64& grads,
+                                                   double floor, Loss&& loss) {
+  const double h = 1e-5;
+  FdErrors errors;
+  for (size_t u = 0; u < p.size(); ++u) {
+    for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
+      for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
+        double& v = p[u][static_cast<size_t>(i)];
+        const double saved = v;
+        v = saved + h;
+        const double up = loss(p);
+        v = saved - h;
+        const double down = loss(p);
+        v = saved;
+        const double fd = (up - down) / (2 * h);
+        const double g = grads[u][static_cast<size_t>(i)];
+        const double scale = std::max(std::abs(fd), floor);
+        errors.max_abs = std::max(errors.max_abs, std::abs(g - fd));
+        errors.max_rel = std::max(errors.max_rel, std::abs(g - fd) / scale);
+        EXPECT_NEAR(g, fd, 1e-6 * scale) << pp.name << "[" << i - pp.offset << "]";
+      }
+    }
+  }
+  return errors;
 }
 
 // Expects constructing an M from c to throw a ConfigError containing `expected`.

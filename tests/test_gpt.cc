@@ -27,31 +27,11 @@ TEST(Gpt, DoubleGradientsMatchFiniteDifferences) {
   // Larger weights than the init, so attention and gelu are far from linear.
   Units64 p = to_double(init_params(layout, 21, 10.0f, 0.2f));
   Units64 grads, scratch;
-  auto loss_of = [&](Units64& g) {
-    return gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p, g);
-  };
-  loss_of(grads);
-  const double h = 1e-5;
-  double max_rel = 0.0;
-  for (size_t u = 0; u < p.size(); ++u) {
-    for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
-      for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-        double& v = p[u][static_cast<size_t>(i)];
-        const double saved = v;
-        v = saved + h;
-        const double up = loss_of(scratch);
-        v = saved - h;
-        const double down = loss_of(scratch);
-        v = saved;
-        const double fd = (up - down) / (2 * h);
-        const double g = grads[u][static_cast<size_t>(i)];
-        const double scale = std::max(std::abs(fd), 1e-3);
-        max_rel = std::max(max_rel, std::abs(g - fd) / scale);
-        EXPECT_NEAR(g, fd, 1e-6 * scale) << pp.name << "[" << i - pp.offset << "]";
-      }
-    }
-  }
-  RecordProperty("max_rel_err", sci(max_rel));
+  gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p, grads);
+  const FdErrors errors = expect_gradients_match_finite_differences(layout, p, grads, 1e-3, [&](const Units64& q) {
+    return gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), q, scratch);
+  });
+  RecordProperty("max_rel_err", sci(errors.max_rel));
 }
 
 TEST(Gpt, Fp32ModelMatchesDoublePath) {

@@ -34,26 +34,9 @@ TEST(Mlp, DoubleGradientsMatchFiniteDifferences) {
     Units64 p = to_double(init_params(layout, 11, 1.0f, 0.3f));
     Units64 grads, scratch;
     double_loss(c, x, labels, p, grads);
-    const double h = 1e-5;
-    double max_err = 0.0;
-    for (size_t u = 0; u < p.size(); ++u) {
-      for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
-        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-          double& v = p[u][static_cast<size_t>(i)];
-          const double saved = v;
-          v = saved + h;
-          const double up = double_loss(c, x, labels, p, scratch);
-          v = saved - h;
-          const double down = double_loss(c, x, labels, p, scratch);
-          v = saved;
-          const double fd = (up - down) / (2 * h);
-          const double g = grads[u][static_cast<size_t>(i)];
-          max_err = std::max(max_err, std::abs(g - fd));
-          EXPECT_NEAR(g, fd, 1e-6 * std::max(std::abs(fd), 1e-2)) << pp.name << "[" << i - pp.offset << "]";
-        }
-      }
-    }
-    RecordProperty("max_abs_err_layers_" + std::to_string(dims.size() - 1), sci(max_err));
+    const FdErrors errors = expect_gradients_match_finite_differences(
+        layout, p, grads, 1e-2, [&](const Units64& q) { return double_loss(c, x, labels, q, scratch); });
+    RecordProperty("max_abs_err_layers_" + std::to_string(dims.size() - 1), sci(errors.max_abs));
   }
 }
 
