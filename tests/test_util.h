@@ -81,6 +81,23 @@ inline size_t first_difference(const std::vector<float>& a, const std::vector<fl
   return std::min(a.size(), b.size());
 }
 
+// Unit buffers (weights, shards, gradients), one vector per unit.
+using UnitVectors = std::vector<std::vector<float>>;
+
+// As many units, each the same bits; a failure names the first unit that
+// differs and its first differing element.
+inline ::testing::AssertionResult same_bits(const UnitVectors& a, const UnitVectors& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " units vs " << b.size();
+  for (size_t u = 0; u < a.size(); ++u) {
+    if (!same_bits(a[u], b[u])) {
+      return ::testing::AssertionFailure() << "unit " << u << " differs first at element "
+                                           << first_difference(a[u], b[u]) << " (sizes " << a[u].size() << ", "
+                                           << b[u].size() << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // A fresh directory $TMPDIR/mp_<prefix>_XXXXXX (mkdtemp), removed with all
 // it holds when the object is destroyed.
 class TempDir {
