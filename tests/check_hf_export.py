@@ -5,7 +5,7 @@ Usage: check_hf_export.py EXPORT_DIR LOGITS_JSON [--tolerance 1e-3]
 
 EXPORT_DIR is what models/gpt_hf.h export_gpt_hf writes (model.safetensors
 and config.json). LOGITS_JSON holds the tokens our GPT ran on and the logits
-it computed (tests/test_safetensors.cc, GptHf.TransformersComputesOurLogits-
+it computed (tests/test_gpt_hf.cc, GptHf.TransformersComputesOurLogits-
 FromTheExport, writes it):
 
   {"tokens": [[t, ...], ...],          # [batch][positions] token ids

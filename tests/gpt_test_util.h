@@ -1,48 +1,27 @@
-// tests/gpt_test_util.h: helpers shared by the GPT op and model tests.
+// tests/gpt_test_util.h: what the GPT op and model tests add to
+// tests/model_test_util.h: micro-batches of the synthetic data, random
+// vectors and finite-difference checks of the ops in double.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <functional>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "kernels/convert.h"
-#include "models/gpt.h"
 #include "kernels/cpu/gpt_ops.h"
-#include "models/flat_layout.h"
+#include "models/gpt.h"
+#include "tests/model_test_util.h"
+#include "tests/test_util.h"
 
-namespace mp::gpt_test {
+namespace mp::testing {
 
 using Vec = std::vector<double>;
-using Units32 = std::vector<std::vector<float>>;
-using Units64 = std::vector<std::vector<double>>;
-
-inline GptConfig make_config(int64_t vocab, int64_t context, int64_t channels, int64_t heads, int64_t layers,
-                             int64_t batch, int threads = 1) {
-  GptConfig c;
-  c.vocab = vocab;
-  c.context = context;
-  c.channels = channels;
-  c.heads = heads;
-  c.layers = layers;
-  c.micro_batch_size = batch;
-  c.threads = threads;
-  return c;
-}
-
-inline std::string sci(double v) {
-  std::ostringstream os;
-  os << std::scientific << v;
-  return os.str();
-}
 
 inline Vec random_vec(size_t n, uint32_t seed, double scale = 1.0, double offset = 0.0) {
   std::mt19937 rng(seed);
@@ -52,49 +31,7 @@ inline Vec random_vec(size_t n, uint32_t seed, double scale = 1.0, double offset
   return v;
 }
 
-// Unit buffers of `layout`'s padded size: normal parameters with the spec's
-// scale times weight_mult, ones as 1 + bias_std N(0, 1), zeros as bias_std
-// N(0, 1), gaps and padding `gap`.
-inline Units32 init_params(const FlatLayout& layout, uint32_t seed, float weight_mult, float bias_std,
-                           float gap = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Units32 units;
-  for (const UnitLayout& unit : layout.units()) {
-    std::vector<float> flat(static_cast<size_t>(unit.padded_numel), gap);
-    for (const ParamPlacement& p : unit.params) {
-      const bool weight = p.init.kind == ParamInit::Kind::kNormal;
-      const float scale = weight ? static_cast<float>(p.init.scale) * weight_mult : bias_std;
-      const float base = p.init.kind == ParamInit::Kind::kOnes ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < p.numel; ++i) flat[static_cast<size_t>(p.offset + i)] = base + scale * normal(rng);
-    }
-    units.push_back(std::move(flat));
-  }
-  return units;
-}
-
-inline Units64 to_double(const Units32& units) {
-  Units64 out;
-  for (const auto& u : units) out.emplace_back(u.begin(), u.end());
-  return out;
-}
-
-inline Tensor wrap(std::vector<float>& v) {
-  return Tensor::wrap(v.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(v.size())});
-}
-
-// One micro-batch through the Model interface; grads are overwritten in place.
-inline double run_model(Gpt& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
-  model.begin_micro_batch(g);
-  const int units = static_cast<int>(params.size());
-  for (int u = 0; u < units; ++u) model.forward(u, params[static_cast<size_t>(u)]);
-  const double loss = model.loss();
-  for (int u = units - 1; u >= 0; --u) {
-    model.backward(u, params[static_cast<size_t>(u)], grads[static_cast<size_t>(u)]);
-  }
-  return loss;
-}
-
+// Micro-batch g of the synthetic language of c.
 struct Batch {
   std::vector<int32_t> inputs, targets;
 };
@@ -143,4 +80,4 @@ inline double weighted_sum(const Vec& out, const Vec& r) {
   return s;
 }
 
-}  // namespace mp::gpt_test
+}  // namespace mp::testing

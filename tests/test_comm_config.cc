@@ -5,17 +5,14 @@
 
 #include "comm/comm_config.h"
 #include "core/error.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
 
-std::string error_of(const proto::CommConfig& c) {
-  try {
-    comm_options_from_config(c);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "";
+// The ConfigError message of c's conversion; "(no error)" when it converts.
+std::string options_error(const proto::CommConfig& c) {
+  return testing::error_of<ConfigError>([&] { comm_options_from_config(c); });
 }
 
 TEST(CommConfig, EmptyConfigGivesDefaults) {
@@ -40,12 +37,12 @@ TEST(CommConfig, ValuesAreTakenAndBadOnesNamed) {
   EXPECT_EQ(comm_hook_name(c), "bf16_compress");
 
   c.set_timeout_s(-1);
-  EXPECT_EQ(error_of(c), "comm.timeout_s = -1: must be between 0.001 and 2592000 seconds");
+  EXPECT_EQ(options_error(c), "comm.timeout_s = -1: must be between 0.001 and 2592000 seconds");
   c.set_timeout_s(std::nan(""));
-  EXPECT_NE(error_of(c).find("comm.timeout_s = nan"), std::string::npos);
+  EXPECT_NE(options_error(c).find("comm.timeout_s = nan"), std::string::npos);
   c.set_timeout_s(10);
   c.set_accumulate_chunk_bytes(100);
-  EXPECT_EQ(error_of(c), "comm.accumulate_chunk_bytes = 100: must be between 1024 and 2^34");
+  EXPECT_EQ(options_error(c), "comm.accumulate_chunk_bytes = 100: must be between 1024 and 2^34");
 }
 
 }  // namespace

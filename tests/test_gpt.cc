@@ -3,59 +3,45 @@
 // path, narrow parameters, determinism across runs and thread counts,
 // untouched gaps, no allocations per call, config errors, the padded
 // vocabulary, the data, and a short training run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "models/gpt_sample.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {
 namespace {
 
-using namespace gpt_test;  // NOLINT(build/namespaces)
+using namespace mp::testing;  // NOLINT(build/namespaces)
 
 TEST(Gpt, DoubleGradientsMatchFiniteDifferences) {
-  const GptConfig c = make_config(11, 5, 8, 2, 2, 2);
+  const GptConfig c = gpt_config(11, 5, 8, 2, 2, 2);
   const FlatLayout layout(Gpt::spec_for(c), 1);
   const Batch data = load(c, 3);
   // Larger weights than the init, so attention and gelu are far from linear.
   Units64 p = to_double(init_params(layout, 21, 10.0f, 0.2f));
   Units64 grads, scratch;
-  auto loss_of = [&](Units64& g) {
-    return gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p, g);
-  };
-  loss_of(grads);
-  const double h = 1e-5;
-  double max_rel = 0.0;
-  for (size_t u = 0; u < p.size(); ++u) {
-    for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
-      for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-        double& v = p[u][static_cast<size_t>(i)];
-        const double saved = v;
-        v = saved + h;
-        const double up = loss_of(scratch);
-        v = saved - h;
-        const double down = loss_of(scratch);
-        v = saved;
-        const double fd = (up - down) / (2 * h);
-        const double g = grads[u][static_cast<size_t>(i)];
-        const double scale = std::max(std::abs(fd), 1e-3);
-        max_rel = std::max(max_rel, std::abs(g - fd) / scale);
-        EXPECT_NEAR(g, fd, 1e-6 * scale) << pp.name << "[" << i - pp.offset << "]";
-      }
-    }
-  }
-  RecordProperty("max_rel_err", sci(max_rel));
+  gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), p, grads);
+  const FdErrors errors = expect_gradients_match_finite_differences(layout, p, grads, 1e-3, [&](const Units64& q) {
+    return gpt_loss_and_grads<double>(c, data.inputs.data(), data.targets.data(), q, scratch);
+  });
+  RecordProperty("max_rel_err", sci(errors.max_rel));
 }
 
 TEST(Gpt, Fp32ModelMatchesDoublePath) {
-  const GptConfig c = make_config(64, 16, 32, 4, 2, 2, 2);
+  const GptConfig c = gpt_config(64, 16, 32, 4, 2, 2, 2);
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Units32 p32 = init_params(layout, 5, 1.0f, 0.1f);
   const Units64 p64 = to_double(p32);
   Units32 g32 = p32;  // same sizes
-  std::vector<Tensor> params, grads;
-  for (size_t u = 0; u < p32.size(); ++u) {
-    params.push_back(wrap(p32[u]));
-    grads.push_back(wrap(g32[u]));
-  }
+  const std::vector<Tensor> params = wrap_units(p32), grads = wrap_units(g32);
   Gpt model(c);
   double max_loss_rel = 0.0, max_grad_rel = 0.0;
   for (int64_t g : {0, 3, 1000}) {
@@ -75,10 +61,7 @@ TEST(Gpt, Fp32ModelMatchesDoublePath) {
       for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
         // Tolerance relative to the parameter's largest gradient: single
         // elements can cancel to near zero in any precision.
-        double scale = 0.0;
-        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-          scale = std::max(scale, std::abs(g64[u][static_cast<size_t>(i)]));
-        }
+        const double scale = max_abs(g64[u], pp);
         ASSERT_GT(scale, 0.0) << pp.name;
         for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
           const auto k = static_cast<size_t>(i);
@@ -97,23 +80,13 @@ TEST(Gpt, NarrowParamsEqualFp32OfTheRoundedValues) {
   // With bf16 GEMMs too: bf16 weights go to the GEMMs as they are (Note [GPT
   // autocast]), fp32 weights are rounded first; the same values, the same bits.
   for (DType matmul : {DType::kF32, DType::kBF16}) {
-  GptConfig c = make_config(50, 8, 24, 3, 2, 2, 2);
+  GptConfig c = gpt_config(50, 8, 24, 3, 2, 2, 2);
   c.matmul_dtype = matmul;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Allocator alloc;
   const Units32 p32 = init_params(layout, 7, 1.0f, 0.1f);
   for (DType narrow : {DType::kBF16, DType::kF16}) {
-    std::vector<Tensor> narrow_params, rounded_params, narrow_grads, rounded_grads;
-    for (size_t u = 0; u < p32.size(); ++u) {
-      const auto n = static_cast<int64_t>(p32[u].size());
-      const Tensor src = Tensor::wrap(const_cast<float*>(p32[u].data()), Device::cpu(), DType::kF32, {n});
-      narrow_params.push_back(Tensor::empty(alloc, narrow, {n}, MemCategory::kOther));
-      rounded_params.push_back(Tensor::empty(alloc, DType::kF32, {n}, MemCategory::kOther));
-      convert(src, narrow_params.back());
-      convert(narrow_params.back(), rounded_params.back());
-      narrow_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
-      rounded_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
-    }
+    const auto [narrow_params, rounded_params, narrow_grads, rounded_grads] = narrow_and_rounded(alloc, p32, narrow);
     Gpt a(c), b(c);
     const double loss_narrow = run_model(a, 4, narrow_params, narrow_grads);
     const double loss_rounded = run_model(b, 4, rounded_params, rounded_grads);
@@ -134,12 +107,8 @@ Units32 grads_bits(const GptConfig& c, const Units32& p, int64_t g, int repeats)
   Allocator alloc;
   Units32 params = p;
   Units32 grads, first;
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < params.size(); ++u) {
-    grads.emplace_back(params[u].size(), 7.0f);
-    pt.push_back(wrap(params[u]));
-    gt.push_back(wrap(grads[u]));
-  }
+  for (const std::vector<float>& unit : params) grads.emplace_back(unit.size(), 7.0f);
+  const std::vector<Tensor> pt = wrap_units(params), gt = wrap_units(grads);
   Gpt model(c, alloc);
   const size_t allocations = alloc.stats().total_allocations;
   double first_loss = 0.0;
@@ -165,9 +134,9 @@ TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
   // odd channel counts leave alignment gaps, group size 3 adds padding.
   // Both GEMM precisions (Note [GPT autocast]): the GEMMs' tiles do not
   // depend on the thread count either (Note [CPU GEMM threads]).
-  GptConfig bf16 = make_config(300, 64, 100, 4, 2, 4);
+  GptConfig bf16 = gpt_config(300, 64, 100, 4, 2, 4);
   bf16.matmul_dtype = DType::kBF16;
-  for (const GptConfig& c1 : {make_config(11, 7, 12, 3, 2, 3), make_config(300, 64, 100, 4, 2, 4), bf16}) {
+  for (const GptConfig& c1 : {gpt_config(11, 7, 12, 3, 2, 3), gpt_config(300, 64, 100, 4, 2, 4), bf16}) {
     const FlatLayout layout(Gpt::spec_for(c1), 3);
     const Units32 p = init_params(layout, 9, 1.0f, 0.1f, 7.0f);  // gaps hold 7 in params too
     const auto ref = grads_bits(c1, p, 6, 2);
@@ -184,10 +153,7 @@ TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
     int64_t gaps = 0;
     for (size_t u = 0; u < ref.size(); ++u) {
       const UnitLayout& unit = layout.unit(static_cast<int>(u));
-      std::vector<bool> covered(static_cast<size_t>(unit.padded_numel), false);
-      for (const ParamPlacement& pp : unit.params) {
-        std::fill(covered.begin() + pp.offset, covered.begin() + pp.offset + pp.numel, true);
-      }
+      const std::vector<bool> covered = param_elements(unit);
       int64_t written = 0, params = 0;
       for (int64_t i = 0; i < unit.padded_numel; ++i) {
         const auto k = static_cast<size_t>(i);
@@ -210,17 +176,12 @@ TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
   // Note [Tied head]: with FULL_SHARD the engine releases unit 0's gathered
   // buffer after forward(0); the head and backward(0) must not read it.
   for (DType matmul : {DType::kF32, DType::kBF16}) {  // a bf16 head keeps its own rounded wte
-  GptConfig c = make_config(40, 8, 16, 2, 2, 2);
+  GptConfig c = small_gpt(40);
   c.matmul_dtype = matmul;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Units32 p = init_params(layout, 13, 1.0f, 0.1f);
   Units32 g_ref = p, g_released = p;
-  std::vector<Tensor> pt, gt_ref, gt_released;
-  for (size_t u = 0; u < p.size(); ++u) {
-    pt.push_back(wrap(p[u]));
-    gt_ref.push_back(wrap(g_ref[u]));
-    gt_released.push_back(wrap(g_released[u]));
-  }
+  const std::vector<Tensor> pt = wrap_units(p), gt_ref = wrap_units(g_ref), gt_released = wrap_units(g_released);
   Gpt model(c);
   const double loss_ref = run_model(model, 5, pt, gt_ref);
   std::vector<float> released = p[0];
@@ -241,7 +202,7 @@ TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
 }
 
 TEST(Gpt, PaddedVocabularyDoesNotAffectTheLoss) {
-  const GptConfig c = make_config(11, 6, 16, 2, 1, 2, 1);
+  const GptConfig c = gpt_config(11, 6, 16, 2, 1, 2, 1);
   const FlatLayout layout(Gpt::spec_for(c), 1);
   const ParamPlacement& wte = layout.param("wte");
   ASSERT_EQ(wte.shape, (Shape{128, 16}));
@@ -267,7 +228,7 @@ TEST(Gpt, PaddedVocabularyDoesNotAffectTheLoss) {
 }
 
 TEST(Gpt, SpecNamesShapesAndInit) {
-  const GptConfig c = make_config(100, 16, 32, 4, 3, 2);
+  const GptConfig c = gpt_config(100, 16, 32, 4, 3, 2);
   const ModelSpec spec = Gpt::spec_for(c);
   ASSERT_EQ(spec.units.size(), size_t{5});
   EXPECT_EQ(spec.units[0].name, "embed");
@@ -307,51 +268,42 @@ TEST(Gpt, SpecNamesShapesAndInit) {
   EXPECT_EQ(spec.numel(), 128 * 32 + 16 * 32 + 3 * block + 2 * 32);
 }
 
-void expect_config_error(const GptConfig& c, const std::string& expected) {
-  try {
-    Gpt model(c);
-    ADD_FAILURE() << "no ConfigError; expected: " << expected;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
-  }
-}
-
 TEST(Gpt, ConfigErrorsNameTheField) {
-  expect_config_error(make_config(0, 16, 32, 4, 2, 2), "gpt.vocab = 0: must be positive");
-  expect_config_error(make_config(64, -1, 32, 4, 2, 2), "gpt.context = -1: must be positive");
-  expect_config_error(make_config(64, 16, 0, 4, 2, 2), "gpt.channels = 0: must be positive");
-  expect_config_error(make_config(64, 16, 32, 0, 2, 2), "gpt.heads = 0: must be positive");
-  expect_config_error(make_config(64, 16, 32, 4, 0, 2), "gpt.layers = 0: must be positive");
-  expect_config_error(make_config(64, 16, 32, 4, 2, 0), "gpt.micro_batch_size = 0: must be positive");
-  expect_config_error(make_config(64, 16, 32, 5, 2, 2), "gpt.heads = 5 does not divide gpt.channels = 32");
-  expect_config_error(make_config(64, 16, 32, 4, 2, 2, -1), "gpt.threads = -1: must be 0 (default) or positive");
-  expect_config_error(make_config(int64_t{1} << 31, 16, 32, 4, 2, 2), "gpt.vocab = 2147483648: must be at most");
-  GptConfig fp16 = make_config(64, 16, 32, 4, 2, 2);
+  expect_config_error<Gpt>(gpt_config(0, 16, 32, 4, 2, 2), "gpt.vocab = 0: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, -1, 32, 4, 2, 2), "gpt.context = -1: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, 16, 0, 4, 2, 2), "gpt.channels = 0: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, 16, 32, 0, 2, 2), "gpt.heads = 0: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, 16, 32, 4, 0, 2), "gpt.layers = 0: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, 16, 32, 4, 2, 0), "gpt.micro_batch_size = 0: must be positive");
+  expect_config_error<Gpt>(gpt_config(64, 16, 32, 5, 2, 2), "gpt.heads = 5 does not divide gpt.channels = 32");
+  expect_config_error<Gpt>(gpt_config(64, 16, 32, 4, 2, 2, -1), "gpt.threads = -1: must be 0 (default) or positive");
+  expect_config_error<Gpt>(gpt_config(int64_t{1} << 31, 16, 32, 4, 2, 2), "gpt.vocab = 2147483648: must be at most");
+  GptConfig fp16 = gpt_config(64, 16, 32, 4, 2, 2);
   fp16.matmul_dtype = DType::kF16;
-  expect_config_error(fp16, "compute.matmul_dtype = fp16: must be fp32 or bf16");
-  GptConfig bad_regex = make_config(64, 16, 32, 4, 2, 2);
+  expect_config_error<Gpt>(fp16, "compute.matmul_dtype = fp16: must be fp32 or bf16");
+  GptConfig bad_regex = gpt_config(64, 16, 32, 4, 2, 2);
   bad_regex.fp32_ops = {"head", "h(0"};
-  expect_config_error(bad_regex, "compute.fp32_ops[1] = 'h(0': not a valid regular expression");
-  EXPECT_THROW(Gpt::spec_for(make_config(64, 16, 32, 3, 2, 2)), ConfigError);
-  EXPECT_THROW(GptData(make_config(64, 0, 32, 4, 2, 2)), ConfigError);
+  expect_config_error<Gpt>(bad_regex, "compute.fp32_ops[1] = 'h(0': not a valid regular expression");
+  EXPECT_THROW(Gpt::spec_for(gpt_config(64, 16, 32, 3, 2, 2)), ConfigError);
+  EXPECT_THROW(GptData(gpt_config(64, 0, 32, 4, 2, 2)), ConfigError);
 }
 
 TEST(Gpt, SizesAndCostsCountTheLayout) {
   // gpt_parameter_count is the layout's numel without wte's padding rows.
-  for (const GptConfig& c : {make_config(64, 16, 32, 4, 2, 2), make_config(300, 8, 48, 6, 3, 1)}) {
+  for (const GptConfig& c : {gpt_config(64, 16, 32, 4, 2, 2), gpt_config(300, 8, 48, 6, 3, 1)}) {
     const double padding = static_cast<double>((gpt_padded_vocab(c.vocab) - c.vocab) * c.channels);
     EXPECT_EQ(gpt_parameter_count(c) + padding, static_cast<double>(Gpt::spec_for(c).numel()));
   }
   // GPT-2 124M at T = 1024: nanoGPT's 6 N + 12 L C T with N = 123,653,376
   // (wpe excluded, vocab 50257 unpadded).
-  GptConfig gpt2 = make_config(50257, 1024, 768, 12, 12, 1);
+  GptConfig gpt2 = gpt_config(50257, 1024, 768, 12, 12, 1);
   EXPECT_EQ(gpt_parameter_count(gpt2), 123653376.0 + 1024 * 768);
   EXPECT_EQ(gpt_train_flops_per_token(gpt2), 6 * 123653376.0 + 12.0 * 12 * 768 * 1024);
   EXPECT_EQ(gpt_matmul_dtype(std::nullopt, DType::kBF16), DType::kBF16);
   EXPECT_EQ(gpt_matmul_dtype(std::nullopt, DType::kF16), DType::kF32);
   EXPECT_EQ(gpt_matmul_dtype(DType::kF32, DType::kBF16), DType::kF32);
   EXPECT_THROW(gpt_matmul_dtype(DType::kF16, DType::kF32), ConfigError);
-  const std::string d = gpt_describe(make_config(64, 16, 32, 4, 2, 2));
+  const std::string d = gpt_describe(gpt_config(64, 16, 32, 4, 2, 2));
   EXPECT_EQ(d.rfind("GPT-2 of ", 0), 0u) << d;
   EXPECT_NE(d.find("(layers 2, channels 32, heads 4, context 16, vocab 64); GEMMs on fp32 inputs"), std::string::npos)
       << d;
@@ -363,7 +315,7 @@ TEST(Gpt, SampledTokensPrintAsBytesOrIds) {
 }
 
 TEST(Gpt, SizeRulesNameTheFieldUnderThePrefix) {
-  GptConfig c = make_config(64, 16, 32, 4, 2, 2);
+  GptConfig c = gpt_config(64, 16, 32, 4, 2, 2);
   c.layers = int64_t{1} << 17;
   try {
     check_gpt_sizes(c, "model.gpt");
@@ -372,20 +324,16 @@ TEST(Gpt, SizeRulesNameTheFieldUnderThePrefix) {
     EXPECT_EQ(e.message(), "model.gpt.layers = 131072: must be at most 65536");
   }
   expect_config_error(c, "gpt.layers = 131072: must be at most 65536");
-  c = make_config(1 << 20, 4096, 1 << 19, 4, 1, 2);  // 12 C^2 alone is 3.3e12 parameters
+  c = gpt_config(1 << 20, 4096, 1 << 19, 4, 1, 2);  // 12 C^2 alone is 3.3e12 parameters
   expect_config_error(c, "gpt: 3.85045e+12 parameters; at most 2^40 (1.09951e+12) are supported");
 }
 
 TEST(Gpt, ModelEnforcesTheCallOrder) {
-  const GptConfig c = make_config(20, 4, 8, 2, 1, 1);
+  const GptConfig c = gpt_config(20, 4, 8, 2, 1, 1);
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Units32 p = init_params(layout, 1, 1.0f, 0.0f);
   Units32 g = p;
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < p.size(); ++u) {
-    pt.push_back(wrap(p[u]));
-    gt.push_back(wrap(g[u]));
-  }
+  const std::vector<Tensor> pt = wrap_units(p), gt = wrap_units(g);
   Gpt model(c);
   EXPECT_THROW(model.forward(0, pt[0]), EnforceError);  // no micro-batch yet
   model.begin_micro_batch(0);
@@ -405,7 +353,7 @@ TEST(Gpt, ModelEnforcesTheCallOrder) {
 }
 
 TEST(Gpt, DataIsAPureFunctionOfTheIndexAndLearnable) {
-  const GptConfig c = make_config(64, 16, 32, 4, 2, 2);
+  const GptConfig c = gpt_config(64, 16, 32, 4, 2, 2);
   const GptData a(c), b(c);
   const Batch x = load(c, 17), y = load(c, 17), z = load(c, 18);
   EXPECT_EQ(x.inputs, y.inputs);
@@ -464,17 +412,13 @@ TEST(Gpt, DataIsAPureFunctionOfTheIndexAndLearnable) {
 double loss_and_grads(const GptConfig& c, const Units32& p, int64_t g, Units32& grads) {
   Units32 params = p;
   grads = p;
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < params.size(); ++u) {
-    pt.push_back(wrap(params[u]));
-    gt.push_back(wrap(grads[u]));
-  }
+  const std::vector<Tensor> pt = wrap_units(params), gt = wrap_units(grads);
   Gpt model(c);
   return run_model(model, g, pt, gt);
 }
 
 TEST(Gpt, Bf16MatmulsMatchTheDoublePathWithinBf16Rounding) {
-  GptConfig c = make_config(64, 16, 32, 4, 2, 2, 2);
+  GptConfig c = gpt_config(64, 16, 32, 4, 2, 2, 2);
   c.matmul_dtype = DType::kBF16;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   const Units32 p32 = init_params(layout, 5, 1.0f, 0.1f);
@@ -498,10 +442,7 @@ TEST(Gpt, Bf16MatmulsMatchTheDoublePathWithinBf16Rounding) {
     EXPECT_NEAR(loss16, loss64, 3e-5 * loss64) << "micro-batch " << g;
     for (size_t u = 0; u < p32.size(); ++u) {
       for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
-        double scale = 0.0;
-        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-          scale = std::max(scale, std::abs(g64[u][static_cast<size_t>(i)]));
-        }
+        const double scale = max_abs(g64[u], pp);
         for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
           const auto k = static_cast<size_t>(i);
           max_grad_rel = std::max(max_grad_rel, std::abs(g16[u][k] - g64[u][k]) / scale);
@@ -515,7 +456,7 @@ TEST(Gpt, Bf16MatmulsMatchTheDoublePathWithinBf16Rounding) {
 }
 
 TEST(Gpt, Fp32OpsKeepTheirOpsExactlyFp32) {
-  GptConfig c = make_config(64, 16, 32, 4, 3, 2, 2);
+  GptConfig c = gpt_config(64, 16, 32, 4, 3, 2, 2);
   c.matmul_dtype = DType::kBF16;
   const FlatLayout layout(Gpt::spec_for(c), 1);
   const Units32 p = init_params(layout, 11, 1.0f, 0.1f);
@@ -549,7 +490,7 @@ TEST(Gpt, OpNamesAndTheirDtypes) {
   EXPECT_EQ(names, (std::vector<std::string>{"h0.attn.c_attn", "h0.attn.c_proj", "h0.mlp.c_fc", "h0.mlp.c_proj",
                                              "h1.attn.c_attn", "h1.attn.c_proj", "h1.mlp.c_fc", "h1.mlp.c_proj",
                                              "head"}));
-  GptConfig c = make_config(64, 16, 32, 4, 12, 2);
+  GptConfig c = gpt_config(64, 16, 32, 4, 12, 2);
   const auto F = DType::kF32, B = DType::kBF16;
   EXPECT_EQ(gpt_matmul_op_dtypes(c), std::vector<DType>(49, F));  // fp32: fp32_ops do not matter
   c.fp32_ops = {"head"};
@@ -580,7 +521,7 @@ TEST(Gpt, OpNamesAndTheirDtypes) {
 }
 
 TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {
-  const GptConfig c = make_config(64, 16, 32, 4, 2, 4, 1);
+  const GptConfig c = gpt_config(64, 16, 32, 4, 2, 4, 1);
   const FlatLayout layout(Gpt::spec_for(c), 1);
   Units32 p = init_params(layout, 3, 1.0f, 0.0f);
   Units32 g = p, m = p, v = p;
@@ -588,11 +529,7 @@ TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {
     std::fill(m[u].begin(), m[u].end(), 0.0f);
     std::fill(v[u].begin(), v[u].end(), 0.0f);
   }
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < p.size(); ++u) {
-    pt.push_back(wrap(p[u]));
-    gt.push_back(wrap(g[u]));
-  }
+  const std::vector<Tensor> pt = wrap_units(p), gt = wrap_units(g);
   Gpt model(c);
   // Held-out micro-batches, never trained on.
   auto eval = [&] {

@@ -1,6 +1,11 @@
 // The GPT ops (kernels/cpu/gpt_ops.h): every backward against central finite
 // differences in double, plus the ops' own invariants.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/convert_math.h"
 #include "tests/gpt_test_util.h"
@@ -8,7 +13,7 @@
 namespace mp {
 namespace {
 
-using namespace gpt_test;  // NOLINT(build/namespaces)
+using namespace mp::testing;  // NOLINT(build/namespaces)
 
 TEST(GptOps, LayerNormBackwardMatchesFiniteDifferences) {
   const int64_t rows = 3, c = 7;

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "models/gpt.h"
 #include "kernels/cpu/gpt_ops.h"
 #include "models/flat_layout.h"
+#include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR
 #error "MP_TEST_GOLDEN_DIR (tests/golden) must be defined by the build"
@@ -30,6 +30,8 @@
 
 namespace mp {
 namespace {
+
+using testing::sci;
 
 struct GoldenParam {
   std::string name;
@@ -77,12 +79,6 @@ const Golden& golden() {
     return out;
   }();
   return g;
-}
-
-std::string sci(double v) {
-  std::ostringstream os;
-  os << std::scientific << v;
-  return os.str();
 }
 
 // Unit buffers in the layout of FlatLayout(spec, 1), gaps zero.

@@ -6,68 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "kernels/convert.h"
-#include "models/mlp.h"
 #include "models/flat_layout.h"
+#include "models/mlp.h"
+#include "tests/model_test_util.h"
 
 namespace mp {
 namespace {
 
-using Units32 = std::vector<std::vector<float>>;
-using Units64 = std::vector<std::vector<double>>;
-
-MlpConfig make_config(std::vector<int64_t> dims, int64_t batch, int threads = 1) {
-  MlpConfig c;
-  c.dims = std::move(dims);
-  c.micro_batch_size = batch;
-  c.threads = threads;
-  return c;
-}
-
-// Unit buffers of `layout`'s padded size: weights normal with the spec's
-// scale, biases normal with bias_std (0: the spec's zeros), gaps `gap`.
-Units32 init_params(const FlatLayout& layout, uint32_t seed, float bias_std, float gap = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Units32 units;
-  for (const UnitLayout& unit : layout.units()) {
-    std::vector<float> flat(static_cast<size_t>(unit.padded_numel), gap);
-    for (const ParamPlacement& p : unit.params) {
-      const float scale = p.init.kind == ParamInit::Kind::kNormal ? static_cast<float>(p.init.scale) : bias_std;
-      for (int64_t i = 0; i < p.numel; ++i) flat[static_cast<size_t>(p.offset + i)] = scale * normal(rng);
-    }
-    units.push_back(std::move(flat));
-  }
-  return units;
-}
-
-Units64 to_double(const Units32& units) {
-  Units64 out;
-  for (const auto& u : units) out.emplace_back(u.begin(), u.end());
-  return out;
-}
-
-Tensor wrap(std::vector<float>& v) {
-  return Tensor::wrap(v.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(v.size())});
-}
-
-// One micro-batch through the Model interface; grads are overwritten in place.
-double run_model(Mlp& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
-  model.begin_micro_batch(g);
-  const int units = static_cast<int>(params.size());
-  for (int u = 0; u < units; ++u) model.forward(u, params[static_cast<size_t>(u)]);
-  const double loss = model.loss();
-  for (int u = units - 1; u >= 0; --u) {
-    model.backward(u, params[static_cast<size_t>(u)], grads[static_cast<size_t>(u)]);
-  }
-  return loss;
-}
+using namespace mp::testing;  // NOLINT(build/namespaces)
 
 double double_loss(const MlpConfig& c, const std::vector<float>& x, const std::vector<int32_t>& labels,
                    const Units64& params, Units64& grads) {
@@ -76,50 +26,27 @@ double double_loss(const MlpConfig& c, const std::vector<float>& x, const std::v
 
 TEST(Mlp, DoubleGradientsMatchFiniteDifferences) {
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{5, 7, 3}, std::vector<int64_t>{5, 7, 6, 3}}) {
-    const MlpConfig c = make_config(dims, 4);
+    const MlpConfig c = mlp_config(dims, 4);
     const FlatLayout layout(Mlp::spec_for(c), 1);
     std::vector<float> x(static_cast<size_t>(4 * dims[0]));
     std::vector<int32_t> labels(4);
     MlpData(c).micro_batch(2, x.data(), labels.data());
-    Units64 p = to_double(init_params(layout, 11, 0.3f));
+    Units64 p = to_double(init_params(layout, 11, 1.0f, 0.3f));
     Units64 grads, scratch;
     double_loss(c, x, labels, p, grads);
-    const double h = 1e-5;
-    double max_err = 0.0;
-    for (size_t u = 0; u < p.size(); ++u) {
-      for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
-        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-          double& v = p[u][static_cast<size_t>(i)];
-          const double saved = v;
-          v = saved + h;
-          const double up = double_loss(c, x, labels, p, scratch);
-          v = saved - h;
-          const double down = double_loss(c, x, labels, p, scratch);
-          v = saved;
-          const double fd = (up - down) / (2 * h);
-          const double g = grads[u][static_cast<size_t>(i)];
-          max_err = std::max(max_err, std::abs(g - fd));
-          EXPECT_NEAR(g, fd, 1e-6 * std::max(std::abs(fd), 1e-2)) << pp.name << "[" << i - pp.offset << "]";
-        }
-      }
-    }
-    std::ostringstream os;
-    os << std::scientific << max_err;
-    RecordProperty("max_abs_err_layers_" + std::to_string(dims.size() - 1), os.str());
+    const FdErrors errors = expect_gradients_match_finite_differences(
+        layout, p, grads, 1e-2, [&](const Units64& q) { return double_loss(c, x, labels, q, scratch); });
+    RecordProperty("max_abs_err_layers_" + std::to_string(dims.size() - 1), sci(errors.max_abs));
   }
 }
 
 TEST(Mlp, Fp32ModelMatchesDoublePath) {
-  const MlpConfig c = make_config({16, 32, 32, 10}, 8, 2);
+  const MlpConfig c = mlp_config({16, 32, 32, 10}, 8, 2);
   const FlatLayout layout(Mlp::spec_for(c), 1);
-  Units32 p32 = init_params(layout, 5, 0.1f);
+  Units32 p32 = init_params(layout, 5, 1.0f, 0.1f);
   const Units64 p64 = to_double(p32);
   Units32 g32 = p32;  // same sizes
-  std::vector<Tensor> params, grads;
-  for (size_t u = 0; u < p32.size(); ++u) {
-    params.push_back(wrap(p32[u]));
-    grads.push_back(wrap(g32[u]));
-  }
+  const std::vector<Tensor> params = wrap_units(p32), grads = wrap_units(g32);
   Mlp model(c);
   for (int64_t g : {0, 3, 1000}) {
     const double loss32 = run_model(model, g, params, grads);
@@ -132,10 +59,7 @@ TEST(Mlp, Fp32ModelMatchesDoublePath) {
       for (const ParamPlacement& pp : layout.unit(static_cast<int>(u)).params) {
         // Tolerance relative to the parameter's largest gradient: single
         // elements can cancel to near zero in any precision.
-        double scale = 0.0;
-        for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
-          scale = std::max(scale, std::abs(g64[u][static_cast<size_t>(i)]));
-        }
+        const double scale = max_abs(g64[u], pp);
         for (int64_t i = pp.offset; i < pp.offset + pp.numel; ++i) {
           const auto k = static_cast<size_t>(i);
           EXPECT_NEAR(g32[u][k], g64[u][k], 1e-5 * scale)
@@ -147,23 +71,12 @@ TEST(Mlp, Fp32ModelMatchesDoublePath) {
 }
 
 TEST(Mlp, NarrowParamsEqualFp32OfTheRoundedValues) {
-  const MlpConfig c = make_config({16, 24, 10}, 8, 2);
+  const MlpConfig c = mlp_config({16, 24, 10}, 8, 2);
   const FlatLayout layout(Mlp::spec_for(c), 1);
   Allocator alloc;
-  const Units32 p32 = init_params(layout, 7, 0.1f);
+  const Units32 p32 = init_params(layout, 7, 1.0f, 0.1f);
   for (DType narrow : {DType::kBF16, DType::kF16}) {
-    std::vector<Tensor> narrow_params, rounded_params, narrow_grads, rounded_grads;
-    std::vector<std::vector<float>> g_narrow, g_rounded;
-    for (size_t u = 0; u < p32.size(); ++u) {
-      const auto n = static_cast<int64_t>(p32[u].size());
-      const Tensor src = Tensor::wrap(const_cast<float*>(p32[u].data()), Device::cpu(), DType::kF32, {n});
-      narrow_params.push_back(Tensor::empty(alloc, narrow, {n}, MemCategory::kOther));
-      rounded_params.push_back(Tensor::empty(alloc, DType::kF32, {n}, MemCategory::kOther));
-      convert(src, narrow_params.back());
-      convert(narrow_params.back(), rounded_params.back());
-      narrow_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
-      rounded_grads.push_back(Tensor::zeros(alloc, DType::kF32, {n}, MemCategory::kOther));
-    }
+    const auto [narrow_params, rounded_params, narrow_grads, rounded_grads] = narrow_and_rounded(alloc, p32, narrow);
     Mlp a(c), b(c);
     const double loss_narrow = run_model(a, 4, narrow_params, narrow_grads);
     const double loss_rounded = run_model(b, 4, rounded_params, rounded_grads);
@@ -180,12 +93,8 @@ TEST(Mlp, NarrowParamsEqualFp32OfTheRoundedValues) {
 Units32 grads_bits(const MlpConfig& c, const Units32& p, int64_t g, int repeats, Allocator alloc) {
   Units32 params = p;
   Units32 grads;
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < params.size(); ++u) {
-    grads.emplace_back(params[u].size(), 7.0f);
-    pt.push_back(wrap(params[u]));
-    gt.push_back(wrap(grads[u]));
-  }
+  for (const std::vector<float>& unit : params) grads.emplace_back(unit.size(), 7.0f);
+  const std::vector<Tensor> pt = wrap_units(params), gt = wrap_units(grads);
   Mlp model(c, alloc);
   const size_t allocations = alloc.stats().total_allocations;
   double first_loss = 0.0;
@@ -201,12 +110,12 @@ Units32 grads_bits(const MlpConfig& c, const Units32& p, int64_t g, int repeats,
 
 TEST(Mlp, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{6, 9, 5, 4}, std::vector<int64_t>{21, 300, 45, 10}}) {
-    const MlpConfig c1 = make_config(dims, 5, 1);
+    const MlpConfig c1 = mlp_config(dims, 5, 1);
     const FlatLayout layout(Mlp::spec_for(c1), 3);
-    const Units32 p = init_params(layout, 9, 0.1f, 7.0f);  // gaps hold 7 in params too
+    const Units32 p = init_params(layout, 9, 1.0f, 0.1f, 7.0f);  // gaps hold 7 in params too
     const auto ref = grads_bits(c1, p, 6, 2, Allocator());
     for (int threads : {2, 3}) {
-      const auto got = grads_bits(make_config(dims, 5, threads), p, 6, 1, Allocator());
+      const auto got = grads_bits(mlp_config(dims, 5, threads), p, 6, 1, Allocator());
       for (size_t u = 0; u < ref.size(); ++u) {
         EXPECT_EQ(std::memcmp(got[u].data(), ref[u].data(), ref[u].size() * sizeof(float)), 0)
             << "unit " << u << " threads " << threads;
@@ -214,10 +123,7 @@ TEST(Mlp, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
     }
     for (size_t u = 0; u < ref.size(); ++u) {
       const UnitLayout& unit = layout.unit(static_cast<int>(u));
-      std::vector<bool> covered(static_cast<size_t>(unit.padded_numel), false);
-      for (const ParamPlacement& pp : unit.params) {
-        std::fill(covered.begin() + pp.offset, covered.begin() + pp.offset + pp.numel, true);
-      }
+      const std::vector<bool> covered = param_elements(unit);
       int64_t gaps = 0;
       for (int64_t i = 0; i < unit.padded_numel; ++i) {
         const auto k = static_cast<size_t>(i);
@@ -234,7 +140,7 @@ TEST(Mlp, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
 }
 
 TEST(Mlp, DataIsAPureFunctionOfTheIndex) {
-  const MlpConfig c = make_config({12, 8, 6}, 64);
+  const MlpConfig c = mlp_config({12, 8, 6}, 64);
   const MlpData a(c), b(c);
   std::vector<float> xa(64 * 12), xb(64 * 12), xc(64 * 12);
   std::vector<int32_t> la(64), lb(64), lc(64);
@@ -257,27 +163,18 @@ TEST(Mlp, DataIsAPureFunctionOfTheIndex) {
   EXPECT_THROW(a.micro_batch(-1, xa.data(), la.data()), EnforceError);
 }
 
-void expect_config_error(const MlpConfig& c, const std::string& expected) {
-  try {
-    Mlp model(c);
-    ADD_FAILURE() << "no ConfigError; expected: " << expected;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
-  }
-}
-
 TEST(Mlp, ConfigErrorsNameTheField) {
-  expect_config_error(make_config({4}, 8), "mlp.dims has 1 entries: need at least 2");
-  expect_config_error(make_config({}, 8), "mlp.dims has 0 entries");
-  expect_config_error(make_config({4, 5, 0, 2}, 8), "mlp.dims[2] = 0: must be positive");
-  expect_config_error(make_config({-3, 2}, 8), "mlp.dims[0] = -3: must be positive");
-  expect_config_error(make_config({4, 2}, 0), "mlp.micro_batch_size = 0: must be positive");
-  expect_config_error(make_config({4, 2}, 8, -1), "mlp.threads = -1: must be 0 (default) or positive");
-  EXPECT_THROW(Mlp::spec_for(make_config({4, 0}, 8)), ConfigError);
+  expect_config_error<Mlp>(mlp_config({4}, 8), "mlp.dims has 1 entries: need at least 2");
+  expect_config_error<Mlp>(mlp_config({}, 8), "mlp.dims has 0 entries");
+  expect_config_error<Mlp>(mlp_config({4, 5, 0, 2}, 8), "mlp.dims[2] = 0: must be positive");
+  expect_config_error<Mlp>(mlp_config({-3, 2}, 8), "mlp.dims[0] = -3: must be positive");
+  expect_config_error<Mlp>(mlp_config({4, 2}, 0), "mlp.micro_batch_size = 0: must be positive");
+  expect_config_error<Mlp>(mlp_config({4, 2}, 8, -1), "mlp.threads = -1: must be 0 (default) or positive");
+  EXPECT_THROW(Mlp::spec_for(mlp_config({4, 0}, 8)), ConfigError);
 }
 
 TEST(Mlp, SpecNamesShapesAndInit) {
-  const ModelSpec spec = Mlp::spec_for(make_config({16, 32, 10}, 8));
+  const ModelSpec spec = Mlp::spec_for(mlp_config({16, 32, 10}, 8));
   ASSERT_EQ(spec.units.size(), size_t{2});
   EXPECT_EQ(spec.units[1].name, "layer1");
   ASSERT_EQ(spec.units[1].params.size(), size_t{2});
@@ -292,15 +189,11 @@ TEST(Mlp, SpecNamesShapesAndInit) {
 }
 
 TEST(Mlp, SgdOnTeacherLabelsLowersTheLoss) {
-  const MlpConfig c = make_config({16, 32, 32, 10}, 8, 1);
+  const MlpConfig c = mlp_config({16, 32, 32, 10}, 8, 1);
   const FlatLayout layout(Mlp::spec_for(c), 1);
-  Units32 p = init_params(layout, 3, 0.0f);
+  Units32 p = init_params(layout, 3, 1.0f, 0.0f);
   Units32 g = p;
-  std::vector<Tensor> pt, gt;
-  for (size_t u = 0; u < p.size(); ++u) {
-    pt.push_back(wrap(p[u]));
-    gt.push_back(wrap(g[u]));
-  }
+  const std::vector<Tensor> pt = wrap_units(p), gt = wrap_units(g);
   Mlp model(c);
   // Held-out micro-batches, never trained on.
   auto eval = [&] {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/grad_stats.h"
 #include "optim/optimizer.h"
 #include "core/error.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
@@ -24,12 +25,8 @@ proto::OptimizerConfig parse(const std::string& text) {
 }
 
 void expect_config_error(const std::string& text, const std::string& needle) {
-  try {
-    Optimizer opt(parse(text));
-    ADD_FAILURE() << "no error for: " << text;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  const std::string message = testing::error_of<ConfigError>([&] { Optimizer opt(parse(text)); });
+  EXPECT_NE(message.find(needle), std::string::npos) << "for: " << text << "\n" << message;
 }
 
 TEST(Optimizer, DefaultsAreThoseOfTheReferenceImplementations) {

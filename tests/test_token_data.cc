@@ -4,11 +4,8 @@
 // floor matches a Monte Carlo estimate of the true chain's loss.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -18,6 +15,8 @@
 #include "models/token_data.h"
 #include "core/error.h"
 #include "formats/token_file.h"
+#include "tests/model_test_util.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
@@ -25,16 +24,11 @@ namespace {
 // A token file whose token i is i % 65521 (so a window's start is readable
 // from its first token while i < 65521).
 std::shared_ptr<const TokenFile> counting_file(int64_t n) {
-  char dir[] = "/tmp/mp_token_data_XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/t.bin";
+  const testing::TempDir dir("token_data");
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 65521);
-  write_token_file(path, tokens);
-  auto file = std::make_shared<const TokenFile>(TokenFile::read(path));
-  std::remove(path.c_str());
-  rmdir(dir);
-  return file;
+  write_token_file(dir.path("t.bin"), tokens);
+  return std::make_shared<const TokenFile>(TokenFile::read(dir.path("t.bin")));
 }
 
 TEST(TokenData, PermutationIsABijectionForEverySize) {
@@ -137,13 +131,7 @@ TEST(TokenData, TooFewTokensNameTheFile) {
 }
 
 GptConfig small(int64_t vocab, int64_t context) {
-  GptConfig c;
-  c.vocab = vocab;
-  c.context = context;
-  c.channels = 8;
-  c.heads = 2;
-  c.layers = 1;
-  c.micro_batch_size = 4;
+  GptConfig c = testing::gpt_config(vocab, context, 8, 2, 1, 4, /*threads=*/0);
   c.data_seed = 99;
   return c;
 }

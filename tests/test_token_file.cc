@@ -2,34 +2,21 @@
 // bad file gives the error that names it.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "formats/token_file.h"
+#include "tests/test_util.h"
 
 namespace mp {
 namespace {
 
-class TokenFileTest : public ::testing::Test {
+using testing::error_of;
+
+class TokenFileTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/mp_token_file_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
-  std::string file(const std::string& name) {
-    files_.push_back(dir_ + "/" + name);
-    return files_.back();
-  }
   // Writes raw bytes: a header with the given fields, then `tokens`.
   std::string raw(const std::string& name, int32_t magic, int32_t version, int32_t count,
                   const std::vector<uint16_t>& tokens, size_t drop_bytes = 0) {
@@ -40,34 +27,22 @@ class TokenFileTest : public ::testing::Test {
     std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
     bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
     bytes.resize(bytes.size() - drop_bytes);
-    const std::string path = file(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
+    const std::string p = path(name);
+    testing::write_bytes(p, bytes);
+    return p;
   }
-  template <class F>
-  static std::string error_of(F&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.message();
-    }
-    return "(no error)";
-  }
-
-  std::string dir_;
-  std::vector<std::string> files_;
 };
 
 TEST_F(TokenFileTest, RoundTripsAndMatchesTheLlmcLayout) {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 1000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7919) % 50257));
-  const std::string path = file("ok.bin");
-  write_token_file(path, tokens);
-  const TokenFile f = TokenFile::read(path, 50257);
+  const std::string ok = path("ok.bin");
+  write_token_file(ok, tokens);
+  const TokenFile f = TokenFile::read(ok, 50257);
   EXPECT_EQ(f.tokens(), tokens);
   EXPECT_EQ(f.size(), 1000);
   // The bytes are exactly llm.c's: the header fields, then uint16 tokens.
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(ok, std::ios::binary);
   std::vector<int32_t> header(3);
   in.read(reinterpret_cast<char*>(header.data()), 12);
   EXPECT_EQ(header, (std::vector<int32_t>{20240520, 1, 1000}));
@@ -75,7 +50,7 @@ TEST_F(TokenFileTest, RoundTripsAndMatchesTheLlmcLayout) {
   uint16_t t5 = 0;
   in.read(reinterpret_cast<char*>(&t5), 2);
   EXPECT_EQ(t5, tokens[5]);
-  write_token_file(file("empty.bin"), {});
+  write_token_file(path("empty.bin"), {});
   EXPECT_EQ(TokenFile::read(dir_ + "/empty.bin").size(), 0);
 }
 
@@ -99,7 +74,7 @@ TEST_F(TokenFileTest, BadFilesAreNamedWithWhatIsWrong) {
   EXPECT_EQ(error_of([&] { TokenFile::read(negative); }), "token file '" + negative + "': negative token count -5");
   const std::string huge = raw("huge.bin", kTokenFileMagic, 1, INT32_MAX, t);
   EXPECT_NE(error_of([&] { TokenFile::read(huge); }).find("(truncated)"), std::string::npos);
-  const std::string short_file = file("short.bin");
+  const std::string short_file = path("short.bin");
   std::ofstream(short_file, std::ios::binary) << "tiny";
   EXPECT_EQ(error_of([&] { TokenFile::read(short_file); }),
             "token file '" + short_file + "': 4 bytes, shorter than the 1024-byte header of an llm.c token file");

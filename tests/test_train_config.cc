@@ -4,19 +4,16 @@
 // ConfigError that says where and what.
 #include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "launch/train_config.h"
 #include "core/error.h"
+#include "tests/test_util.h"
 
 #ifndef MP_SOURCE_DIR
 #error "tests/CMakeLists.txt defines MP_SOURCE_DIR, the repository root"
@@ -26,17 +23,13 @@ namespace mp {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using testing::error_of;
+using testing::read_bytes;
+using testing::write_bytes;
 using SC = proto::ShardingConfig;
 using PP = proto::PrecisionPolicy;
 
 const std::string kConfigs = std::string(MP_SOURCE_DIR) + "/configs";
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 bool same(const proto::TrainConfig& a, const proto::TrainConfig& b) { return MessageDifferencer::Equals(a, b); }
 
@@ -49,25 +42,12 @@ proto::TrainConfig overridden(const std::vector<std::string>& overrides) {
   return with(default_train_config(), overrides);
 }
 
-class TrainConfigFiles : public ::testing::Test {
+class TrainConfigFiles : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/mp_train_config_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
   std::string write(const std::string& name, const std::string& text) {
-    files_.push_back(dir_ + "/" + name);
-    std::ofstream(files_.back(), std::ios::binary) << text;
-    return files_.back();
+    write_bytes(path(name), text);
+    return path(name);
   }
-
-  std::string dir_;
-  std::vector<std::string> files_;
 };
 
 // ---- the embedded default and the shipped files ---------------------------------------
@@ -76,7 +56,7 @@ TEST(TrainConfig, EmbeddedDefaultIsConfigsDefaultTextproto) {
   const std::string path = kConfigs + "/default.textproto";
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   // The same text (rebuild after editing the file), hence the same message.
-  EXPECT_EQ(std::string(default_train_config_text()), read_text(path));
+  EXPECT_EQ(std::string(default_train_config_text()), read_bytes(path));
   EXPECT_TRUE(same(default_train_config(), load_train_config(path)));
 }
 
@@ -309,14 +289,7 @@ struct BadCase {
 void expect_config_errors(const std::vector<BadCase>& cases) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const BadCase& b = cases[i];
-    std::string message = "(no error)";
-    try {
-      b.run();
-    } catch (const ConfigError& e) {
-      message = e.message();
-    } catch (const std::exception& e) {
-      message = std::string("(not a ConfigError) ") + e.what();
-    }
+    const std::string message = error_of<ConfigError>(b.run);
     const bool found = message.find(b.expected) != std::string::npos &&
                        (b.also.empty() || message.find(b.also) != std::string::npos);
     EXPECT_TRUE(found) << "case " << i << " (" << b.what << "): expected a ConfigError containing\n  " << b.expected

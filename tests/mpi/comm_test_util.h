@@ -9,15 +9,40 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/convert_math.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "tests/mpi/mpi_test.h"
 #include "tests/reference_float.h"
 
 namespace mp::testing {
+
+// A test with a world communicator of its own (comm_), made in SetUp and
+// released before the harness agrees on the verdict.
+class CommTest : public MpiTest {
+ protected:
+  explicit CommTest(std::string name, CommOptions options = {}) : name_(std::move(name)), options_(options) {}
+  void SetUp() override {
+    MpiTest::SetUp();
+    comm_ = MpiCommunicator::create_world(name_, options_);
+  }
+  void TearDown() override {
+    comm_.reset();
+    MpiTest::TearDown();
+  }
+
+  std::unique_ptr<MpiCommunicator> comm_;
+
+ private:
+  std::string name_;
+  CommOptions options_;
+};
 
 // Small integers in [-4, 4]: exact in every dtype, and any sum of up to 16
 // of them is exact in bf16, fp16 and fp32 whatever the order.

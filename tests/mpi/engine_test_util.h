@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/mpi/mpi_communicator.h"
@@ -10,8 +11,34 @@
 #include "models/mlp.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
+#include "tests/model_test_util.h"
+#include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
+
+// The engine tests' fixture: the world (world_) and each rank alone (self_)
+// as communicators of the test's own, released before the harness agrees.
+class EngineWorldTest : public MpiTest {
+ protected:
+  explicit EngineWorldTest(std::string name) : name_(std::move(name)) {}
+  void SetUp() override {
+    MpiTest::SetUp();
+    world_ = MpiCommunicator::create_world(name_, CommOptions{});
+    self_ = world_->split(world_->rank(), 0, "self");
+  }
+  void TearDown() override {
+    self_.reset();
+    world_.reset();
+    MpiTest::TearDown();
+  }
+
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Communicator> self_;
+
+ private:
+  std::string name_;
+};
 
 inline const std::vector<Strategy>& all_strategies() {
   static const std::vector<Strategy> s = {proto::ShardingConfig::NO_SHARD, proto::ShardingConfig::SHARD_OPTIMIZER,
@@ -36,12 +63,18 @@ inline proto::EngineConfig engine_config(Strategy strategy, const std::string& r
   return c;
 }
 
-inline MlpConfig small_mlp(int64_t micro_batch_size = 4) {
-  MlpConfig m;
-  m.dims = {12, 24, 20, 6};
-  m.micro_batch_size = micro_batch_size;
-  m.threads = 1;
-  return m;
+// Every unit's master weights, gathered whole.
+inline std::vector<std::vector<float>> all_weights(Engine& engine) {
+  std::vector<std::vector<float>> w;
+  for (int u = 0; u < engine.layout().num_units(); ++u) w.push_back(engine.gather_master(u));
+  return w;
+}
+
+// This rank's shard of every unit's master weights.
+inline std::vector<std::vector<float>> master_shards(const Engine& engine) {
+  std::vector<std::vector<float>> s;
+  for (int u = 0; u < engine.layout().num_units(); ++u) s.push_back(engine.master_shard(u));
+  return s;
 }
 
 struct TrainRun {
@@ -52,21 +85,9 @@ struct TrainRun {
   MemoryPlan plan;
 };
 
-// The two test models: the MLP and a 2-layer GPT-2.
+// The two test models: small_mlp() and small_gpt() (tests/model_test_util.h).
 enum class TestModel { kMlp, kGpt };
 inline const char* test_model_name(TestModel m) { return m == TestModel::kMlp ? "mlp" : "gpt"; }
-
-inline GptConfig small_gpt() {
-  GptConfig g;
-  g.vocab = 50;
-  g.context = 8;
-  g.channels = 16;
-  g.heads = 2;
-  g.layers = 2;
-  g.micro_batch_size = 2;
-  g.threads = 1;
-  return g;
-}
 
 inline std::unique_ptr<Model> make_model(TestModel m) {
   if (m == TestModel::kGpt) return std::make_unique<Gpt>(small_gpt());
@@ -81,7 +102,7 @@ inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Mo
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
   }
-  for (int u = 0; u < engine.layout().num_units(); ++u) run.weights.push_back(engine.gather_master(u));
+  run.weights = all_weights(engine);
   run.memory = engine.memory();
   run.plan = engine.plan();
   return run;

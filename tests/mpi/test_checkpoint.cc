@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +13,7 @@
 #include "runtime/checkpoint.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 namespace {
@@ -21,12 +21,11 @@ namespace {
 namespace fs = std::filesystem;
 using SC = proto::ShardingConfig;
 
-class CheckpointTest : public MpiTest {
+class CheckpointTest : public EngineWorldTest {
  protected:
+  CheckpointTest() : EngineWorldTest("ckpt") {}
   void SetUp() override {
-    MpiTest::SetUp();
-    world_ = MpiCommunicator::create_world("ckpt", CommOptions{});
-    self_ = world_->split(world_->rank(), 0, "self");
+    EngineWorldTest::SetUp();
     // One directory for the job, named by rank 0's pid.
     long pid = static_cast<long>(getpid());
     MPI_Bcast(&pid, 1, MPI_LONG, 0, comm());
@@ -37,9 +36,7 @@ class CheckpointTest : public MpiTest {
   void TearDown() override {
     MPI_Barrier(comm());
     if (rank() == 0) fs::remove_all(root_);
-    self_.reset();
-    world_.reset();
-    MpiTest::TearDown();
+    EngineWorldTest::TearDown();
   }
   // The first n ranks as a communicator; nullptr on the others.
   std::unique_ptr<Communicator> first(int n) {
@@ -48,19 +45,7 @@ class CheckpointTest : public MpiTest {
     return c;
   }
   std::string root_;
-  std::unique_ptr<Communicator> world_;
-  std::unique_ptr<Communicator> self_;
 };
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-std::vector<std::vector<float>> all_weights(Engine& e) {
-  std::vector<std::vector<float>> w;
-  for (int u = 0; u < e.layout().num_units(); ++u) w.push_back(e.gather_master(u));
-  return w;
-}
 
 constexpr int kSteps = MP_SANITIZE ? 4 : 8;
 
@@ -106,7 +91,7 @@ TEST_F(CheckpointTest, ResumeIsBitwiseExact) {
         EXPECT_EQ(r.lr, ref[static_cast<size_t>(i)].lr) << "step " << i + 1;
       }
       const std::vector<std::vector<float>> w = all_weights(e);
-      for (size_t u = 0; u < w.size(); ++u) EXPECT_TRUE(same_bits(w[u], ref_weights[u])) << "unit " << u;
+      EXPECT_TRUE(same_bits(w, ref_weights));
       EXPECT_EQ(e.optimizer().steps_done(), kSteps);
     }
   }
@@ -176,7 +161,7 @@ TEST_F(CheckpointTest, ReshardToAnyWorldSizeAndStrategyContinuesExactly) {
         load_checkpoint(e, resolve_checkpoint(root));
         const std::vector<std::vector<float>> loaded = all_weights(e);
         if (!saved.empty()) {
-          for (size_t u = 0; u < loaded.size(); ++u) EXPECT_TRUE(same_bits(loaded[u], saved[u])) << "unit " << u;
+          EXPECT_TRUE(same_bits(loaded, saved));
         }
         for (int i = kSteps / 2; i < kSteps; ++i) {
           const StepResult r = e.step(*model);
@@ -184,7 +169,7 @@ TEST_F(CheckpointTest, ReshardToAnyWorldSizeAndStrategyContinuesExactly) {
           EXPECT_EQ(r.grad_norm, ref[static_cast<size_t>(i)].grad_norm) << "step " << i + 1;
         }
         const std::vector<std::vector<float>> w_end = all_weights(e);
-        for (size_t u = 0; u < w_end.size(); ++u) EXPECT_TRUE(same_bits(w_end[u], ref_weights[u])) << "unit " << u;
+        EXPECT_TRUE(same_bits(w_end, ref_weights));
       }
       MPI_Barrier(comm());
     }
@@ -214,7 +199,7 @@ TEST_F(CheckpointTest, EveryRecipeReshardsItsWeightsExactly) {
       load_checkpoint(e, resolve_checkpoint(root));
       const std::vector<std::vector<float>> loaded = all_weights(e);
       if (!saved.empty()) {
-        for (size_t u = 0; u < loaded.size(); ++u) EXPECT_TRUE(same_bits(loaded[u], saved[u])) << "unit " << u;
+        EXPECT_TRUE(same_bits(loaded, saved));
       }
       EXPECT_EQ(e.optimizer().steps_done(), 3);
       const StepResult r = e.step(*model);
@@ -262,15 +247,6 @@ void flip_byte(const std::string& path, int64_t at) {
   c = static_cast<char>(c ^ 0x5A);
   f.seekp(at);
   f.write(&c, 1);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Each rank breaks its own copy (world size 1 each): every kind of damage

@@ -22,16 +22,9 @@ const DType kReduceTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 
-class Collectives : public testing::MpiTest {
+class Collectives : public testing::CommTest {
  protected:
-  void SetUp() override {
-    MpiTest::SetUp();
-    comm_ = MpiCommunicator::create_world("world", CommOptions{});
-  }
-  void TearDown() override {
-    comm_.reset();
-    MpiTest::TearDown();
-  }
+  Collectives() : CommTest("world") {}
 
   // The expected reduction over ranks of exact_value(r, index).
   double reduced(int64_t index, ReduceOp op) const {
@@ -50,7 +43,6 @@ class Collectives : public testing::MpiTest {
   }
 
   Allocator alloc_;
-  std::unique_ptr<MpiCommunicator> comm_;
 };
 
 TEST_F(Collectives, AllReduce) {

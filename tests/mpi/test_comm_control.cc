@@ -11,24 +11,16 @@
 
 #include "comm/mpi/mpi_communicator.h"
 #include "core/error.h"
+#include "tests/mpi/comm_test_util.h"
 #include "tests/mpi/mpi_test.h"
 
 namespace mp {
 namespace {
 
-class ControlPlane : public testing::MpiTest {
+class ControlPlane : public testing::CommTest {
  protected:
-  void SetUp() override {
-    MpiTest::SetUp();
-    CommOptions o;
-    o.check_fingerprints = true;  // the host exchanges take part in the sequence
-    comm_ = MpiCommunicator::create_world("control", o);
-  }
-  void TearDown() override {
-    comm_.reset();
-    MpiTest::TearDown();
-  }
-  std::unique_ptr<MpiCommunicator> comm_;
+  // With fingerprints: the host exchanges take part in the sequence.
+  ControlPlane() : CommTest("control", CommOptions{.check_fingerprints = true}) {}
 };
 
 // Rank r's bytes: r + 1 copies of a byte that depends on r, including a zero

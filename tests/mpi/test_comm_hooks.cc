@@ -17,16 +17,9 @@ double gradient(int rank, int64_t i, double scale) {
   return std::normal_distribution<double>(0.0, scale)(g);
 }
 
-class Hooks : public testing::MpiTest {
+class Hooks : public testing::CommTest {
  protected:
-  void SetUp() override {
-    MpiTest::SetUp();
-    comm_ = MpiCommunicator::create_world("dp", CommOptions{});
-  }
-  void TearDown() override {
-    comm_.reset();
-    MpiTest::TearDown();
-  }
+  Hooks() : CommTest("dp") {}
   GradBucket bucket(int index, int64_t n, double scale) {
     GradBucket b{index, Tensor::empty(alloc_, DType::kF32, {n}, MemCategory::kGradient)};
     float* g = b.grads.data_as<float>();
@@ -50,7 +43,6 @@ class Hooks : public testing::MpiTest {
   }
   CommHookRegistry registry_;
   Allocator alloc_;
-  std::unique_ptr<MpiCommunicator> comm_;
 };
 
 TEST_F(Hooks, Fp32HookAverages) {

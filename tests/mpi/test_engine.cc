@@ -7,43 +7,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "mp/config.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 namespace {
 
 using SC = proto::ShardingConfig;
 
-class EngineTest : public MpiTest {
+class EngineTest : public EngineWorldTest {
  protected:
-  void SetUp() override {
-    MpiTest::SetUp();
-    world_ = MpiCommunicator::create_world("engine", CommOptions{});
-    self_ = world_->split(world_->rank(), 0, "self");
-  }
-  void TearDown() override {
-    self_.reset();
-    world_.reset();
-    MpiTest::TearDown();
-  }
-  std::unique_ptr<Communicator> world_;
-  std::unique_ptr<Communicator> self_;
+  EngineTest() : EngineWorldTest("engine") {}
 };
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-size_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
-  }
-  return std::min(a.size(), b.size());
-}
 
 // What 20 steps must bring the loss down to, as a fraction of the first
 // (GPT: about 0.88 measured, from ln 50; MLP: about 0.6).
@@ -74,10 +52,7 @@ TEST_F(EngineTest, DeterministicShardedTrainingIsBitwiseSingleRank) {
         EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
         EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
       }
-      for (size_t u = 0; u < ref.weights.size(); ++u) {
-        EXPECT_TRUE(same_bits(run.weights[u], ref.weights[u]))
-            << "unit " << u << " differs first at element " << first_difference(run.weights[u], ref.weights[u]);
-      }
+      EXPECT_TRUE(same_bits(run.weights, ref.weights));
       if (!MP_SANITIZE) {
         EXPECT_LT(run.losses.back(), trained_fraction(m) * run.losses.front()) << "the model did not train";
       }
@@ -141,7 +116,7 @@ TEST_F(EngineTest, EveryStrategyAndRecipeIsReproducibleAndCloseToFp32) {
         const TrainRun a = train(*world_, config, m, kSteps);
         const TrainRun b = train(*world_, config, m, kSteps);
         EXPECT_EQ(a.losses, b.losses);
-        for (size_t u = 0; u < a.weights.size(); ++u) EXPECT_TRUE(same_bits(a.weights[u], b.weights[u])) << "unit " << u;
+        EXPECT_TRUE(same_bits(a.weights, b.weights));
         const Tolerance tol = tolerance_for(m, recipe);
         EXPECT_LT(loss_distance(a, ref), tol.loss) << "max relative loss difference over " << kSteps << " steps";
         EXPECT_LT(weight_distance(a, ref), tol.weights) << "relative L2 distance of the final weights";
@@ -191,7 +166,7 @@ TEST_F(EngineTest, HybridTwoByTwoEqualsFullShardOnFour) {
     const TrainRun f = train(*world_, full, small_mlp(), kSteps);
     if (deterministic) {
       EXPECT_EQ(h.losses, f.losses);
-      for (size_t u = 0; u < h.weights.size(); ++u) EXPECT_TRUE(same_bits(h.weights[u], f.weights[u])) << "unit " << u;
+      EXPECT_TRUE(same_bits(h.weights, f.weights));
     } else {
       EXPECT_LT(loss_distance(h, f), 1e-6);
       EXPECT_LT(weight_distance(h, f), 1e-6);
@@ -265,7 +240,7 @@ TEST_F(EngineTest, ScheduleOptionsDoNotChangeResults) {
         const TrainRun r = train(*world_, c, small_mlp(), 8);
         EXPECT_EQ(r.losses, ref.losses);
         EXPECT_EQ(r.norms, ref.norms);
-        for (size_t u = 0; u < r.weights.size(); ++u) EXPECT_TRUE(same_bits(r.weights[u], ref.weights[u])) << "unit " << u;
+        EXPECT_TRUE(same_bits(r.weights, ref.weights));
       }
     }
   }
@@ -292,9 +267,7 @@ TEST_F(EngineTest, EvaluateIsTheForwardOfAStepAndChangesNothing) {
         losses.push_back(r.loss);
       }
       EXPECT_EQ(losses, ref.losses);
-      for (int u = 0; u < engine.layout().num_units(); ++u) {
-        EXPECT_TRUE(same_bits(engine.gather_master(u), ref.weights[static_cast<size_t>(u)])) << "unit " << u;
-      }
+      EXPECT_TRUE(same_bits(all_weights(engine), ref.weights));
     }
   }
 }
@@ -316,8 +289,7 @@ TEST_F(EngineTest, StaticLossScaling) {
   c.mutable_precision()->set_static_loss_scale(1e30);  // every fp16 gradient is Inf
   Mlp model(small_mlp());
   Engine engine(model.spec(), c, *world_);
-  std::vector<std::vector<float>> before;
-  for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
+  const std::vector<std::vector<float>> before = master_shards(engine);
   for (int i = 0; i < 3; ++i) {
     const StepResult s = engine.step(model);
     EXPECT_TRUE(s.skipped);
@@ -325,7 +297,7 @@ TEST_F(EngineTest, StaticLossScaling) {
   }
   EXPECT_EQ(engine.optimizer().steps_skipped(), 3);
   EXPECT_EQ(engine.optimizer().steps_done(), 0);
-  for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+  EXPECT_TRUE(same_bits(master_shards(engine), before));
 }
 
 // Dynamic loss scaling backs off on overflow, as GradScaler does, and the
@@ -427,8 +399,7 @@ TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
     PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
     Engine engine(model.spec(), c, *world_);
     EXPECT_FALSE(engine.step(model).skipped);
-    std::vector<std::vector<float>> before;
-    for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
+    const std::vector<std::vector<float>> before = master_shards(engine);
     if (in_backward) {
       EXPECT_THROW(engine.step(model), NumericError);
       continue;
@@ -440,21 +411,12 @@ TEST_F(EngineTest, NonFiniteGradientsSkipTheStepOrStopTheRun) {
     EXPECT_EQ(r.non_finite_rank, n - 1) << "the rank whose backward made the NaN";
     EXPECT_EQ(r.non_finite_unit, 1);
     EXPECT_EQ(r.consecutive_skips, 1);
-    for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+    EXPECT_TRUE(same_bits(master_shards(engine), before));
     const StepResult next = engine.step(model);  // and the run goes on
     EXPECT_FALSE(next.skipped);
     EXPECT_EQ(next.consecutive_skips, 0);
     EXPECT_EQ(next.non_finite_rank, -1);
   }
-}
-
-std::string numeric_error_of(Engine& engine, Model& model) {
-  try {
-    engine.step(model);
-  } catch (const NumericError& e) {
-    return e.what();
-  }
-  return "(no NumericError)";
 }
 
 // non_finite = NON_FINITE_STOP: every rank stops at the bad step with an
@@ -469,13 +431,12 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
     PoisonedMlp model(/*poisoned_micro_batch=*/n + n - 1);  // step 2, the last rank
     Engine engine(model.spec(), c, *world_);
     engine.step(model);
-    std::vector<std::vector<float>> before;
-    for (int u = 0; u < engine.layout().num_units(); ++u) before.push_back(engine.master_shard(u));
-    const std::string msg = numeric_error_of(engine, model);
+    const std::vector<std::vector<float>> before = master_shards(engine);
+    const std::string msg = error_of<NumericError>([&] { engine.step(model); });
     EXPECT_NE(msg.find("step 2: non-finite gradients, first from rank " + std::to_string(n - 1) + ", unit layer1"),
               std::string::npos) << msg;
     EXPECT_NE(msg.find("weights and moments are those after step 1"), std::string::npos) << msg;
-    for (int u = 0; u < engine.layout().num_units(); ++u) EXPECT_TRUE(same_bits(engine.master_shard(u), before[u]));
+    EXPECT_TRUE(same_bits(master_shards(engine), before));
   }
   {
     proto::EngineConfig c = engine_config(SC::SHARD_GRAD_OP, "fp32", n, 1);
@@ -486,7 +447,7 @@ TEST_F(EngineTest, NonFiniteGradientsCanStopTheRunAndRepeatedSkipsDo) {
     EXPECT_FALSE(engine.step(model).skipped);
     EXPECT_EQ(engine.step(model).consecutive_skips, 1);
     EXPECT_EQ(engine.step(model).consecutive_skips, 2);
-    const std::string msg = numeric_error_of(engine, model);
+    const std::string msg = error_of<NumericError>([&] { engine.step(model); });
     EXPECT_NE(msg.find("step 4: 3 steps in a row had non-finite gradients (first from rank 0, unit layer1 this time)"),
               std::string::npos) << msg;
   }

@@ -1,0 +1,67 @@
+// Engine options (runtime/engine_options.h): strategies resolve the shard
+// and replica groups, and bad engine configs name the field.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/engine_options.h"
+#include "runtime/precision.h"
+#include "tests/test_util.h"
+
+namespace mp {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using SC = proto::ShardingConfig;
+
+TEST(EngineOptions, StrategiesResolveGroups) {
+  proto::EngineConfig c;
+  EXPECT_EQ(resolve_engine_options(c, 8).shard_size, 8);  // FULL_SHARD by default
+  c.mutable_sharding()->set_strategy(SC::NO_SHARD);
+  EXPECT_EQ(resolve_engine_options(c, 8).shard_size, 1);
+  EXPECT_EQ(resolve_engine_options(c, 8).replicate_size, 8);
+  c.mutable_sharding()->set_strategy(SC::HYBRID_SHARD);
+  c.mutable_sharding()->set_hybrid_shard_size(4);
+  const EngineOptions h = resolve_engine_options(c, 8);
+  EXPECT_EQ(h.shard_size, 4);
+  EXPECT_EQ(h.replicate_size, 2);
+  EXPECT_EQ(h.gather_slots(10), 2);  // prefetch 1 + the unit being computed
+  EXPECT_EQ(parse_strategy("shard_grad_op"), SC::SHARD_GRAD_OP);
+  EXPECT_TRUE(contains(error_of([] { parse_strategy("zero4"); }), "strategy 'zero4' is unknown"));
+}
+
+TEST(EngineOptions, BadConfigsNameTheField) {
+  proto::EngineConfig c;
+  c.mutable_sharding()->set_strategy(SC::HYBRID_SHARD);
+  c.mutable_sharding()->set_hybrid_shard_size(3);
+  EXPECT_EQ(error_of([&] { resolve_engine_options(c, 4); }),
+            "sharding.hybrid_shard_size = 3 does not divide the world size 4");
+  c.mutable_sharding()->set_strategy(SC::FULL_SHARD);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(c, 4); }), "it applies to HYBRID_SHARD only"));
+  proto::EngineConfig d;
+  d.set_deterministic(true);
+  *d.mutable_precision() = precision_recipe("bf16_master");
+  EXPECT_EQ(error_of([&] { resolve_engine_options(d, 2); }),
+            "deterministic needs precision.reduce_dtype FP32 (every micro-batch's fp32 gradient is summed in "
+            "fp64); it is bf16");
+  proto::EngineConfig ib;
+  ib.mutable_sharding()->set_optimizer_in_backward(true);
+  ib.mutable_optimizer()->set_grad_clip(1.0);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(ib, 2); }), "needs optimizer.grad_clip = 0"));
+  proto::EngineConfig hook;
+  hook.mutable_comm()->set_comm_hook("bf16_compress");
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(hook, 2); }), "applies to NO_SHARD"));
+  proto::EngineConfig mb;
+  mb.set_micro_batches(-2);
+  EXPECT_EQ(error_of([&] { resolve_engine_options(mb, 2); }), "micro_batches = -2: must be positive");
+  proto::EngineConfig pf;
+  pf.mutable_sharding()->set_prefetch_depth(-1);
+  EXPECT_EQ(error_of([&] { resolve_engine_options(pf, 2); }), "sharding.prefetch_depth = -1: must be in [0, 64]");
+  proto::EngineConfig opt;
+  opt.mutable_optimizer()->set_beta2(1.5);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(opt, 2); }), "optimizer.beta2 = 1.5"));
+}
+
+}  // namespace
+}  // namespace mp
