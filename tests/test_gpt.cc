@@ -323,9 +323,9 @@ TEST(Gpt, SizeRulesNameTheFieldUnderThePrefix) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.message(), "model.gpt.layers = 131072: must be at most 65536");
   }
-  expect_config_error(c, "gpt.layers = 131072: must be at most 65536");
+  expect_config_error<Gpt>(c, "gpt.layers = 131072: must be at most 65536");
   c = gpt_config(1 << 20, 4096, 1 << 19, 4, 1, 2);  // 12 C^2 alone is 3.3e12 parameters
-  expect_config_error(c, "gpt: 3.85045e+12 parameters; at most 2^40 (1.09951e+12) are supported");
+  expect_config_error<Gpt>(c, "gpt: 3.85045e+12 parameters; at most 2^40 (1.09951e+12) are supported");
 }
 
 TEST(Gpt, ModelEnforcesTheCallOrder) {
