@@ -140,7 +140,9 @@ TEST_F(ControlPlane, CollectiveArgumentsAreCheckedBeforeTheBackend) {
                                     Tensor::wrap(bf16_in.data(), Device::cpu(), DType::kF32, {0}), fp32)
                       ->wait());
   EXPECT_THROW(comm_->broadcast(a, -1), EnforceError);
-  if (size() > 1) EXPECT_THROW(comm_->all_gather(a, a), EnforceError);  // output must hold size() x input
+  if (size() > 1) {
+    EXPECT_THROW(comm_->all_gather(a, a), EnforceError);  // output must hold size() x input
+  }
   ReduceOptions bad;
   bad.divide_factor = 0;
   EXPECT_THROW(comm_->reduce_scatter(zeros(DType::kF32, 4 * size()), a, bad), EnforceError);
