@@ -73,6 +73,8 @@ struct StepResult {
   StepTimings timings;
 };
 
+class ShardStateView;  // runtime/shard_state.h
+
 class Engine {
  public:
   // Collective over `world` (it splits the shard and replicate groups).
@@ -116,11 +118,14 @@ class Engine {
   // same values.
   void set_weights(int unit, const std::vector<float>& full);
 
+  // This rank's shards of weights and optimizer state, the optimizer's
+  // counters and the step count, to read and write between steps
+  // (runtime/shard_state.h): what checkpoints save and load.
+  ShardStateView shard_state();
+
   class Impl;  // internal: runtime/engine_impl.h
 
  private:
-  friend class CheckpointIo;  // runtime/checkpoint.cc
-
   std::unique_ptr<Impl> impl_;
 };
 
