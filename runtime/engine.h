@@ -30,6 +30,8 @@
 //
 // On the CPU the communication thread of each communicator plays the role of
 // a CUDA stream, so the overlap is real and the timings below measure it.
+// Engine::Impl::step (runtime/engine.cc) reads as this schedule; the parts it
+// drives are listed in runtime/engine_impl.h.
 #pragma once
 
 #include <memory>
