@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "mp/config.h"
-#include "runtime/engine_impl.h"
 #include "core/error.h"
 #include "runtime/fault.h"
+#include "runtime/shard_state.h"
 #include "core/file_io.h"
 
 namespace mp {
@@ -35,79 +35,34 @@ void rename_or_throw(const std::string& from, const std::string& to) {
   }
 }
 
-// ---- the engine's state -------------------------------------------------------------
-
-struct FieldRef {
-  std::string name;
-  std::string dtype;
-  int64_t element_bytes = 0;
-  char* data = nullptr;  // this rank's shard of the field: unit.n elements
-};
-
-std::string dtype_label(DType t) {
-  switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    default: return std::string(dtype_name(t));
-  }
-}
-
-}  // namespace
-
-// Access to the engine's internals (a friend of Engine).
-class CheckpointIo {
- public:
-  static Engine::Impl& of(Engine& e) { return *e.impl_; }
-};
-
-namespace {
-
-std::vector<FieldRef> unit_fields(Engine::Impl& e, int u) {
-  EngineUnit& unit = e.units[static_cast<size_t>(u)];
-  std::vector<FieldRef> f;
-  auto add = [&](const char* name, const Tensor& t) {
-    if (!t.defined()) return;
-    f.push_back(FieldRef{name, dtype_label(t.dtype()), static_cast<int64_t>(dtype_size(t.dtype())),
-                         static_cast<char*>(t.data())});
-  };
-  add("master", unit.master);
-  add("param", unit.param_shard);
-  if (unit.remainder.data() != nullptr) {
-    f.push_back(FieldRef{"remainder", "int16", 2, static_cast<char*>(unit.remainder.data())});
-  }
-  add("state0", unit.state0);
-  add("state1", unit.state1);
-  return f;
-}
+// ---- the engine's state (runtime/shard_state.h) --------------------------------------
 
 // This rank's part of unit u's shard: replicas split it evenly.
-std::pair<int64_t, int64_t> my_write_range(const Engine::Impl& e, int u) {
-  const EngineUnit& unit = e.units[static_cast<size_t>(u)];
-  const int R = e.mesh.replicate->size(), j = e.mesh.replicate->rank();
-  const int64_t per = unit.n / R, extra = unit.n % R;
+std::pair<int64_t, int64_t> my_write_range(const ShardStateView& state, int u) {
+  const int R = state.replicate_size(), j = state.replicate_rank();
+  const int64_t n = state.shard_numel(u), begin = state.shard_begin(u);
+  const int64_t per = n / R, extra = n % R;
   const int64_t b = j * per + std::min<int64_t>(j, extra);
   const int64_t len = per + (j < extra ? 1 : 0);
-  return {unit.offset + b, unit.offset + b + len};
+  return {begin + b, begin + b + len};
 }
 
-proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, int64_t step) {
-  const int rank = e.world.rank();
+proto::CheckpointFile write_shard_file(const ShardStateView& state, const std::string& dir, int64_t step) {
+  const int rank = state.world().rank();
   proto::CheckpointFile file;
   file.set_name(checkpoint_shard_file_name(rank));
   file.set_rank(rank);
   CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
-  const std::string header = encode_checkpoint_shard_header(rank, e.world.size(), step);
+  const std::string header = encode_checkpoint_shard_header(rank, state.world().size(), step);
   w.write(header.data(), static_cast<int64_t>(header.size()));
   if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {  // MP_FAULT (tests)
     MP_THROW(IoError, "checkpoint file '", dir, "/", file.name(),
              "': write failed: No space left on device (injected by MP_FAULT write_fail)");
   }
-  for (int u = 0; u < e.layout.num_units(); ++u) {
-    const EngineUnit& unit = e.units[static_cast<size_t>(u)];
-    const auto [b, end] = my_write_range(e, u);
+  for (int u = 0; u < state.layout().num_units(); ++u) {
+    const auto [b, end] = my_write_range(state, u);
     if (b >= end) continue;
-    const std::vector<FieldRef> fields = unit_fields(e, u);
+    const std::vector<ShardField> fields = state.fields(u);
     for (size_t f = 0; f < fields.size(); ++f) {
       w.pad_to(kCheckpointChunkAlign);
       proto::CheckpointChunk* c = file.add_chunks();
@@ -116,7 +71,7 @@ proto::CheckpointFile write_shard_file(Engine::Impl& e, const std::string& dir, 
       c->set_begin(b);
       c->set_end(end);
       c->set_file_offset(w.offset());
-      w.write(fields[f].data + (b - unit.offset) * fields[f].element_bytes, (end - b) * fields[f].element_bytes);
+      w.write(fields[f].data + (b - state.shard_begin(u)) * fields[f].element_bytes, (end - b) * fields[f].element_bytes);
     }
   }
   file.set_size_bytes(w.offset());
@@ -138,8 +93,8 @@ std::string shape_text(const Shape& s) {
 
 // The checkpoint must describe this model and keep the fields this
 // policy needs.
-void check_compatible(Engine::Impl& e, const proto::CheckpointManifest& m, const std::string& dir) {
-  const FlatLayout& L = e.layout;
+void check_compatible(const ShardStateView& state, const proto::CheckpointManifest& m, const std::string& dir) {
+  const FlatLayout& L = state.layout();
   if (m.units_size() != L.num_units()) {
     MP_THROW(ConfigError, "checkpoint '", dir, "' has ", m.units_size(), " units, the model has ", L.num_units());
   }
@@ -166,7 +121,7 @@ void check_compatible(Engine::Impl& e, const proto::CheckpointManifest& m, const
       MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", ul.name, " has ", cu.numel(), " elements, the model's ",
                ul.numel);
     }
-    const std::vector<FieldRef> fields = unit_fields(e, u);
+    const std::vector<ShardField> fields = state.fields(u);
     bool same = cu.fields_size() == static_cast<int>(fields.size());
     for (size_t f = 0; same && f < fields.size(); ++f) {
       same = cu.fields(static_cast<int>(f)).name() == fields[f].name && cu.fields(static_cast<int>(f)).dtype() == fields[f].dtype;
@@ -174,11 +129,112 @@ void check_compatible(Engine::Impl& e, const proto::CheckpointManifest& m, const
     if (!same) {
       std::string have, want;
       for (const proto::CheckpointField& f : cu.fields()) have += " " + f.name() + ":" + f.dtype();
-      for (const FieldRef& f : fields) want += " " + f.name + ":" + f.dtype;
+      for (const ShardField& f : fields) want += " " + f.name + ":" + f.dtype;
       MP_THROW(ConfigError, "checkpoint '", dir, "' (precision ", m.precision(), ") stores", have,
-               "; this run's precision policy (", e.o.precision.describe(), ") keeps", want,
+               "; this run's precision policy (", state.options().precision.describe(), ") keeps", want,
                ": load with the checkpoint's precision settings");
     }
+  }
+}
+
+// Rank 0, before a save: creates the root and an empty temporary directory;
+// true (and nothing created) when `latest` already names this step's.
+bool prepare_save(const std::string& root, const std::string& final_dir, const std::string& tmp_dir) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) MP_THROW(IoError, "checkpoint root '", root, "': cannot create: ", ec.message());
+  if (fs::exists(final_dir + "/" + kCheckpointManifestName) && resolve_checkpoint(root, true) == final_dir) return true;
+  fs::remove_all(tmp_dir, ec);
+  if (!fs::create_directory(tmp_dir, ec) || ec) {
+    MP_THROW(IoError, "checkpoint directory '", tmp_dir, "': cannot create: ", ec.message());
+  }
+  return false;
+}
+
+void describe_optimizer(const Optimizer& opt, proto::OptimizerCheckpoint* oc) {
+  oc->set_steps_done(opt.steps_done());
+  oc->set_steps_skipped(opt.steps_skipped());
+  if (const LossScaler* s = opt.loss_scaler()) {
+    const LossScaler::State st = s->state();
+    oc->set_has_loss_scaler(true);
+    oc->set_loss_scale(st.scale);
+    oc->set_growth_tracker(st.growth_tracker);
+    oc->set_hysteresis_left(st.hysteresis_left);
+    oc->set_scaler_skipped(st.skipped);
+  }
+}
+
+void describe_unit(const UnitLayout& ul, const std::vector<ShardField>& fields, proto::CheckpointUnit* cu) {
+  cu->set_name(ul.name);
+  cu->set_numel(ul.numel);
+  cu->set_padded_numel(ul.padded_numel);
+  for (const ParamPlacement& pp : ul.params) {
+    proto::CheckpointParam* cp = cu->add_params();
+    cp->set_name(pp.name);
+    for (const int64_t d : pp.shape) cp->add_shape(d);
+    cp->set_offset(pp.offset);
+    cp->set_numel(pp.numel);
+  }
+  for (const ShardField& f : fields) {
+    proto::CheckpointField* cf = cu->add_fields();
+    cf->set_name(f.name);
+    cf->set_dtype(f.dtype);
+  }
+}
+
+// The manifest of the engine's state at `step`, whose ranks wrote `files`
+// (serialized proto::CheckpointFile, in rank order).
+proto::CheckpointManifest make_manifest(const ShardStateView& state, int64_t step,
+                                        const std::vector<std::string>& files, const std::string& config_text) {
+  const EngineOptions& o = state.options();
+  proto::CheckpointManifest m;
+  m.set_format_version(kCheckpointFormatVersion);
+  m.set_mp_version(MP_VERSION);
+  m.set_step(step);
+  m.set_world_size(state.world().size());
+  m.set_shard_size(o.shard_size);
+  m.set_strategy(o.strategy);
+  m.set_precision(o.precision.describe());
+  m.set_seed(o.seed);
+  m.set_data_step(step);
+  describe_optimizer(state.optimizer(), m.mutable_optimizer());
+  for (int u = 0; u < state.layout().num_units(); ++u) {
+    describe_unit(state.layout().unit(u), state.fields(u), m.add_units());
+  }
+  m.set_block_bytes(kCheckpointBlockBytes);
+  for (const std::string& f : files) {
+    if (!m.add_files()->ParseFromString(f)) MP_THROW(IoError, "checkpoint save: a rank's file description is corrupt");
+  }
+  m.set_config(config_text);
+  m.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  return m;
+}
+
+// Rank 0, the last steps of a save (Note [Atomic saves]): the manifest into
+// the temporary directory, which becomes ROOT/name, then `latest`; then
+// only the newest keep_last complete checkpoints stay, and no temporaries.
+void publish(const proto::CheckpointManifest& m, const std::string& root, const std::string& name,
+             const std::string& tmp_dir, int keep_last) {
+  const std::string final_dir = root + "/" + name;
+  check_checkpoint_manifest(m, tmp_dir + "/" + kCheckpointManifestName);
+  write_file_atomic(tmp_dir + "/" + kCheckpointManifestName, encode_checkpoint_manifest(m), "checkpoint manifest");
+  fsync_dir(tmp_dir);
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked before): a leftover
+  rename_or_throw(tmp_dir, final_dir);
+  fsync_dir(root);
+  write_file_atomic(root + "/latest", name + "\n", "checkpoint pointer");
+  std::vector<std::pair<std::string, std::string>> steps;  // (name, path)
+  for (const fs::directory_entry& d : fs::directory_iterator(root, ec)) {
+    const std::string n = d.path().filename().string();
+    if (n.rfind(".tmp-", 0) == 0) fs::remove_all(d.path(), ec);
+    if (n.rfind("step_", 0) == 0 && d.is_directory()) steps.emplace_back(n, d.path().string());
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) {
+    if (steps[i].first != name) fs::remove_all(steps[i].second, ec);
   }
 }
 
@@ -187,11 +243,11 @@ void check_compatible(Engine::Impl& e, const proto::CheckpointManifest& m, const
 // ---- public ---------------------------------------------------------------------
 
 CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const CheckpointSaveOptions& options) {
-  Engine::Impl& e = CheckpointIo::of(engine);
+  const ShardStateView state = engine.shard_state();
   const auto t0 = Clock::now();
   MP_ENFORCE_GE(options.keep_last, 1);
-  Communicator& world = e.world;
-  const int64_t step = e.steps_run;
+  Communicator& world = state.world();
+  const int64_t step = state.steps_run();
   const std::string name = checkpoint_step_dir_name(step);
   const std::string final_dir = root + "/" + name, tmp_dir = root + "/.tmp-" + name;
   CheckpointInfo info;
@@ -201,18 +257,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
   // Rank 0 prepares the temporary directory, or finds this step saved.
   bool already = false;
   world.agree("checkpoint save", [&] {
-    if (world.rank() != 0) return;
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    if (ec) MP_THROW(IoError, "checkpoint root '", root, "': cannot create: ", ec.message());
-    if (fs::exists(final_dir + "/" + kCheckpointManifestName) && resolve_checkpoint(root, true) == final_dir) {
-      already = true;
-      return;
-    }
-    fs::remove_all(tmp_dir, ec);
-    if (!fs::create_directory(tmp_dir, ec) || ec) {
-      MP_THROW(IoError, "checkpoint directory '", tmp_dir, "': cannot create: ", ec.message());
-    }
+    if (world.rank() == 0) already = prepare_save(root, final_dir, tmp_dir);
   });
   if (world.broadcast_bytes(already ? "1" : "0", 0) == "1") {
     info.seconds = since(t0);
@@ -220,80 +265,14 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
   }
 
   proto::CheckpointFile mine;
-  world.agree("checkpoint save", [&] { mine = write_shard_file(e, tmp_dir, step); });
+  world.agree("checkpoint save", [&] { mine = write_shard_file(state, tmp_dir, step); });
   std::string mine_bytes;
   mine.SerializeToString(&mine_bytes);
   const std::vector<std::string> files = world.all_gather_bytes(mine_bytes);
 
   world.agree("checkpoint save", [&] {
-    if (world.rank() != 0) return;
-    proto::CheckpointManifest m;
-    m.set_format_version(kCheckpointFormatVersion);
-    m.set_mp_version(MP_VERSION);
-    m.set_step(step);
-    m.set_world_size(world.size());
-    m.set_shard_size(e.o.shard_size);
-    m.set_strategy(e.o.strategy);
-    m.set_precision(e.o.precision.describe());
-    m.set_seed(e.o.seed);
-    m.set_data_step(step);
-    proto::OptimizerCheckpoint* oc = m.mutable_optimizer();
-    oc->set_steps_done(e.opt->steps_done());
-    oc->set_steps_skipped(e.opt->steps_skipped());
-    if (const LossScaler* s = e.opt->loss_scaler()) {
-      const LossScaler::State st = s->state();
-      oc->set_has_loss_scaler(true);
-      oc->set_loss_scale(st.scale);
-      oc->set_growth_tracker(st.growth_tracker);
-      oc->set_hysteresis_left(st.hysteresis_left);
-      oc->set_scaler_skipped(st.skipped);
-    }
-    for (int u = 0; u < e.layout.num_units(); ++u) {
-      const UnitLayout& ul = e.layout.unit(u);
-      proto::CheckpointUnit* cu = m.add_units();
-      cu->set_name(ul.name);
-      cu->set_numel(ul.numel);
-      cu->set_padded_numel(ul.padded_numel);
-      for (const ParamPlacement& pp : ul.params) {
-        proto::CheckpointParam* cp = cu->add_params();
-        cp->set_name(pp.name);
-        for (const int64_t d : pp.shape) cp->add_shape(d);
-        cp->set_offset(pp.offset);
-        cp->set_numel(pp.numel);
-      }
-      for (const FieldRef& f : unit_fields(e, u)) {
-        proto::CheckpointField* cf = cu->add_fields();
-        cf->set_name(f.name);
-        cf->set_dtype(f.dtype);
-      }
-    }
-    m.set_block_bytes(kCheckpointBlockBytes);
-    for (const std::string& f : files) {
-      if (!m.add_files()->ParseFromString(f)) MP_THROW(IoError, "checkpoint save: a rank's file description is corrupt");
-    }
-    m.set_config(options.config_text);
-    m.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count());
-    check_checkpoint_manifest(m, tmp_dir + "/" + kCheckpointManifestName);
-    write_file_atomic(tmp_dir + "/" + kCheckpointManifestName, encode_checkpoint_manifest(m), "checkpoint manifest");
-    fsync_dir(tmp_dir);
-    std::error_code ec;
-    if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked above): a leftover
-    rename_or_throw(tmp_dir, final_dir);
-    fsync_dir(root);
-    write_file_atomic(root + "/latest", name + "\n", "checkpoint pointer");
-    // Keep the newest keep_last complete checkpoints; drop stale temporaries.
-    std::vector<std::pair<std::string, std::string>> steps;  // (name, path)
-    for (const fs::directory_entry& d : fs::directory_iterator(root, ec)) {
-      const std::string n = d.path().filename().string();
-      if (n.rfind(".tmp-", 0) == 0) fs::remove_all(d.path(), ec);
-      if (n.rfind("step_", 0) == 0 && d.is_directory()) steps.emplace_back(n, d.path().string());
-    }
-    std::sort(steps.begin(), steps.end());
-    for (size_t i = 0; i + static_cast<size_t>(options.keep_last) < steps.size(); ++i) {
-      if (steps[i].first != name) fs::remove_all(steps[i].second, ec);
-    }
+    if (world.rank() == 0) publish(make_manifest(state, step, files, options.config_text), root, name, tmp_dir,
+                                   options.keep_last);
   });
   for (const std::string& f : files) {
     proto::CheckpointFile cf;
@@ -305,19 +284,19 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
 }
 
 proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir, CheckpointInfo* info) {
-  Engine::Impl& e = CheckpointIo::of(engine);
+  ShardStateView state = engine.shard_state();
+  Optimizer& opt = state.optimizer();
   const auto t0 = Clock::now();
   proto::CheckpointManifest m;
   int64_t bytes_read = 0;
-  e.world.agree("checkpoint load", [&] {
+  state.world().agree("checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
-    check_compatible(e, m, dir);
+    check_compatible(state, m, dir);
     CheckpointReader reader(dir, m);
-    for (int u = 0; u < e.layout.num_units(); ++u) {
-      const EngineUnit& unit = e.units[static_cast<size_t>(u)];
-      const int64_t lo = unit.offset, hi = unit.offset + unit.n;
-      const int64_t need_hi = std::min(hi, e.layout.unit(u).numel);  // beyond: padding
-      const std::vector<FieldRef> fields = unit_fields(e, u);
+    for (int u = 0; u < state.layout().num_units(); ++u) {
+      const int64_t lo = state.shard_begin(u), hi = lo + state.shard_numel(u);
+      const int64_t need_hi = std::min(hi, state.layout().unit(u).numel);  // beyond: padding
+      const std::vector<ShardField> fields = state.fields(u);
       for (size_t f = 0; f < fields.size(); ++f) reader.read(u, static_cast<int>(f), lo, hi, need_hi, fields[f].data);
     }
     bytes_read = reader.bytes_read();
@@ -326,18 +305,18 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
       MP_THROW(ConfigError, "checkpoint '", dir, "': optimizer counters (", oc.steps_done(), " done, ",
                oc.steps_skipped(), " skipped) do not fit step ", m.step());
     }
-    if (oc.has_loss_scaler() != (e.opt->loss_scaler() != nullptr)) {
+    if (oc.has_loss_scaler() != (opt.loss_scaler() != nullptr)) {
       MP_THROW(ConfigError, "checkpoint '", dir, "' was saved ", oc.has_loss_scaler() ? "with" : "without",
-               " dynamic loss scaling; this run is ", e.opt->loss_scaler() ? "with" : "without");
+               " dynamic loss scaling; this run is ", opt.loss_scaler() ? "with" : "without");
     }
     if (oc.has_loss_scaler()) {
-      e.opt->restore_loss_scaler(LossScaler::State{oc.loss_scale(), oc.growth_tracker(), oc.hysteresis_left(),
-                                                   oc.scaler_skipped()});
+      opt.restore_loss_scaler(LossScaler::State{oc.loss_scale(), oc.growth_tracker(), oc.hysteresis_left(),
+                                                oc.scaler_skipped()});
     }
-    e.opt->restore_counters(oc.steps_done(), oc.steps_skipped());
-    e.steps_run = m.step();
+    opt.restore_counters(oc.steps_done(), oc.steps_skipped());
+    state.set_steps_run(m.step());
   });
-  e.state_replaced();
+  state.replaced();
   if (info != nullptr) {
     info->path = dir;
     info->step = m.step();

@@ -30,6 +30,8 @@
 //
 // On the CPU the communication thread of each communicator plays the role of
 // a CUDA stream, so the overlap is real and the timings below measure it.
+// Engine::Impl::step (runtime/engine.cc) reads as this schedule; the parts it
+// drives are listed in runtime/engine_impl.h.
 #pragma once
 
 #include <memory>
@@ -72,6 +74,8 @@ struct StepResult {
   int64_t consecutive_skips = 0;  // skipped steps in a row, this one included
   StepTimings timings;
 };
+
+class ShardStateView;  // runtime/shard_state.h
 
 class Engine {
  public:
@@ -116,11 +120,14 @@ class Engine {
   // same values.
   void set_weights(int unit, const std::vector<float>& full);
 
+  // This rank's shards of weights and optimizer state, the optimizer's
+  // counters and the step count, to read and write between steps
+  // (runtime/shard_state.h): what checkpoints save and load.
+  ShardStateView shard_state();
+
   class Impl;  // internal: runtime/engine_impl.h
 
  private:
-  friend class CheckpointIo;  // runtime/checkpoint.cc
-
   std::unique_ptr<Impl> impl_;
 };
 

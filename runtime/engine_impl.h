@@ -1,43 +1,32 @@
-// runtime/engine_impl.h: the engine's state, shared by engine.cc (set-up,
-// gathers, the step) and engine_reduce.cc (gradient reductions). Internal.
+// runtime/engine_impl.h: the engine's state and its owners. Internal.
+//
+// Engine::Impl runs the schedule (Note [Engine schedule] in engine.h) over
+// parts that each own one concern:
+//   set-up          options, layout, optimizer, communicators: fixed once
+//                   constructed (the optimizer's counters and loss scaler
+//                   change with each step's decision)
+//   units_          per-unit buffers (runtime/unit_state.h)
+//   comm_           every collective issued and waited for (comm_watch.h)
+//   gathers_        full parameters for compute: the gather ring and the
+//                   kept full params (param_gathers.h, gather_ring.h)
+//   reducer_        the gradient path into the reduced shards (grad_reducer.h)
+//   stats_, decision_  statistics and the step's plan (step_decision.h)
+//   step counters   steps run, consecutive skips, the step's timings
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <vector>
 
 #include "comm/mesh.h"
+#include "runtime/comm_watch.h"
 #include "runtime/engine.h"
+#include "runtime/grad_reducer.h"
+#include "runtime/param_gathers.h"
+#include "runtime/step_decision.h"
+#include "runtime/unit_state.h"
 
 namespace mp {
-
-struct EngineUnit {
-  int64_t n = 0;        // shard elements
-  int64_t full = 0;     // padded unit elements
-  int64_t offset = 0;   // this rank's shard starts here in the unit
-  Tensor master;        // fp32 [n] (master kFp32)
-  Buffer remainder;     // int16 [n] (master kBf16Remainder)
-  Tensor param_shard;   // param dtype [n], persistent
-  Tensor state0, state1;
-  Tensor acc_full;      // grad_accum dtype [full]
-  Tensor grad_shard;    // grad_shard dtype [n] (NO_SHARD: acc_full)
-  Buffer acc64;         // double [n] (deterministic)
-  Tensor full_params;   // param dtype [full] (SHARD_OPTIMIZER, SHARD_GRAD_OP)
-  std::vector<UpdateRange> ranges;
-  Event reduced;        // this step's reductions of the unit have landed
-  WorkPtr full_gather;  // pending all-gather into full_params
-  bool full_stale = false;  // updated, not yet gathered (prefetch_depth 0: on demand)
-  double ib_sum_sq = 0; // optimizer in backward: statistics taken before the update
-  bool ib_non_finite = false;
-};
-
-struct GatherSlot {
-  Tensor buffer;  // param dtype [max padded]
-  int unit = -1;
-  uint64_t last_use = 0;
-  WorkPtr work;
-};
 
 class Engine::Impl {
  public:
@@ -45,85 +34,73 @@ class Engine::Impl {
 
   Impl(const ModelSpec& spec, const proto::EngineConfig& config, Communicator& world, Allocator allocator);
 
-  // engine.cc
-  void init_params();
-  // Writes this rank's shard of unit u's weights (unit.n values) into the
-  // master, remainder and param shard as the policy keeps them.
-  void set_shard_weights(int u, const std::vector<float>& values);
-  // After the weights or state were replaced between steps (a checkpoint
-  // load, set_weights): drops gathered copies of the old weights and
-  // gathers again where the strategy keeps full params.
-  void state_replaced();
-  Tensor params_for(int u, int direction);
-  void issue_gather(int u, GatherSlot& slot);
-  void issue_full_gather(int u);
-  Tensor gather_source(int u);
-  void update_unit(int u, const StepPlan& plan);
   StepResult step(Model& model);
   double evaluate(Model& model, int64_t first, int count);
-  double mean_loss(const std::vector<double>& losses);
   std::vector<float> master_shard(int u) const;
-  double loss_scale_now() const;
-  void locate_non_finite(StepResult& result);
+  std::vector<float> gather_master(int u);
+  void set_weights(int u, const std::vector<float>& full);
+  // After the weights or state were replaced between steps (a checkpoint
+  // load, set_weights): drops gathered copies of the old weights and
+  // gathers again where the strategy keeps full params. Collective.
+  void state_replaced();
+  // Lets issued collectives and tasks finish (before the buffers go).
+  void synchronize();
 
-  // engine_reduce.cc
-  Tensor take_grad_buffer(int u, int& index);
-  void reduce_unit(int u, int micro_batch, int index);
-  void reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
-  void reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
-  void reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
-  void after_reduction(int u, int micro_batch, CpuStream& stream);
+  const ModelSpec& spec() const { return spec_; }
+  const EngineOptions& options() const { return o_; }
+  const FlatLayout& layout() const { return layout_; }
+  Optimizer& optimizer() const { return *opt_; }
+  Communicator& world() const { return world_; }
+  const MeshGroups& mesh() const { return mesh_; }
+  const Allocator& allocator() const { return alloc_; }
+  const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  int64_t steps_run() const { return steps_run_; }
+  void set_steps_run(int64_t steps) { steps_run_ = steps; }
 
-  void wait(const WorkPtr& w);
-  void wait(const Event& e);
-  // Every collective the engine issues passes here: kept (while pending)
-  // so that a wait on an event of the communication thread that times out
-  // can name the collective that did not complete.
-  void maybe_serialize(const WorkPtr& w) {
-    if (!w) return;
-    while (!recent_works.empty() && (recent_works.size() > 256 || recent_works.front()->is_completed())) {
-      recent_works.pop_front();
-    }
-    recent_works.push_back(w);
-    if (o.serialize_communication) wait(w);
-  }
-  std::deque<WorkPtr> recent_works;
-  CpuStream& grad_stream();
+ private:
+  // The phases of step(), in order (engine.cc).
+  void begin_step();
+  void forward(Model& model);
+  void backward(Model& model, int micro_batch);
+  void reduce(int u, int micro_batch, const GradBuffer& grads);
+  void update_in_backward(int u, CpuStream& stream);
+  GradStats reduced_statistics();
+  StepResult note_decision(const StepPlan& plan);
+  void update(const StepPlan& plan);
+  void update_unit(int u, const StepPlan& plan);
+  StepResult finish_step(StepResult result, const StepPlan& plan, const GradStats& total,
+                         const std::vector<double>& losses);
+  void stop_if_needed(const StepResult& result) const;
+  double mean_loss(const std::vector<double>& losses);
+  void init_params();
+  template <class F>
+  void timed(double& seconds, F&& f);
 
-  ModelSpec spec;
-  EngineOptions o;
-  FlatLayout layout;
-  Allocator alloc;
-  std::unique_ptr<Optimizer> opt;
-  Communicator& world;
-  MeshGroups mesh;
-  CpuStream* shard_stream = nullptr;
-  CpuStream* replicate_stream = nullptr;
-  std::unique_ptr<CommHook> hook;
-  std::vector<EngineUnit> units;
-  std::vector<GatherSlot> slots;
-  uint64_t tick = 0;
-  Tensor grad_in[2];
-  Event grad_free[2];
-  int grad_next = 0;
-  Tensor cast_staging;  // param dtype (cast at gather)
-  Tensor wire;          // reduce dtype [max padded]
-  Tensor rs_scratch;    // reduce_out dtype [max shard]
-  Tensor recv;          // fp32 [max padded] (deterministic all-to-all)
-  Tensor gathered;      // fp32 [R x max padded] (deterministic across replicas)
-  Event replicate_done; // the last replicate-group use of recv
-  int64_t steps_run = 0;
-  int64_t consecutive_skips = 0;
-  int first_bad_unit = -1;  // this step: the first unit whose local gradients were not finite
-  StepTimings timings;
-  int64_t cast_elements = 0;  // this step's param casts outside the update
-  // Full accumulators hold the sum over micro-batches; where they are cast
-  // for the reduction (wire dtype, loss scale) the cast also divides by the
-  // number of micro-batches, so 16-bit wire values do not overflow.
-  bool mean_at_cast = false;
-  double grad_divisor() const;
-  bool ib_planned = false;
-  StepPlan ib_plan;
+  // ---- set-up
+  ModelSpec spec_;
+  EngineOptions o_;
+  FlatLayout layout_;
+  Allocator alloc_;
+  std::unique_ptr<Optimizer> opt_;
+  Communicator& world_;
+  MeshGroups mesh_;
+  CpuStream* shard_stream_ = nullptr;
+  CpuStream* replicate_stream_ = nullptr;
+
+  // ---- step counters
+  int64_t steps_run_ = 0;
+  int64_t consecutive_skips_ = 0;
+  StepTimings timings_;       // this step's; exposed_comm_s is comm_'s
+  Clock::time_point step_start_;
+  int64_t casts_before_ = 0;  // gathers_' cast count when the step began
+
+  // ---- state and its owners
+  CommWatch comm_;
+  std::vector<UnitState> units_;  // filled once, never resized: reducer_ and gathers_ refer to it
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ParamGathers> gathers_;
+  GradStatistics stats_;
+  StepDecision decision_;
 };
 
 }  // namespace mp

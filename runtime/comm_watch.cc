@@ -1,0 +1,44 @@
+#include "runtime/comm_watch.h"
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace mp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+}  // namespace
+
+void CommWatch::track(const WorkPtr& w) {
+  if (!w) return;
+  while (!recent_.empty() && (recent_.size() > 256 || recent_.front()->is_completed())) recent_.pop_front();
+  recent_.push_back(w);
+  if (serialize_) wait(w);
+}
+
+void CommWatch::wait(const WorkPtr& w) {
+  if (!w) return;
+  const auto t0 = Clock::now();
+  w->wait();
+  exposed_s_ += seconds(t0);
+}
+
+void CommWatch::wait(const Event& e) {
+  const auto t0 = Clock::now();
+  const std::chrono::milliseconds timeout = world_.options().timeout;
+  if (!e.wait_for(timeout)) {
+    for (const WorkPtr& w : recent_) {
+      if (!w->is_completed()) w->wait(std::chrono::milliseconds(0));
+    }
+    abandon_cpu_streams();
+    MP_THROW(CommError, "step ", steps_run_, ": the communication thread did not finish within ",
+             static_cast<double>(timeout.count()) / 1000.0, " s, with no collective pending");
+  }
+  exposed_s_ += seconds(t0);
+}
+
+}  // namespace mp

@@ -1,0 +1,48 @@
+// runtime/comm_watch.h: the engine's collectives and its waits on them, in
+// one place. Internal to the engine.
+//
+// Note [Engine waits]
+// - track(w): every collective the engine issues passes here, in issue
+//   order. While pending it is kept (the newest 256 at most), so that a wait
+//   on an event of the communication thread that times out can name the
+//   collective that did not complete. With sharding.serialize_communication
+//   it is also waited for at once.
+// - wait(w), wait(e): block the calling (compute) thread; the time blocked
+//   adds to exposed_s(), the step's exposed communication.
+// - wait(e) on an Event (a unit's reductions, a free gradient buffer) is
+//   bounded by the world's timeout like a Work's wait. On expiry the first
+//   tracked collective still pending is waited on at once, which throws
+//   CommError naming it, its sequence number and the ranks that did not
+//   arrive (Note [What completion means] in comm/work.h); with none pending,
+//   CommError names the step.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "comm/communicator.h"
+
+namespace mp {
+
+class CommWatch {
+ public:
+  // `steps_run` (the engine's step count) is read for error messages.
+  CommWatch(Communicator& world, bool serialize, const int64_t& steps_run)
+      : world_(world), serialize_(serialize), steps_run_(steps_run) {}
+
+  void track(const WorkPtr& w);
+  void wait(const WorkPtr& w);
+  void wait(const Event& e);
+
+  double exposed_s() const { return exposed_s_; }
+  void reset_exposed() { exposed_s_ = 0; }
+
+ private:
+  Communicator& world_;
+  const bool serialize_;
+  const int64_t& steps_run_;
+  std::deque<WorkPtr> recent_;
+  double exposed_s_ = 0;
+};
+
+}  // namespace mp

@@ -1,0 +1,72 @@
+#include "runtime/gather_ring.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mp {
+
+GatherRing::GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, DType dtype, Allocator& alloc,
+                       CommWatch& comm, Issue issue)
+    : layout_(layout), prefetch_depth_(prefetch_depth), comm_(comm), issue_(std::move(issue)) {
+  slots_.resize(static_cast<size_t>(slots));
+  for (Slot& s : slots_) {
+    s.buffer = Tensor::zeros(alloc, dtype, {layout_.max_padded_numel()}, MemCategory::kGatheredParams);
+  }
+}
+
+void GatherRing::issue(int u, Slot& slot) {
+  if (slot.work) comm_.wait(slot.work);
+  slot.unit = u;
+  slot.last_use = ++tick_;
+  slot.work = issue_(u, slot.buffer.flat(0, layout_.unit(u).padded_numel));
+}
+
+GatherRing::Slot* GatherRing::find(int u) {
+  for (Slot& s : slots_) {
+    if (s.unit == u) return &s;
+  }
+  return nullptr;
+}
+
+GatherRing::Slot& GatherRing::free_slot(const std::vector<int>& wanted) {
+  Slot* best = nullptr;
+  for (Slot& s : slots_) {
+    if (std::find(wanted.begin(), wanted.end(), s.unit) != wanted.end()) continue;
+    if (!best || s.last_use < best->last_use) best = &s;
+  }
+  MP_ENFORCE(best != nullptr, "no free gather slot among ", slots_.size());
+  return *best;
+}
+
+Tensor GatherRing::acquire(int u, int direction) {
+  const int num_units = layout_.num_units();
+  std::vector<int> wanted{u};
+  for (int d = 1; d <= prefetch_depth_; ++d) {
+    const int v = u + d * direction;
+    if (v >= 0 && v < num_units) wanted.push_back(v);
+  }
+  for (int v : wanted) {  // u first, then the prefetches in order of use
+    if (!find(v)) issue(v, free_slot(wanted));
+  }
+  Slot* slot = find(u);
+  slot->last_use = ++tick_;
+  comm_.wait(slot->work);
+  slot->work.reset();
+  return slot->buffer.flat(0, layout_.unit(u).padded_numel);
+}
+
+void GatherRing::drop() {
+  for (Slot& s : slots_) {
+    comm_.wait(s.work);
+    s.work.reset();
+    s.unit = -1;
+  }
+}
+
+void GatherRing::prefetch_into(int u) {
+  MP_ENFORCE(u >= 0 && u < size(), "prefetch_into slot ", u, " of ", size());
+  issue(u, slots_[static_cast<size_t>(u)]);
+}
+
+}  // namespace mp

@@ -1,0 +1,73 @@
+// runtime/gather_ring.h: the ring of all-gather buffers that FULL_SHARD and
+// HYBRID_SHARD compute from (Note [Engine schedule] in runtime/engine.h).
+// Internal to the engine.
+//
+// Note [Gather ring]
+// size() = min(k + 1, units) slots, k = sharding.prefetch_depth, each a
+// param-dtype buffer of the largest padded unit. acquire(u, direction)
+// returns unit u's full parameters, first making sure that u and its next k
+// units in `direction` (+1 forward, -1 backward) are in slots, issuing the
+// missing gathers in order of use (u first). A missing unit takes the least
+// recently used slot among those holding no unit wanted now.
+// Invariants:
+// - A slot holds at most one unit and a unit is in at most one slot; a
+//   slot's contents are the unit's current weights (drop() empties every
+//   slot when the weights change).
+// - A slot's buffer is read (acquire) or reissued only after its gather was
+//   waited for; a pending gather writes nothing else.
+// - Since the wanted units (at most k + 1) never exceed the slots, a free
+//   slot always exists, and a unit stays gathered until its slot is reused:
+//   the last k + 1 units of the forward are not gathered again for the
+//   backward.
+// - Every rank calls acquire, drop and prefetch_into with the same units in
+//   the same order, so the gathers (collectives) are issued alike.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "models/flat_layout.h"
+#include "runtime/comm_watch.h"
+
+namespace mp {
+
+class GatherRing {
+ public:
+  // Issues unit u's all-gather into `dst` (its padded elements) and returns it.
+  using Issue = std::function<WorkPtr(int unit, const Tensor& dst)>;
+
+  GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, DType dtype, Allocator& alloc, CommWatch& comm,
+             Issue issue);
+
+  int size() const { return static_cast<int>(slots_.size()); }
+  Tensor acquire(int u, int direction);
+  // Waits for the pending gathers and empties every slot.
+  void drop();
+  // After drop(): gathers unit u (< size()) into slot u, so that the next
+  // forward finds its first units there.
+  void prefetch_into(int u);
+
+ private:
+  struct Slot {
+    Tensor buffer;  // param dtype [max padded]
+    int unit = -1;
+    uint64_t last_use = 0;
+    WorkPtr work;   // the pending gather into buffer
+  };
+
+  void issue(int u, Slot& slot);
+  Slot* find(int u);
+  Slot& free_slot(const std::vector<int>& wanted);
+
+  const FlatLayout& layout_;
+  std::vector<Slot> slots_;
+  int prefetch_depth_ = 0;
+  CommWatch& comm_;
+  Issue issue_;
+  uint64_t tick_ = 0;
+};
+
+}  // namespace mp

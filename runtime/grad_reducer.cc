@@ -1,0 +1,201 @@
+// The engine's gradient path (Note [Gradient reduction]).
+#include "runtime/grad_reducer.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/convert.h"
+#include "kernels/cpu/accumulate.h"
+
+namespace mp {
+namespace {
+using SC = proto::ShardingConfig;
+}
+
+GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units,
+                         MeshGroups& mesh, CpuStream& shard_stream, CpuStream& replicate_stream, const Optimizer& opt,
+                         CommWatch& comm, Allocator& alloc)
+    : o_(o),
+      layout_(layout),
+      units_(units),
+      mesh_(mesh),
+      shard_stream_(shard_stream),
+      replicate_stream_(replicate_stream),
+      opt_(opt),
+      comm_(comm) {
+  const Precision& p = o.precision;
+  if (!o.comm_hook.empty()) hook_ = CommHookRegistry().make(o.comm_hook, alloc);
+  auto tensor = [&](DType t, int64_t n, MemCategory c) { return Tensor::zeros(alloc, t, {n}, c); };
+  const int64_t p_max = layout.max_padded_numel(), n_max = layout.max_shard_numel();
+  for (auto& g : grad_in_) g = tensor(DType::kF32, p_max, MemCategory::kGradient);
+  const bool no_shard_cast = o.strategy == SC::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
+                             (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone);
+  if (o.wire_staging() || no_shard_cast) wire_ = tensor(p.reduce_dtype, p_max, MemCategory::kCommScratch);
+  if (!o.deterministic && o.sharded_accumulation && o.micro_batches > 1 && !o.full_grad_accumulators()) {
+    rs_scratch_ = tensor(o.reduce_out_dtype(), n_max, MemCategory::kCommScratch);
+  }
+  if (o.deterministic && o.shard_size > 1) recv_ = tensor(DType::kF32, p_max, MemCategory::kCommScratch);
+  mean_at_cast_ = o.full_grad_accumulators() && (wire_.defined() || (hook_ && p.loss_scaling != LossScalingMode::kNone));
+  if (o.deterministic && o.replicate_size > 1) {
+    gathered_ = tensor(DType::kF32, o.replicate_size * p_max, MemCategory::kCommScratch);
+  }
+}
+
+double GradReducer::divisor() const {
+  const double k = o_.micro_batches;
+  const double base = o_.deterministic ? static_cast<double>(o_.world_size) * k : mean_at_cast_ ? 1.0 : k;
+  return base * (o_.precision.loss_scaling == LossScalingMode::kStatic ? o_.precision.static_loss_scale : 1.0);
+}
+
+double GradReducer::loss_scale_now() const {
+  if (o_.precision.loss_scaling == LossScalingMode::kStatic) return o_.precision.static_loss_scale;
+  return opt_.loss_scaler() ? opt_.loss_scaler()->scale() : 1.0;
+}
+
+CpuStream& GradReducer::grad_stream() {
+  return o_.strategy == SC::NO_SHARD ? replicate_stream_ : shard_stream_;
+}
+
+GradBuffer GradReducer::take_buffer(int u) {
+  const int index = grad_next_;
+  grad_next_ ^= 1;
+  comm_.wait(grad_free_[index]);
+  const UnitLayout& ul = layout_.unit(u);
+  float* g = grad_in_[index].data_as<float>();
+  int64_t at = 0;
+  for (const ParamPlacement& p : ul.params) {
+    if (p.offset > at) std::memset(g + at, 0, static_cast<size_t>(p.offset - at) * 4);
+    at = p.offset + p.numel;
+  }
+  if (ul.padded_numel > at) std::memset(g + at, 0, static_cast<size_t>(ul.padded_numel - at) * 4);
+  return GradBuffer{grad_in_[index].flat(0, ul.padded_numel), index};
+}
+
+CpuStream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer) {
+  const Tensor g = grad_in_[buffer.index].flat(0, units_[static_cast<size_t>(u)].full());
+  if (o_.deterministic) return reduce_deterministic(u, micro_batch, g, buffer.index);
+  if (o_.full_grad_accumulators()) return reduce_full_accumulator(u, micro_batch, g, buffer.index);
+  return reduce_sharded(u, micro_batch, g, buffer.index);
+}
+
+// Every rank's fp32 gradient for this shard reaches this rank (all-to-all
+// in the shard group, then all-gather across replicas) and is added in fp64
+// in global rank order; the last micro-batch rounds once into the shard.
+CpuStream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tensor& g, int index) {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  const int S = o_.shard_size, R = o_.replicate_size;
+  Tensor block = g;  // S chunks of n: every group member's contribution to my shard
+  if (S > 1) {
+    shard_stream_.wait(replicate_done_);  // the replicas are done reading recv
+    WorkPtr w = mesh_.shard->all_to_all(g, recv_.flat(0, unit.full()));
+    comm_.track(w);
+    block = recv_.flat(0, unit.full());
+    grad_free_[index] = shard_stream_.record();
+  }
+  CpuStream* stream = &shard_stream_;
+  Tensor blocks = block;
+  if (R > 1) {
+    replicate_stream_.wait(shard_stream_.record());
+    WorkPtr w = mesh_.replicate->all_gather(block, gathered_.flat(0, R * unit.full()));
+    comm_.track(w);
+    blocks = gathered_.flat(0, R * unit.full());
+    stream = &replicate_stream_;
+  }
+  const bool first = micro_batch == 0, last = micro_batch == o_.micro_batches - 1;
+  double* acc = unit.acc64();
+  const int64_t n = unit.n();
+  const int count = S * R;
+  float* src = blocks.data_as<float>();
+  float* out = unit.grad_shard().data_as<float>();
+  stream->submit([=] {
+    if (first) std::memset(acc, 0, static_cast<size_t>(n) * 8);
+    accumulate_f64_cpu(acc, src, count, n, n);
+    if (last) round_f64_cpu(acc, out, n);
+  });
+  const Event done = stream->record();
+  if (R > 1) replicate_done_ = done;
+  if (S == 1) grad_free_[index] = done;
+  return *stream;
+}
+
+// NO_SHARD, SHARD_OPTIMIZER and UNSHARDED accumulation: full gradients in
+// grad_accum_dtype, reduced once after the last micro-batch.
+CpuStream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index) {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  const Precision& p = o_.precision;
+  CpuStream& gs = grad_stream();
+  const bool first = micro_batch == 0;
+  void* acc = unit.acc_full().data();
+  const DType acc_dtype = unit.acc_full().dtype();
+  const float* src = g.data_as<float>();
+  const int64_t full = unit.full();
+  gs.submit([=] { accumulate_cpu(acc, acc_dtype, src, DType::kF32, full, first); });
+  grad_free_[index] = gs.record();
+  if (micro_batch != o_.micro_batches - 1) return gs;
+
+  // The cast carries the mean over micro-batches, times the loss scale.
+  const double cast_divisor = mean_at_cast_ ? o_.micro_batches / loss_scale_now() : 1.0;
+  const ReduceOptions ro{ReduceOp::kAvg, 1.0, p.reduce_accumulate};
+  if (o_.strategy == SC::NO_SHARD) {
+    if (hook_) {
+      if (mean_at_cast_) convert(unit.acc_full(), unit.acc_full(), {Rounding::kNearestEven, cast_divisor}, &gs);
+      comm_.track(hook_->run(*mesh_.replicate, GradBucket{u, unit.acc_full()}));
+    } else {
+      Tensor input = unit.acc_full();
+      if (wire_.defined()) {
+        input = wire_.flat(0, full);
+        convert(unit.acc_full(), input, {Rounding::kNearestEven, cast_divisor}, &gs);
+      }
+      const bool direct = o_.reduce_out_dtype() == acc_dtype;
+      comm_.track(mesh_.replicate->all_reduce(input, direct ? unit.acc_full() : input, ro));
+      if (!direct) convert(input, unit.acc_full(), {}, &gs);
+    }
+    return gs;
+  }
+  Tensor input = unit.acc_full();
+  if (o_.wire_staging()) {
+    input = wire_.flat(0, full);
+    convert(unit.acc_full(), input, {Rounding::kNearestEven, cast_divisor}, &shard_stream_);
+  }
+  comm_.track(mesh_.shard->reduce_scatter(input, unit.grad_shard(), ro));
+  if (o_.replicate_size > 1) {
+    replicate_stream_.wait(shard_stream_.record());
+    comm_.track(mesh_.replicate->all_reduce(unit.grad_shard(), unit.grad_shard(), ro));
+    return replicate_stream_;
+  }
+  return shard_stream_;
+}
+
+// SHARDED accumulation (and one micro-batch): reduce-scatter every
+// micro-batch; several are added into the shard in grad_accum_dtype.
+CpuStream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, int index) {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  const Precision& p = o_.precision;
+  const ReduceOptions ro{ReduceOp::kAvg, 1.0, p.reduce_accumulate};
+  Tensor input = g;
+  if (o_.wire_staging()) {
+    input = wire_.flat(0, unit.full());
+    convert(g, input, {Rounding::kNearestEven, 1.0 / loss_scale_now()}, &shard_stream_);
+  }
+  const bool single = o_.micro_batches == 1;
+  const Tensor out = single ? unit.grad_shard() : rs_scratch_.flat(0, unit.n());
+  comm_.track(mesh_.shard->reduce_scatter(input, out, ro));
+  grad_free_[index] = shard_stream_.record();
+  if (!single) {
+    void* acc = unit.grad_shard().data();
+    const DType acc_dtype = unit.grad_shard().dtype();
+    const void* src = out.data();
+    const DType src_dtype = out.dtype();
+    const int64_t n = unit.n();
+    const bool first = micro_batch == 0;
+    shard_stream_.submit([=] { accumulate_cpu(acc, acc_dtype, src, src_dtype, n, first); });
+  }
+  if (micro_batch == o_.micro_batches - 1 && o_.replicate_size > 1) {
+    replicate_stream_.wait(shard_stream_.record());
+    comm_.track(mesh_.replicate->all_reduce(unit.grad_shard(), unit.grad_shard(), ro));
+    return replicate_stream_;
+  }
+  return shard_stream_;
+}
+
+}  // namespace mp

@@ -1,0 +1,91 @@
+// runtime/grad_reducer.h: the engine's gradient path, from the fp32
+// gradients of one unit's backward to the reduced shard the update reads
+// (Note [Engine schedule] in runtime/engine.h). Internal to the engine.
+//
+// Note [Gradient reduction]
+// The backward writes each unit's gradients into one of two fp32 buffers
+// (take_buffer); reduce() then issues the unit's reduction on the
+// communication thread, so the compute thread goes on with the next unit:
+// - deterministic: every rank's fp32 gradient for this shard reaches this
+//   rank (all-to-all in the shard group, then all-gather across replicas)
+//   and is added in fp64 in global rank order; the last micro-batch rounds
+//   once into the shard;
+// - full accumulators (NO_SHARD, SHARD_OPTIMIZER, UNSHARDED accumulation):
+//   summed over micro-batches in grad_accum_dtype, reduced once after the
+//   last (all-reduce for NO_SHARD, through comm.comm_hook when set;
+//   reduce-scatter otherwise), the cast into the wire dtype carrying the
+//   mean over micro-batches and the loss scale (mean_at_cast);
+// - sharded: reduce-scatter every micro-batch, added into the shard in
+//   grad_accum_dtype.
+// HYBRID_SHARD then all-reduces the shard across replicas.
+// Invariants:
+// - A gradient buffer is handed out again only after the communication
+//   thread is done reading it (its grad_free event); the scratch buffers
+//   (wire, rs_scratch, recv, gathered) are reused in stream order, recv
+//   only after the replicas finished reading it (replicate_done).
+// - The reduced shard still carries divisor() (what it is to be divided by).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/hooks.h"
+#include "comm/mesh.h"
+#include "runtime/comm_watch.h"
+#include "runtime/unit_state.h"
+
+namespace mp {
+
+// A gradient buffer of the backward: the unit's padded elements.
+struct GradBuffer {
+  Tensor grads;
+  int index = 0;  // which of the two
+};
+
+class GradReducer {
+ public:
+  GradReducer(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, MeshGroups& mesh,
+              CpuStream& shard_stream, CpuStream& replicate_stream, const Optimizer& opt, CommWatch& comm,
+              Allocator& alloc);
+
+  // A buffer for unit u's gradients, once the communication thread is done
+  // with its previous contents; alignment gaps and padding zeroed.
+  GradBuffer take_buffer(int u);
+  // Issues unit u's reduction of micro-batch `micro_batch` from `g`;
+  // returns the stream it ends on.
+  CpuStream& reduce(int u, int micro_batch, const GradBuffer& g);
+  // What the reduced gradients are still to be divided by: micro-batches,
+  // ranks (deterministic) and the static loss scale.
+  double divisor() const;
+
+ private:
+  CpuStream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
+  CpuStream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
+  CpuStream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
+  CpuStream& grad_stream();
+  double loss_scale_now() const;
+
+  const EngineOptions& o_;
+  const FlatLayout& layout_;
+  std::vector<UnitState>& units_;
+  MeshGroups& mesh_;
+  CpuStream& shard_stream_;
+  CpuStream& replicate_stream_;
+  const Optimizer& opt_;
+  CommWatch& comm_;
+  std::unique_ptr<CommHook> hook_;
+  Tensor grad_in_[2];   // fp32 [max padded]
+  Event grad_free_[2];
+  int grad_next_ = 0;
+  Tensor wire_;         // reduce dtype [max padded]
+  Tensor rs_scratch_;   // reduce_out dtype [max shard]
+  Tensor recv_;         // fp32 [max padded] (deterministic all-to-all)
+  Tensor gathered_;     // fp32 [R x max padded] (deterministic across replicas)
+  Event replicate_done_;  // the last replicate-group use of recv
+  // Full accumulators hold the sum over micro-batches; where they are cast
+  // for the reduction (wire dtype, loss scale) the cast also divides by the
+  // number of micro-batches, so 16-bit wire values do not overflow.
+  bool mean_at_cast_ = false;
+};
+
+}  // namespace mp

@@ -1,0 +1,93 @@
+#include "runtime/param_gathers.h"
+
+#include "kernels/convert.h"
+
+namespace mp {
+
+ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units,
+                           Communicator& shard, CpuStream& shard_stream, CommWatch& comm, Allocator& alloc)
+    : o_(o),
+      units_(units),
+      shard_(shard),
+      shard_stream_(shard_stream),
+      comm_(comm),
+      ring_(layout, o.gather_slots(layout.num_units()), o.prefetch_depth, o.precision.param_dtype, alloc, comm,
+            [this](int u, const Tensor& dst) { return issue_gather(u, dst); }),
+      full_(units.size()) {
+  if (o.precision.param_cast == ParamCast::kAtGather) {
+    const int64_t n = o.shard_size > 1 ? layout.max_shard_numel() : layout.max_padded_numel();
+    cast_staging_ = Tensor::zeros(alloc, o.precision.param_dtype, {n}, MemCategory::kCommScratch);
+  }
+}
+
+// The all-gather's source: this rank's shard in param dtype.
+Tensor ParamGathers::gather_source(int u) {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  if (unit.param_shard().defined()) return unit.param_shard();
+  if (o_.precision.param_cast != ParamCast::kAtGather) return unit.master();  // fp32 params
+  Tensor staging = cast_staging_.flat(0, unit.n());
+  convert(unit.master(), staging, {}, &shard_stream_);  // on the communication thread, before the gather
+  cast_elements_ += unit.n();
+  return staging;
+}
+
+WorkPtr ParamGathers::issue_gather(int u, const Tensor& dst) {
+  WorkPtr w = shard_.all_gather(gather_source(u), dst);
+  comm_.track(w);
+  return w;
+}
+
+void ParamGathers::issue_full_gather(int u) {
+  FullCopy& f = full_[static_cast<size_t>(u)];
+  f.stale = false;
+  f.gather = shard_.all_gather(gather_source(u), units_[static_cast<size_t>(u)].full_params());
+  comm_.track(f.gather);
+}
+
+Tensor ParamGathers::params_for(int u, int direction) {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  if (o_.keeps_full_params()) {
+    FullCopy& f = full_[static_cast<size_t>(u)];
+    if (f.stale) issue_full_gather(u);  // prefetch off: gathered when needed
+    comm_.wait(f.gather);
+    f.gather.reset();
+    return unit.full_params();
+  }
+  if (!o_.gathers_per_unit()) {  // one rank per shard group: the shard is the unit
+    if (o_.precision.param_cast != ParamCast::kAtGather) return gather_source(u);
+    Tensor staging = cast_staging_.flat(0, unit.full());
+    convert(unit.master(), staging);
+    cast_elements_ += unit.full();
+    return staging;
+  }
+  return ring_.acquire(u, direction);
+}
+
+void ParamGathers::updated(int u, CpuStream* update_stream) {
+  if (!o_.keeps_full_params()) return;
+  if (o_.prefetch_depth == 0) {
+    // Gathered on demand by the next forward (with optimizer in backward,
+    // after step() saw the update land).
+    full_[static_cast<size_t>(u)].stale = true;
+    return;
+  }
+  if (update_stream != nullptr) shard_stream_.wait(update_stream->record());
+  issue_full_gather(u);
+}
+
+void ParamGathers::drop_ring() { ring_.drop(); }
+
+void ParamGathers::prefetch_next_step(int u) {
+  if (o_.gathers_per_unit() && o_.prefetch_depth > 0 && u < ring_.size()) ring_.prefetch_into(u);
+}
+
+void ParamGathers::replaced() {
+  ring_.drop();  // gathered from the old state
+  for (size_t u = 0; u < full_.size(); ++u) {
+    comm_.wait(full_[u].gather);
+    full_[u].gather.reset();
+    if (o_.keeps_full_params()) issue_full_gather(static_cast<int>(u));
+  }
+}
+
+}  // namespace mp

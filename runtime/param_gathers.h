@@ -1,0 +1,80 @@
+// runtime/param_gathers.h: where the model's compute gets a unit's full
+// parameters, for every strategy. Internal to the engine.
+//
+// Note [Param gathers]
+// - FULL_SHARD, HYBRID_SHARD over more than one rank: the gather ring
+//   (runtime/gather_ring.h). Before the update the ring is dropped (its
+//   copies are stale then); during it the next step's first units are
+//   gathered into it, overlapping the remaining updates.
+// - SHARD_OPTIMIZER, SHARD_GRAD_OP over more than one rank: every unit's
+//   full_params stay gathered. After a unit's update it is gathered again at
+//   once (prefetch_depth > 0: overlapping the remaining updates; with
+//   optimizer_in_backward after the update's stream), or marked stale and
+//   gathered when next needed (prefetch_depth 0).
+// - One rank per shard group: the shard is the unit. Params in param dtype
+//   are read in place; CAST_AT_GATHER casts the master into the staging
+//   buffer on this thread.
+// The all-gather's source is this rank's shard in param dtype: the
+// persistent param shard, the fp32 master (fp32 params), or, CAST_AT_GATHER,
+// the master cast into the staging buffer on the communication thread just
+// before the gather. Every cast outside the update counts in cast_elements().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "runtime/comm_watch.h"
+#include "runtime/gather_ring.h"
+#include "runtime/unit_state.h"
+
+namespace mp {
+
+class ParamGathers {
+ public:
+  ParamGathers(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, Communicator& shard,
+               CpuStream& shard_stream, CommWatch& comm, Allocator& alloc);
+  ParamGathers(const ParamGathers&) = delete;
+  ParamGathers& operator=(const ParamGathers&) = delete;
+
+  // Unit u's full parameters for compute; direction +1 forward, -1 backward
+  // (which neighbours to prefetch).
+  Tensor params_for(int u, int direction);
+
+  // Unit u's weights changed: on `update_stream` (optimizer in backward) or,
+  // when null, on this thread. Re-gathers or marks stale its full params.
+  void updated(int u, CpuStream* update_stream);
+  // Before the step's updates: the ring's copies are stale.
+  void drop_ring();
+  // During the updates, after unit u's: the next step's unit u into the ring.
+  void prefetch_next_step(int u);
+  // After the weights were replaced between steps (a checkpoint load,
+  // set_weights), or first set: drops gathered copies of the old weights and
+  // gathers again where the strategy keeps full params. Collective.
+  void replaced();
+
+  int64_t cast_elements() const { return cast_elements_; }
+
+ private:
+  Tensor gather_source(int u);
+  WorkPtr issue_gather(int u, const Tensor& dst);
+  void issue_full_gather(int u);
+
+  struct FullCopy {        // SHARD_OPTIMIZER, SHARD_GRAD_OP: units[u].full_params
+    WorkPtr gather;        // pending all-gather into it
+    bool stale = false;    // updated, not gathered yet (prefetch_depth 0: on demand)
+  };
+
+  const EngineOptions& o_;
+  std::vector<UnitState>& units_;
+  Communicator& shard_;
+  CpuStream& shard_stream_;
+  CommWatch& comm_;
+  GatherRing ring_;        // no slots unless the strategy gathers per unit
+  Tensor cast_staging_;    // param dtype (CAST_AT_GATHER)
+  std::vector<FullCopy> full_;
+  int64_t cast_elements_ = 0;
+};
+
+}  // namespace mp

@@ -1,0 +1,59 @@
+// runtime/shard_state.h: the engine's sharded state as a read/write view,
+// what checkpoints (runtime/checkpoint.h) save and load. Engine::shard_state()
+// returns one; use it between steps only.
+//
+// Each unit's shard is the global element range [shard_begin(u),
+// shard_begin(u) + shard_numel(u)) of the unit's padded flat buffer
+// (models/flat_layout.h). fields(u) lists what this rank stores for it, in a
+// fixed order (master, param, remainder, state0, state1; those the precision
+// policy keeps), each a pointer to shard_numel(u) elements of its dtype.
+// Replicas (replicate_size() > 1) hold the same shards.
+//
+// Writing through the view: write the fields and the optimizer's state, then
+// set_steps_run() and replaced(), which drops every gathered copy of the old
+// weights and gathers again where the strategy keeps full parameters
+// (collective over the shard group).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace mp {
+
+// One stored field of a unit's shard.
+struct ShardField {
+  std::string name;           // "master", "param", "remainder", "state0", "state1"
+  std::string dtype;          // "fp32", "bf16", "fp16", "int16"
+  int64_t element_bytes = 0;
+  char* data = nullptr;       // shard_numel elements
+};
+
+class ShardStateView {
+ public:
+  Communicator& world() const;
+  const EngineOptions& options() const;
+  const FlatLayout& layout() const;
+  Optimizer& optimizer() const;  // counters and loss-scaler state
+  int replicate_rank() const;    // this rank's index among the replicas of its shards
+  int replicate_size() const;
+
+  int64_t shard_begin(int unit) const;
+  int64_t shard_numel(int unit) const;
+  std::vector<ShardField> fields(int unit) const;
+
+  int64_t steps_run() const;
+  void set_steps_run(int64_t steps);
+  // After the fields were written: drops and redoes gathered copies. Collective.
+  void replaced();
+
+ private:
+  friend class Engine;
+  explicit ShardStateView(Engine::Impl& impl) : impl_(&impl) {}
+
+  Engine::Impl* impl_;
+};
+
+}  // namespace mp

@@ -1,0 +1,134 @@
+#include "runtime/unit_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/convert.h"
+#include "kernels/remainder_math.h"
+
+namespace mp {
+namespace {
+
+using SC = proto::ShardingConfig;
+
+// Stochastic rounding's global element index: unit in the high bits, the
+// element's place in the unit below, so it does not depend on the sharding.
+uint64_t global_index(int unit, int64_t offset) {
+  return (static_cast<uint64_t>(unit) << 40) + static_cast<uint64_t>(offset);
+}
+
+std::string dtype_label(DType t) {
+  switch (t) {
+    case DType::kF32: return "fp32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "fp16";
+    default: return std::string(dtype_name(t));
+  }
+}
+
+}  // namespace
+
+UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const EngineOptions& o, const Optimizer& opt,
+                     Allocator& alloc)
+    : index_(index), master_mode_(o.precision.master) {
+  const Precision& p = o.precision;
+  auto tensor = [&](DType t, int64_t count, MemCategory c) { return Tensor::zeros(alloc, t, {count}, c); };
+  n_ = ul.shard_numel;
+  full_ = ul.padded_numel;
+  offset_ = shard_rank * n_;
+  if (p.master == MasterMode::kFp32) master_ = tensor(DType::kF32, n_, MemCategory::kMaster);
+  if (p.master == MasterMode::kBf16Remainder) remainder_ = alloc.allocate(static_cast<size_t>(n_) * 2, MemCategory::kMaster);
+  if (o.persistent_param_shard()) param_shard_ = tensor(p.param_dtype, n_, MemCategory::kParamShards);
+  if (o.state_count >= 1) state0_ = tensor(p.state_dtype, n_, MemCategory::kOptimizerState);
+  if (o.state_count >= 2) state1_ = tensor(p.state_dtype, n_, MemCategory::kOptimizerState);
+  if (o.deterministic) {
+    acc64_ = alloc.allocate(static_cast<size_t>(n_) * 8, MemCategory::kGradient);
+    grad_shard_ = tensor(DType::kF32, n_, MemCategory::kGradient);
+  } else {
+    if (o.full_grad_accumulators()) acc_full_ = tensor(p.grad_accum_dtype, full_, MemCategory::kGradient);
+    grad_shard_ = o.strategy == SC::NO_SHARD ? acc_full_ : tensor(o.grad_shard_dtype(), n_, MemCategory::kGradient);
+  }
+  if (o.keeps_full_params()) full_params_ = tensor(p.param_dtype, full_, MemCategory::kGatheredParams);
+  std::vector<ShardParam> params;
+  for (const ParamPlacement& pp : ul.params) {
+    const int64_t b = std::max(pp.offset, offset_), e = std::min(pp.offset + pp.numel, offset_ + n_);
+    if (b < e) params.push_back(ShardParam{pp.name, b - offset_, e - offset_, static_cast<int>(pp.shape.size())});
+  }
+  ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
+}
+
+void UnitState::set_weights(const std::vector<float>& values) {
+  MP_ENFORCE_EQ(static_cast<int64_t>(values.size()), n_);
+  const Tensor v = Tensor::wrap(const_cast<float*>(values.data()), Device::cpu(), DType::kF32, {n_});
+  if (master_mode_ == MasterMode::kFp32) copy_tensor(master_, v);
+  if (master_mode_ == MasterMode::kBf16Remainder) {
+    auto* h = param_shard_.data_as<bf16>();
+    auto* r = static_cast<int16_t*>(remainder_.data());
+    for (int64_t i = 0; i < n_; ++i) {
+      const math::Bf16Remainder s = math::split_bf16_remainder(values[static_cast<size_t>(i)]);
+      h[i].bits = s.h;
+      r[i] = s.r;
+    }
+  } else if (param_shard_.defined()) {
+    convert(v, param_shard_);
+  }
+}
+
+std::vector<float> UnitState::weights() const {
+  std::vector<float> out(static_cast<size_t>(n_));
+  switch (master_mode_) {
+    case MasterMode::kFp32:
+      std::memcpy(out.data(), master_.data(), out.size() * 4);
+      break;
+    case MasterMode::kBf16Remainder: {
+      const auto* h = param_shard_.data_as<bf16>();
+      const auto* r = static_cast<const int16_t*>(remainder_.data());
+      for (int64_t i = 0; i < n_; ++i) out[static_cast<size_t>(i)] = math::merge_bf16_remainder(h[i].bits, r[i]);
+      break;
+    }
+    case MasterMode::kNone:
+      convert(param_shard_, Tensor::wrap(out.data(), Device::cpu(), DType::kF32, {n_}));
+      break;
+  }
+  return out;
+}
+
+UpdateArgs UnitState::update_args(const EngineOptions& o) const {
+  const Precision& p = o.precision;
+  UpdateArgs a;
+  a.n = n_;
+  a.master_mode = p.master;
+  a.master = master_.defined() ? master_.data_as<float>() : nullptr;
+  a.master_remainder = static_cast<int16_t*>(remainder_.data());
+  a.state0 = state0_.defined() ? state0_.data() : nullptr;
+  a.state1 = state1_.defined() ? state1_.data() : nullptr;
+  a.state_dtype = p.state_dtype;
+  a.grad = grad_shard_.data();
+  a.grad_dtype = grad_shard_.dtype();
+  a.param_out = param_shard_.defined() ? param_shard_.data() : nullptr;
+  a.param_dtype = param_shard_.defined() ? p.param_dtype : DType::kBF16;
+  a.rounding = p.rounding;
+  a.seed = o.seed;
+  a.index_offset = global_index(index_, offset_);
+  a.ranges = ranges_.data();
+  a.num_ranges = static_cast<int64_t>(ranges_.size());
+  return a;
+}
+
+std::vector<ShardField> UnitState::fields() const {
+  std::vector<ShardField> f;
+  auto add = [&](const char* name, const Tensor& t) {
+    if (!t.defined()) return;
+    f.push_back(ShardField{name, dtype_label(t.dtype()), static_cast<int64_t>(dtype_size(t.dtype())),
+                           static_cast<char*>(t.data())});
+  };
+  add("master", master_);
+  add("param", param_shard_);
+  if (remainder_.data() != nullptr) f.push_back(ShardField{"remainder", "int16", 2, static_cast<char*>(remainder_.data())});
+  add("state0", state0_);
+  add("state1", state1_);
+  return f;
+}
+
+}  // namespace mp
