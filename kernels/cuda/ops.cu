@@ -1,0 +1,103 @@
+// kernels/cuda/ops.cu: the CUDA bodies of the engine's element ops
+// (kernels/cuda/ops_cuda.h). Grid-stride kernels over the same element math
+// as the CPU loops (kernels/convert_math.h), so both give the same bits.
+#include <algorithm>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/error_cuda.h"
+#include "kernels/convert_math.h"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace mp {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  constexpr int64_t kMaxBlocks = 65535;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)));
+}
+
+#define MP_GRID_STRIDE(i, n)                                                                        \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void fill_u32_kernel(uint32_t* p, uint32_t bits, int64_t n) {
+  MP_GRID_STRIDE(i, n) p[i] = bits;
+}
+__global__ void fill_u16_kernel(uint16_t* p, uint16_t bits, int64_t n) {
+  MP_GRID_STRIDE(i, n) p[i] = bits;
+}
+
+template <class D, class S>
+__global__ void accumulate_kernel(D* dst, const S* src, int64_t n, bool overwrite) {
+  MP_GRID_STRIDE(i, n) {
+    const float s = math::to_f32(src[i]);
+    dst[i] = math::from_f32<D>(overwrite ? s : math::to_f32(dst[i]) + s);
+  }
+}
+
+__global__ void accumulate_f64_kernel(double* acc, const float* src, int blocks, int64_t n, bool first) {
+  MP_GRID_STRIDE(i, n) {
+    double a = first ? 0.0 : acc[i];
+    for (int k = 0; k < blocks; ++k) a += static_cast<double>(src[k * n + i]);
+    acc[i] = a;
+  }
+}
+
+__global__ void round_f64_kernel(const double* acc, float* out, int64_t n) {
+  MP_GRID_STRIDE(i, n) out[i] = static_cast<float>(acc[i]);
+}
+
+template <class T>
+constexpr bool kAccumulable = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+
+}  // namespace
+
+void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream) {
+  MP_ENFORCE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "fill_nan of ",
+             dtype_name(dtype));
+  if (n <= 0) return;
+  if (dtype == DType::kF32) {
+    fill_u32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(data), 0x7fc00000u, n);
+  } else {
+    const uint16_t bits = dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;
+    fill_u16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(data), bits, n);
+  }
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void accumulate_cuda(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, bool overwrite,
+                     cudaStream_t stream) {
+  if (n <= 0) return;
+  bool launched = false;
+  dispatch_dtype(dst_dtype, [&](auto dtag) {
+    dispatch_dtype(src_dtype, [&](auto stag) {
+      using D = decltype(dtag);
+      using S = decltype(stag);
+      if constexpr (kAccumulable<D> && kAccumulable<S>) {
+        accumulate_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
+                                                                         static_cast<const S*>(src), n, overwrite);
+        launched = true;
+      }
+    });
+  });
+  MP_ENFORCE(launched, "accumulate ", dtype_name(src_dtype), " into ", dtype_name(dst_dtype),
+             ": fp32, bf16 or fp16 only");
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void accumulate_f64_cuda(double* acc, const float* src, int blocks, int64_t n, bool first, cudaStream_t stream) {
+  if (n <= 0) return;
+  accumulate_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, src, blocks, n, first);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void round_f64_cuda(const double* acc, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  round_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, out, n);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace mp

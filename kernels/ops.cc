@@ -1,0 +1,247 @@
+// The engine's element ops (kernels/ops.h): argument checks, then the CPU
+// body submitted to a CpuStream or the CUDA body launched on a CUDA stream.
+#include "kernels/ops.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/cpu/accumulate.h"
+#include "kernels/cpu/grad_stats.h"
+#include "kernels/cpu/update.h"
+#include "mp/config.h"
+
+#if MP_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_stream.h"
+#include "core/error_cuda.h"
+#include "kernels/cuda/grad_stats_cuda.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/update_cuda.h"
+#endif
+
+namespace mp::ops {
+namespace {
+
+CpuStream& cpu_stream(Stream& stream, const char* op) {
+  auto* s = dynamic_cast<CpuStream*>(&stream);
+  MP_ENFORCE(s != nullptr, op, " of CPU memory on ", to_string(stream.device()), " stream '", stream.name(), "'");
+  return *s;
+}
+
+#if MP_WITH_CUDA
+cudaStream_t cuda_stream(Stream& stream, Device device, const char* op) {
+  MP_ENFORCE(stream.device() == device, op, " of ", to_string(device), " memory on ", to_string(stream.device()),
+             " stream '", stream.name(), "'");
+  return cuda_handle(&stream);
+}
+#endif
+
+// Runs the CPU body on the stream's worker, or the CUDA body on the stream.
+template <class Cpu, class Cuda>
+void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda) {
+  if (device.is_cpu()) {
+    cpu_stream(stream, op).submit(std::forward<Cpu>(cpu));
+    return;
+  }
+#if MP_WITH_CUDA
+  cuda(cuda_stream(stream, device, op));
+#else
+  (void)cuda;
+  MP_THROW(ConfigError, op, " on ", to_string(device), ": mp was built without CUDA");
+#endif
+}
+
+bool accumulable(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+}  // namespace
+
+void zero(const Tensor& t, Stream& stream) {
+  MP_ENFORCE(t.defined(), "zero of an undefined tensor");
+  void* p = t.data();
+  const size_t bytes = t.size_bytes();
+  dispatch(
+      t.device(), stream, "zero", [p, bytes] { std::memset(p, 0, bytes); },
+      [&](auto s) {
+#if MP_WITH_CUDA
+        MP_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, s));
+#else
+        (void)s;
+#endif
+      });
+}
+
+void zero_ranges(const Tensor& t, const std::vector<Range>& ranges, Stream& stream) {
+  MP_ENFORCE(t.defined(), "zero_ranges of an undefined tensor");
+  for (const Range& r : ranges) {
+    MP_ENFORCE(0 <= r.begin && r.begin <= r.end && r.end <= t.numel(), "zero_ranges: [", r.begin, ", ", r.end,
+               ") is outside ", t.describe());
+  }
+  char* p = static_cast<char*>(t.data());
+  const size_t elem = dtype_size(t.dtype());
+  dispatch(
+      t.device(), stream, "zero_ranges",
+      [p, elem, ranges] {
+        for (const Range& r : ranges) {
+          std::memset(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem);
+        }
+      },
+      [&](auto s) {
+#if MP_WITH_CUDA
+        for (const Range& r : ranges) {
+          if (r.end > r.begin) {
+            MP_CHECK_CUDA(cudaMemsetAsync(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem, s));
+          }
+        }
+#else
+        (void)s;
+#endif
+      });
+}
+
+void fill_nan(const Tensor& t, int64_t n, Stream& stream) {
+  MP_ENFORCE(t.defined() && accumulable(t.dtype()) && 0 <= n && n <= t.numel(), "fill_nan of ", n,
+             " elements of ", t.defined() ? t.describe() : std::string("an undefined tensor"));
+  void* p = t.data();
+  const DType dtype = t.dtype();
+  dispatch(
+      t.device(), stream, "fill_nan",
+      [p, dtype, n] {
+        // A quiet NaN in every supported dtype: fp32 0x7fc00000, bf16 0x7fc0, fp16 0x7e00.
+        if (dtype == DType::kF32) {
+          std::fill_n(static_cast<float*>(p), n, std::numeric_limits<float>::quiet_NaN());
+        } else {
+          const uint16_t bits = dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;
+          std::fill_n(static_cast<uint16_t*>(p), n, bits);
+        }
+      },
+      [&](auto s) {
+#if MP_WITH_CUDA
+        fill_nan_cuda(p, dtype, n, s);
+#else
+        (void)s;
+#endif
+      });
+}
+
+void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& stream) {
+  MP_ENFORCE(dst.defined() && src.defined() && dst.numel() == src.numel() && dst.device() == src.device() &&
+                 accumulable(dst.dtype()) && accumulable(src.dtype()),
+             "accumulate of ", src.defined() ? src.describe() : "undefined", " into ",
+             dst.defined() ? dst.describe() : "undefined", ": same device and element count, fp32, bf16 or fp16");
+  void* d = dst.data();
+  const void* s = src.data();
+  const DType dt = dst.dtype(), st = src.dtype();
+  const int64_t n = dst.numel();
+  dispatch(
+      dst.device(), stream, "accumulate", [=] { accumulate_cpu(d, dt, s, st, n, overwrite); },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        accumulate_cuda(d, dt, s, st, n, overwrite, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+void accumulate_f64(double* acc, Device device, const Tensor& src, int blocks, int64_t n, bool first,
+                    Stream& stream) {
+  MP_ENFORCE(src.defined() && src.dtype() == DType::kF32 && src.device() == device && blocks >= 0 && n >= 0 &&
+                 static_cast<int64_t>(blocks) * n <= src.numel(),
+             "accumulate_f64 of ", blocks, " blocks of ", n, " from ", src.defined() ? src.describe() : "undefined",
+             " on ", to_string(device));
+  const float* s = src.data_as<float>();
+  dispatch(
+      device, stream, "accumulate_f64",
+      [=] {
+        if (first) std::memset(acc, 0, static_cast<size_t>(n) * sizeof(double));
+        accumulate_f64_cpu(acc, s, blocks, n, n);
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        accumulate_f64_cuda(acc, s, blocks, n, first, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+void round_f64(const double* acc, const Tensor& out, int64_t n, Stream& stream) {
+  MP_ENFORCE(out.defined() && out.dtype() == DType::kF32 && 0 <= n && n <= out.numel(), "round_f64 of ", n,
+             " elements into ", out.defined() ? out.describe() : "undefined");
+  float* o = out.data_as<float>();
+  dispatch(
+      out.device(), stream, "round_f64", [=] { round_f64_cpu(acc, o, n); },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        round_f64_cuda(acc, o, n, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+int64_t grad_stats_workspace_bytes(Device device) {
+  if (device.is_cpu()) return 0;
+#if MP_WITH_CUDA
+  return grad_stats_cuda_workspace_bytes();
+#else
+  MP_THROW(ConfigError, "grad_stats on ", to_string(device), ": mp was built without CUDA");
+#endif
+}
+
+void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* out, void* workspace,
+                Stream& stream) {
+  MP_ENFORCE(grad.defined() && 0 <= n && n <= grad.numel() && out != nullptr, "grad_stats of ", n,
+             " elements of ", grad.defined() ? grad.describe() : "undefined");
+  const void* g = grad.data();
+  const DType dtype = grad.dtype();
+  dispatch(
+      grad.device(), stream, "grad_stats",
+      [=] {
+        const GradStats s = grad_stats_cpu(g, dtype, n, multiplier);
+        out->sum_sq = s.sum_sq;
+        out->non_finite = s.non_finite ? 1 : 0;
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        static_assert(sizeof(GradStatsSlot) == sizeof(DeviceGradStats));
+        grad_stats_cuda(g, dtype, n, multiplier, reinterpret_cast<DeviceGradStats*>(out), workspace, cs);
+#else
+        (void)cs;
+        (void)workspace;
+#endif
+      });
+}
+
+void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device device, Stream& stream) {
+  MP_ENFORCE(scalars != nullptr, "fused_update without step scalars");
+  dispatch(
+      device, stream, "fused_update", [args, scalars] { fused_update_cpu(args, *scalars); },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        fused_update_cuda(args, scalars, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream) {
+  MP_ENFORCE(bytes >= 0 && (bytes == 0 || (dst != nullptr && src != nullptr)), "copy_bytes of ", bytes, " bytes");
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    cpu_stream(stream, "copy_bytes").submit([=] { std::memcpy(dst, src, static_cast<size_t>(bytes)); });
+    return;
+  }
+#if MP_WITH_CUDA
+  const Device d = dst_device.is_cuda() ? dst_device : src_device;
+  MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cuda_stream(stream, d, "copy_bytes")));
+#else
+  MP_THROW(ConfigError, "copy_bytes between ", to_string(src_device), " and ", to_string(dst_device),
+           ": mp was built without CUDA");
+#endif
+}
+
+}  // namespace mp::ops
