@@ -24,9 +24,9 @@ class DeviceGuard {
 
 class CudaEvent final : public EventImpl {
  public:
-  CudaEvent(Device device, cudaStream_t stream) : device_(device) {
+  CudaEvent(Device device, cudaStream_t stream, bool timing = false) : device_(device) {
     DeviceGuard guard(device.index);
-    MP_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    MP_CHECK_CUDA(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
     MP_CHECK_CUDA(cudaEventRecord(event_, stream));
   }
   ~CudaEvent() override { (void)cudaEventDestroy(event_); }
@@ -47,6 +47,13 @@ class CudaEvent final : public EventImpl {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return true;
+  }
+  double seconds_since(const EventImpl& start) const override {
+    const auto* s = dynamic_cast<const CudaEvent*>(&start);
+    MP_ENFORCE(s != nullptr, "elapsed time between a CUDA event and a ", to_string(start.device()), " event");
+    float ms = 0;
+    MP_CHECK_CUDA(cudaEventElapsedTime(&ms, s->event_, event_));  // both must be timed and complete
+    return ms / 1000.0;
   }
   cudaEvent_t handle() const { return event_; }
 
@@ -69,6 +76,23 @@ CudaStream::~CudaStream() {
 }
 
 Event CudaStream::record() { return Event(std::make_shared<CudaEvent>(device_, stream_)); }
+
+Event CudaStream::record_timed() { return Event(std::make_shared<CudaEvent>(device_, stream_, true)); }
+
+namespace {
+void CUDART_CB run_host_task(void* data) {
+  std::unique_ptr<std::function<void()>> task(static_cast<std::function<void()>*>(data));
+  (*task)();
+}
+}  // namespace
+
+void CudaStream::host_task(std::function<void()> task) {
+  MP_ENFORCE(task != nullptr, "empty host task on stream '", name(), "'");
+  auto* heap = new std::function<void()>(std::move(task));
+  const cudaError_t err = cudaLaunchHostFunc(stream_, run_host_task, heap);
+  if (err != cudaSuccess) delete heap;
+  MP_CHECK_CUDA(err);
+}
 
 void CudaStream::wait(const Event& event) {
   EventImpl* impl = event.impl();

@@ -1,6 +1,6 @@
 // core/cuda_stream.h: the CUDA side of core/stream.h. A CudaStream owns
 // a non-blocking cudaStream_t on one device; its events are cudaEvent_t
-// created without timing. Semantics: Note [Stream and event semantics].
+// created without timing, except record_timed()'s. Semantics: Note [Stream and event semantics].
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,7 +16,9 @@ class CudaStream final : public Stream {
 
   Device device() const override { return device_; }
   Event record() override;
+  Event record_timed() override;
   void wait(const Event& event) override;
+  void host_task(std::function<void()> task) override;
   cudaStream_t handle() const { return stream_; }
 
  private:

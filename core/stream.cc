@@ -1,6 +1,8 @@
 #include "core/stream.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <random>
 
 #include "mp/config.h"
 #include "core/error.h"
@@ -33,19 +35,29 @@ class CpuStream::CpuEvent final : public EventImpl {
     return true;
   }
 
+  double seconds_since(const EventImpl& start) const override {
+    const auto* s = dynamic_cast<const CpuEvent*>(&start);
+    MP_ENFORCE(s != nullptr, "elapsed time between a CPU event and a ", to_string(start.device()), " event");
+    std::scoped_lock lock(mu_, s->mu_);
+    MP_ENFORCE(done_ && s->done_, "elapsed time of an event that has not completed");
+    return std::chrono::duration<double>(at_ - s->at_).count();
+  }
+
   void complete(std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
+      at_ = std::chrono::steady_clock::now();
       error_ = std::move(error);
     }
     cv_.notify_all();
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::chrono::steady_clock::time_point at_;
   std::exception_ptr error_;
 };
 
@@ -55,6 +67,31 @@ std::atomic<bool> g_abandoned{false};
 
 void abandon_cpu_streams() noexcept { g_abandoned.store(true); }
 bool cpu_streams_abandoned() noexcept { return g_abandoned.load(); }
+
+bool order_torture() noexcept {
+  static const bool on = [] {
+    const char* v = std::getenv("MP_ORDER_TORTURE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
+namespace {
+
+// Note [Order torture]: a random pause before about one task in four.
+void torture_pause() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  const uint32_t r = static_cast<uint32_t>(rng());
+  if ((r & 3u) != 0) return;
+  std::this_thread::sleep_for(std::chrono::microseconds((r >> 2) % 300));
+}
+
+}  // namespace
+
+double elapsed_seconds(const Event& start, const Event& end) {
+  MP_ENFORCE(start.impl() != nullptr && end.impl() != nullptr, "elapsed time of a default-constructed event");
+  return end.impl()->seconds_since(*start.impl());
+}
 
 CpuStream::CpuStream(std::string name)
     : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] {
@@ -107,6 +144,7 @@ void CpuStream::wait(const Event& event) {
 }
 
 void CpuStream::run(State& st) {
+  const bool torture = order_torture();
   for (;;) {
     Item item;
     {
@@ -118,6 +156,7 @@ void CpuStream::run(State& st) {
       st.queue.pop_front();
       st.busy = true;
     }
+    if (torture) torture_pause();
     if (item.event) {
       item.event->complete(st.error);
     } else if (!st.error) {

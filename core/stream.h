@@ -18,6 +18,23 @@
 //   Stream::synchronize(), rethrows the first error. A stream that waits on
 //   a failed event fails in the same way, so bad inputs never feed later
 //   work. CUDA errors surface from the CUDA call that reports them.
+// - Stream::host_task(f) runs f on a host thread once the work submitted
+//   before it has completed, and work submitted after it waits for f (CPU:
+//   a task of the worker; CUDA: cudaLaunchHostFunc, so f must not call CUDA).
+// - Timing: record_timed() returns an event that also notes when it
+//   completed; elapsed_seconds(a, b) is the time between two completed
+//   timed events of one device (CPU: the worker's clock; CUDA:
+//   cudaEventElapsedTime).
+//
+// Note [Order torture]
+// With the environment variable MP_ORDER_TORTURE=1, every CPU stream worker
+// (compute and communication threads alike) sleeps a random 0 to 300 us
+// before about one task in four, so that work on different streams
+// interleaves in orders the schedule would rarely produce by itself. Only
+// ordering through events is then guaranteed; a missing event shows up as
+// changed bits or a failure in the tests that run under it (tests/
+// CMakeLists.txt, label "torture"). Off by default: one load of a flag per
+// task.
 #pragma once
 
 #include <chrono>
@@ -43,6 +60,9 @@ class EventImpl {
   // Blocks at most `timeout`: true once complete (rethrowing a failure),
   // false if still pending.
   virtual bool wait_for(std::chrono::nanoseconds timeout) = 0;
+  // Seconds from `start` (a completed timed event of the same kind and
+  // device) to this completed timed event.
+  virtual double seconds_since(const EventImpl& start) const = 0;
 };
 
 // A shared handle; a default-constructed Event is already complete.
@@ -61,6 +81,10 @@ class Event {
   std::shared_ptr<EventImpl> impl_;
 };
 
+// Seconds between two completed events of one stream kind, both from
+// record_timed(); throws EnforceError otherwise.
+double elapsed_seconds(const Event& start, const Event& end);
+
 class Stream {
  public:
   // A CPU stream (worker thread) or a new non-blocking CUDA stream.
@@ -72,7 +96,13 @@ class Stream {
 
   virtual Device device() const = 0;
   virtual Event record() = 0;
+  // An event that also notes when it completed (for elapsed_seconds).
+  virtual Event record_timed() { return record(); }
   virtual void wait(const Event& event) = 0;
+  // Runs `task` on a host thread in stream order (Note [Stream and event
+  // semantics]); it must not throw on CUDA streams (an exception there ends
+  // the process), and on CPU streams it fails the stream.
+  virtual void host_task(std::function<void()> task) = 0;
   void synchronize() { record().synchronize(); }
   const std::string& name() const { return name_; }
 
@@ -94,6 +124,10 @@ class Stream {
 void abandon_cpu_streams() noexcept;
 bool cpu_streams_abandoned() noexcept;
 
+// Whether MP_ORDER_TORTURE=1 was set when the first stream started (Note
+// [Order torture]).
+bool order_torture() noexcept;
+
 class CpuStream final : public Stream {
  public:
   explicit CpuStream(std::string name = "cpu");
@@ -101,7 +135,9 @@ class CpuStream final : public Stream {
 
   Device device() const override { return Device::cpu(); }
   Event record() override;
+  Event record_timed() override { return record(); }  // every CPU event notes its time
   void wait(const Event& event) override;
+  void host_task(std::function<void()> task) override { submit(std::move(task)); }
 
   // Runs `task` on the worker after everything submitted before it.
   void submit(std::function<void()> task);
