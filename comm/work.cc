@@ -20,6 +20,15 @@ Work::Work(CollectiveInfo info, Event done, std::string communicator_name,
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (done_.wait_for(timeout)) return;  // rethrows the collective's failure
+  throw_timeout(timeout);
+}
+
+void Work::check_after(std::chrono::milliseconds waited) const {
+  if (done_.wait_for(std::chrono::nanoseconds(0))) return;
+  throw_timeout(waited);
+}
+
+void Work::throw_timeout(std::chrono::milliseconds timeout) const {
   // The communication thread may never come back: teardown must not wait
   // for it (core/stream.h).
   abandon_cpu_streams();

@@ -62,12 +62,18 @@ class Work {
   // CommError after the timeout (see the note above).
   void wait() const { wait(default_timeout_); }
   void wait(std::chrono::milliseconds timeout) const;
+  // After something that depends on this collective was waited for
+  // `waited` in vain: returns if it completed (rethrowing its failure),
+  // else throws the CommError wait(waited) would have.
+  void check_after(std::chrono::milliseconds waited) const;
   // Later work on `stream` runs after this collective (no host block on
   // CUDA; a CPU stream's worker waits).
   void wait_on(Stream& stream) const { stream.wait(done_); }
   const Event& event() const { return done_; }
 
  private:
+  [[noreturn]] void throw_timeout(std::chrono::milliseconds timeout) const;
+
   CollectiveInfo info_;
   Event done_;
   std::string communicator_name_;
