@@ -29,7 +29,7 @@ constexpr int64_t kIn = 16, kHidden = 32, kClasses = 10, kBatch = 8;
 // "layer1" = W1 [classes, hidden], b1 [classes]. The engine hands over
 // each unit's parameters as one flat buffer in the compute dtype; a
 // parameter starts at its offset in mp::FlatLayout.
-class HostMlp final : public mp::Model {
+class HostMlp final : public mp::HostModel {
  public:
   HostMlp()
       : spec_(make_spec()),

@@ -69,7 +69,7 @@ int c_dtype(mp::DType d) {
 }
 
 // The host's callbacks as an mp::Model.
-class CallbackModel final : public mp::Model {
+class CallbackModel final : public mp::HostModel {
  public:
   CallbackModel(const mp::ModelSpec& spec, const mp_model_callbacks& cb, void* user)
       : spec_(spec), cb_(cb), user_(user) {}

@@ -216,7 +216,7 @@ namespace detail {
 struct GptWorkspace;  // activations and scratch, carved from one buffer (gpt.cc)
 }
 
-class Gpt final : public Model {
+class Gpt final : public HostModel {
  public:
   // Validates config; allocates every workspace (MemCategory::kActivations)
   // here, so forward and backward never allocate. source: the tokens

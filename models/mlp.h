@@ -93,7 +93,7 @@ double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const in
 
 // ---- the model ----------------------------------------------------------------
 
-class Mlp final : public Model {
+class Mlp final : public HostModel {
  public:
   explicit Mlp(const MlpConfig& config, Allocator allocator = Allocator());  // validates config
 

@@ -2,27 +2,33 @@
 // ordered list of units (models/flat_layout.h); the engine gathers each
 // unit's parameters before the model runs it and takes the gradients back.
 //
-// Contract, for one micro-batch:
-//   begin_micro_batch(g)          g: the micro-batch's global index in the
+// Contract, for one micro-batch, every call enqueuing its work on the
+// engine's compute stream `s` (core/stream.h) and returning at once:
+//   begin_micro_batch_on(g, s)    g: the micro-batch's global index in the
 //                                 step's batch; the model loads its data
-//   forward(u, params)            for u = 0 .. U-1, in order
-//   loss()                        after the last forward: this micro-batch's
-//                                 mean loss
-//   backward(u, params, grads)    for u = U-1 .. 0, in order
+//   forward_on(u, params, s)      for u = 0 .. U-1, in order
+//   loss()                        this micro-batch's mean loss: read in
+//                                 stream order after the last forward (the
+//                                 engine calls it from a host task of s)
+//   backward_on(u, params, grads, s)  for u = U-1 .. 0, in order
 // `params` is the unit's flat buffer (FlatLayout: padded_numel elements, in
 // the precision policy's param dtype, on the engine's device); a parameter
 // sits at its ParamPlacement::offset. `grads` is an fp32 buffer of the same
 // layout: backward overwrites every parameter's range with d loss / d param
 // of this micro-batch (not accumulated; the engine accumulates) and leaves
-// the gaps alone. Both are valid only during the call.
+// the gaps alone. Both are valid until the work enqueued by the call has run
+// on `s`: the engine orders their producers and later users by events on s
+// (Note [Engine events] in runtime/engine.h).
 // A model must be deterministic: the same parameters and micro-batch give
 // the same bits on any rank.
 #pragma once
 
 #include <cstdint>
 
-#include "models/flat_layout.h"
+#include "core/error.h"
+#include "core/stream.h"
 #include "core/tensor.h"
+#include "models/flat_layout.h"
 
 namespace mp {
 
@@ -30,10 +36,42 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelSpec& spec() const = 0;
+  virtual void begin_micro_batch_on(int64_t global_index, Stream& s) = 0;
+  virtual void forward_on(int unit, const Tensor& params, Stream& s) = 0;
+  virtual double loss() const = 0;
+  virtual void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) = 0;
+};
+
+// A model computed by the host (CPU memory): each call runs its host body
+// below as a host task of the compute stream, on the stream's worker thread,
+// in order. The bodies may use every core (the GEMMs and loops are
+// multi-threaded themselves); they run one at a time.
+class HostModel : public Model {
+ public:
+  void begin_micro_batch_on(int64_t g, Stream& s) final {
+    host_stream(s).host_task([this, g] { begin_micro_batch(g); });
+  }
+  void forward_on(int unit, const Tensor& params, Stream& s) final {
+    host_stream(s).host_task([this, unit, params] { forward(unit, params); });
+  }
+  void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) final {
+    host_stream(s).host_task([this, unit, params, grads] { backward(unit, params, grads); });
+  }
+
+  // The host bodies, also called directly by tests and tools.
   virtual void begin_micro_batch(int64_t global_index) = 0;
   virtual void forward(int unit, const Tensor& params) = 0;
-  virtual double loss() const = 0;
   virtual void backward(int unit, const Tensor& params, const Tensor& grads) = 0;
+
+ private:
+  // `s`, once it is a CPU stream: a host model cannot compute on device memory.
+  static Stream& host_stream(Stream& s) {
+    if (!s.device().is_cpu()) {
+      MP_THROW(ConfigError, "this model computes on the host, but the engine runs on ", s.device(),
+               ": use a CPU engine (compute.device: CPU) or a model with device kernels");
+    }
+    return s;
+  }
 };
 
 }  // namespace mp

@@ -12,7 +12,8 @@
 //   3. plan = opt.plan_step(global_sum_sq, found_inf, divisor): the same
 //      decision on every rank;
 //   4. opt.apply_cpu(shard_args, plan) for every shard (a skipped step
-//      writes nothing).
+//      writes nothing); the engine instead enqueues ops::fused_update
+//      (kernels/ops.h) with the plan's scalars in device memory.
 // Skipped steps (found_inf) do not advance the step counter, the bias
 // correction or the learning-rate schedule, as in DeepSpeed.
 #pragma once

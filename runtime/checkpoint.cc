@@ -63,6 +63,7 @@ proto::CheckpointFile write_shard_file(const ShardStateView& state, const std::s
     const auto [b, end] = my_write_range(state, u);
     if (b >= end) continue;
     const std::vector<ShardField> fields = state.fields(u);
+    std::vector<char> staging;
     for (size_t f = 0; f < fields.size(); ++f) {
       w.pad_to(kCheckpointChunkAlign);
       proto::CheckpointChunk* c = file.add_chunks();
@@ -71,7 +72,8 @@ proto::CheckpointFile write_shard_file(const ShardStateView& state, const std::s
       c->set_begin(b);
       c->set_end(end);
       c->set_file_offset(w.offset());
-      w.write(fields[f].data + (b - state.shard_begin(u)) * fields[f].element_bytes, (end - b) * fields[f].element_bytes);
+      const char* data = state.read(u, static_cast<int>(f), b - state.shard_begin(u), end - b, staging);
+      w.write(data, (end - b) * fields[f].element_bytes);
     }
   }
   file.set_size_bytes(w.offset());
@@ -296,8 +298,13 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
     for (int u = 0; u < state.layout().num_units(); ++u) {
       const int64_t lo = state.shard_begin(u), hi = lo + state.shard_numel(u);
       const int64_t need_hi = std::min(hi, state.layout().unit(u).numel);  // beyond: padding
-      const std::vector<ShardField> fields = state.fields(u);
-      for (size_t f = 0; f < fields.size(); ++f) reader.read(u, static_cast<int>(f), lo, hi, need_hi, fields[f].data);
+      const size_t num_fields = state.fields(u).size();
+      std::vector<char> staging;
+      for (size_t f = 0; f < num_fields; ++f) {
+        const int field = static_cast<int>(f);
+        reader.read(u, field, lo, hi, need_hi, state.write_target(u, field, 0, hi - lo, staging));
+        state.commit_write(u, field, 0, staging);
+      }
     }
     bytes_read = reader.bytes_read();
     const proto::OptimizerCheckpoint& oc = m.optimizer();

@@ -27,12 +27,31 @@ void CommWatch::wait(const WorkPtr& w) {
   exposed_s_ += seconds(t0);
 }
 
+void CommWatch::wait_on(Stream& s, const Event& e) {
+  if (e.wait_for(std::chrono::nanoseconds(0))) return;  // complete: nothing to order (a failure rethrows here)
+  Event before = s.record_timed();
+  s.wait(e);
+  stream_waits_.emplace_back(std::move(before), s.record_timed());
+}
+
+double CommWatch::exposed_s() const {
+  double total = exposed_s_;
+  for (const auto& [before, after] : stream_waits_) total += elapsed_seconds(before, after);
+  return total;
+}
+
+void CommWatch::finish(const Event& e) {
+  const double before = exposed_s_;
+  wait(e);
+  exposed_s_ = before;
+}
+
 void CommWatch::wait(const Event& e) {
   const auto t0 = Clock::now();
   const std::chrono::milliseconds timeout = world_.options().timeout;
   if (!e.wait_for(timeout)) {
     for (const WorkPtr& w : recent_) {
-      if (!w->is_completed()) w->wait(std::chrono::milliseconds(0));
+      if (!w->is_completed()) w->check_after(timeout);
     }
     abandon_cpu_streams();
     MP_THROW(CommError, "step ", steps_run_, ": the communication thread did not finish within ",

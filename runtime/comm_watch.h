@@ -7,8 +7,13 @@
 //   on an event of the communication thread that times out can name the
 //   collective that did not complete. With sharding.serialize_communication
 //   it is also waited for at once.
-// - wait(w), wait(e): block the calling (compute) thread; the time blocked
-//   adds to exposed_s(), the step's exposed communication.
+// - wait_on(s, e): orders later work on the compute stream s after a
+//   collective's event (no host block); the time s then spends waiting adds
+//   to exposed_s(), the step's exposed communication. An event already
+//   complete costs nothing.
+// - wait(w), wait(e): block the calling (host) thread; the time blocked adds
+//   to exposed_s() too. finish(e) blocks like wait(e) without adding (the
+//   end of the step's compute).
 // - wait(e) on an Event (a unit's reductions, a free gradient buffer) is
 //   bounded by the world's timeout like a Work's wait. On expiry the first
 //   tracked collective still pending is waited on at once, which throws
@@ -19,6 +24,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -33,9 +40,19 @@ class CommWatch {
   void track(const WorkPtr& w);
   void wait(const WorkPtr& w);
   void wait(const Event& e);
+  void finish(const Event& e);
+  void wait_on(Stream& s, const Event& e);
+  void wait_on(Stream& s, const WorkPtr& w) {
+    if (w) wait_on(s, w->event());
+  }
 
-  double exposed_s() const { return exposed_s_; }
-  void reset_exposed() { exposed_s_ = 0; }
+  // Host waits plus the stream waits of wait_on, whose events must have
+  // completed (call after the step's compute finished).
+  double exposed_s() const;
+  void reset_exposed() {
+    exposed_s_ = 0;
+    stream_waits_.clear();
+  }
 
  private:
   Communicator& world_;
@@ -43,6 +60,7 @@ class CommWatch {
   const int64_t& steps_run_;
   std::deque<WorkPtr> recent_;
   double exposed_s_ = 0;
+  std::vector<std::pair<Event, Event>> stream_waits_;  // timed events before and after each wait_on
 };
 
 }  // namespace mp

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string_view>
 #include <limits>
 #include <tuple>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "kernels/philox_math.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
@@ -15,12 +18,6 @@ namespace {
 
 double seconds(Engine::Impl::Clock::time_point since) {
   return std::chrono::duration<double>(Engine::Impl::Clock::now() - since).count();
-}
-
-CpuStream& cpu_stream(Communicator& c) {
-  auto* s = dynamic_cast<CpuStream*>(&c.stream());
-  MP_ENFORCE(s != nullptr, "communicator '", c.name(), "' has no CPU stream");
-  return *s;
 }
 
 // Element `index` of parameter stream `stream`: uniform in [-1, 1) or
@@ -60,23 +57,29 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
       alloc_(std::move(allocator)),
       opt_(std::make_unique<Optimizer>(optimizer_config(config, o_))),
       world_(w),
+      device_(alloc_.device()),
+      losses_(static_cast<size_t>(o_.micro_batches)),
       comm_(w, o_.serialize_communication, steps_run_),
-      stats_(layout_.num_units(), o_.locate_non_finite),
+      stats_(layout_.num_units(), o_.micro_batches, o_.locate_non_finite, alloc_),
       decision_(*opt_, o_.optimizer_in_backward) {
-  if (!world_.device().is_cpu() || !alloc_.device().is_cpu()) {
-    MP_THROW(ConfigError, "the sharded engine runs on CPU communicators and memory in this version; '", world_.name(),
-             "' is on ", world_.device());
+  if (world_.device() != device_) {
+    MP_THROW(ConfigError, "the engine's memory is on ", device_, " but its communicator '", world_.name(),
+             "' moves tensors on ", world_.device(), ": give both the same device");
   }
+  set_current_device(device_);
+  compute_ = Stream::create(device_, "compute");
+  scalars_device_ = alloc_.allocate(sizeof(StepScalars), MemCategory::kOther);
   if (o_.deterministic && o_.precision.loss_scaling != LossScalingMode::kNone) {
     MP_THROW(ConfigError, "deterministic reduces fp32 gradients; loss scaling (precision.loss_scaling) does not apply");
   }
   mesh_ = make_mesh(world_, o_.shard_size);
-  shard_stream_ = &cpu_stream(*mesh_.shard);
-  replicate_stream_ = &cpu_stream(*mesh_.replicate);
+  shard_stream_ = &mesh_.shard->stream();
+  replicate_stream_ = &mesh_.replicate->stream();
   units_.reserve(static_cast<size_t>(layout_.num_units()));
   for (int u = 0; u < layout_.num_units(); ++u) {
-    units_.emplace_back(u, layout_.unit(u), mesh_.shard->rank(), o_, *opt_, alloc_);
+    units_.emplace_back(u, layout_.unit(u), mesh_.shard->rank(), o_, *opt_, alloc_, *compute_);
   }
+  compute_->synchronize();  // the range tables are on the device
   reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *opt_,
                                            comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
@@ -98,46 +101,54 @@ void Engine::Impl::init_params() {
             init_value(pp.init, o_.seed, stream, static_cast<uint64_t>(i - pp.offset));
       }
     }
-    unit.set_weights(values);
+    unit.set_weights(values, *compute_);
   }
   gathers_->replaced();  // the first gathers where the strategy keeps full params
 }
 
+// Enqueues one model call on the compute stream between two timed events
+// (the step's compute time); returns the event after it.
 template <class F>
-void Engine::Impl::timed(double& seconds_spent, F&& f) {
-  const auto t0 = Clock::now();
-  f();
-  seconds_spent += seconds(t0);
+Event Engine::Impl::on_compute(F&& enqueue) {
+  Event before = compute_->record_timed();
+  enqueue();
+  Event after = compute_->record_timed();
+  compute_spans_.emplace_back(std::move(before), after);
+  return after;
 }
 
-// ---- the step (Note [Engine schedule]) -----------------------------------------
+// ---- the step (Note [Engine schedule], Note [Engine events]) --------------------
+// The host thread only enqueues: model calls and the engine's ops on the
+// compute stream, collectives on the communication streams, ordered by
+// events. It waits twice: for the statistics (the step's one device-to-host
+// read) and for the end of the step's compute.
 
 StepResult Engine::Impl::step(Model& model) {
   begin_step();
   const int k = o_.micro_batches, W = world_.size(), r = world_.rank();
-  std::vector<double> losses(static_cast<size_t>(k));
   for (int m = 0; m < k; ++m) {
     const int64_t g = (steps_run_ - 1) * static_cast<int64_t>(W) * k + static_cast<int64_t>(m) * W + r;
-    timed(timings_.compute_s, [&] { model.begin_micro_batch(g); });
+    on_compute([&] { model.begin_micro_batch_on(g, *compute_); });
     forward(model);                                // gather ring: each unit waited for, the next k prefetched
-    losses[static_cast<size_t>(m)] = model.loss();
+    compute_->host_task([this, &model, m] { losses_[static_cast<size_t>(m)] = model.loss(); });
     backward(model, m);                            // each unit's reduction issued as its gradients exist
   }
-  const GradStats total = reduced_statistics();    // reductions landed: statistics, one exchange
+  const GradStats total = reduced_statistics();    // reductions landed: statistics, one read, one exchange
   const StepPlan plan = decision_.decide(&total);  // clip, scale or skip
   StepResult result = note_decision(plan);
-  timed(timings_.update_s, [&] { update(plan); });  // fused updates, each followed by its next gather
-  return finish_step(std::move(result), plan, total, losses);
+  update(plan);                                    // fused updates, each followed by its next gather
+  return finish_step(std::move(result), plan, total);
 }
 
 void Engine::Impl::begin_step() {
   step_start_ = Clock::now();
   timings_ = StepTimings{};
   comm_.reset_exposed();
+  compute_spans_.clear();
+  scalars_written_ = false;
   casts_before_ = gathers_->cast_elements();
   ++steps_run_;
   inject_step_faults(steps_run_, world_.rank());  // MP_FAULT (tests): kill, hang, sleep
-  stats_.begin_step();
   decision_.begin(reducer_->divisor());
 }
 
@@ -145,8 +156,8 @@ void Engine::Impl::begin_step() {
 // prefetched) just before.
 void Engine::Impl::forward(Model& model) {
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const Tensor params = gathers_->params_for(u, +1);
-    timed(timings_.compute_s, [&] { model.forward(u, params); });
+    const Tensor params = gathers_->params_for(u, +1, *compute_);
+    gathers_->release(u, on_compute([&] { model.forward_on(u, params, *compute_); }));
   }
 }
 
@@ -154,68 +165,88 @@ void Engine::Impl::forward(Model& model) {
 // to its reduction while the next unit's backward runs.
 void Engine::Impl::backward(Model& model, int micro_batch) {
   for (int u = layout_.num_units() - 1; u >= 0; --u) {
-    const Tensor params = gathers_->params_for(u, -1);
-    const GradBuffer grads = reducer_->take_buffer(u);
-    timed(timings_.compute_s, [&] { model.backward(u, params, grads.grads); });
+    const Tensor params = gathers_->params_for(u, -1, *compute_);
+    const GradBuffer grads = reducer_->take_buffer(u, *compute_);
+    gathers_->release(u, on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); }));
     const int64_t numel = layout_.unit(u).numel;
     if (const Fault* f = find_fault(FaultKind::kNan, steps_run_, world_.rank()); f != nullptr && f->unit == u) {
-      std::fill_n(grads.grads.data_as<float>(), numel, std::numeric_limits<float>::quiet_NaN());
+      ops::fill_nan(grads.grads, numel, *compute_);
     }
-    stats_.take_local(u, grads.grads, numel);
-    reduce(u, micro_batch, grads);
+    stats_.take_local(u, micro_batch, grads.grads, numel, *compute_);
+    reduce(u, micro_batch, grads, compute_->record());
   }
 }
 
-// Issues unit u's reduction; after the last micro-batch's, notes when it
-// lands and, with optimizer_in_backward, updates the unit right there.
-void Engine::Impl::reduce(int u, int micro_batch, const GradBuffer& grads) {
-  CpuStream& stream = reducer_->reduce(u, micro_batch, grads);
+// Issues unit u's reduction once `computed`; after the last micro-batch's,
+// notes when it lands and, with optimizer_in_backward, updates the unit
+// right there.
+void Engine::Impl::reduce(int u, int micro_batch, const GradBuffer& grads, const Event& computed) {
+  Stream& stream = reducer_->reduce(u, micro_batch, grads, computed);
   if (micro_batch != o_.micro_batches - 1) return;
   if (o_.optimizer_in_backward) update_in_backward(u, stream);
   units_[static_cast<size_t>(u)].set_reduced(stream.record());
 }
 
-// Optimizer in backward: unit u's statistics and update on the stream its
-// reduction ends on, then its next gather.
-void Engine::Impl::update_in_backward(int u, CpuStream& stream) {
-  const StepPlan plan = decision_.decide(nullptr);  // the first unit's decides the step
-  const float multiplier = decision_.multiplier();
-  stream.submit([this, u, plan, multiplier] {
-    const UnitState& unit = units_[static_cast<size_t>(u)];
-    stats_.take_shard(u, unit.grad_shard(), unit.n(), multiplier);
-    update_unit(u, plan);
-  });
-  gathers_->updated(u, &stream);
+// The plan's scalars into the device's StepScalars, on the compute stream;
+// returns the event after the copy.
+Event Engine::Impl::write_scalars(const StepPlan& plan) {
+  scalars_host_ = plan.scalars;
+  ops::copy_bytes(scalars_device_.data(), device_, &scalars_host_, Device::cpu(), sizeof(StepScalars), *compute_);
+  scalars_written_ = true;
+  return compute_->record();
 }
 
-// Waits for every unit's reductions and returns the step's global gradient
-// statistics (Note [Statistics and decision]).
+// Optimizer in backward: unit u's statistics and update on the stream its
+// reduction ends on, then its next gather.
+void Engine::Impl::update_in_backward(int u, Stream& stream) {
+  if (!scalars_written_) scalars_ready_ = write_scalars(decision_.decide(nullptr));  // the first unit's decides the step
+  stream.wait(scalars_ready_);
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), stream);
+  update_unit(u, stream);
+  gathers_->updated(u, stream.record());
+}
+
+// Orders the compute stream after every unit's reductions, takes the
+// statistics there and reads them back once; returns the step's global
+// gradient statistics (Note [Statistics and decision]).
 GradStats Engine::Impl::reduced_statistics() {
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitState& unit = units_[static_cast<size_t>(u)];
-    comm_.wait(unit.reduced());
-    if (o_.optimizer_in_backward) continue;  // taken before each update
-    timed(timings_.update_s, [&] { stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier()); });
+  for (int u = 0; u < layout_.num_units(); ++u) comm_.wait_on(*compute_, units_[static_cast<size_t>(u)].reduced());
+  stats_begin_ = compute_->record_timed();
+  if (!o_.optimizer_in_backward) {  // with it, taken before each update
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const UnitState& unit = units_[static_cast<size_t>(u)];
+      stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), *compute_);
+    }
   }
+  const Event read = stats_.read_back(*compute_);
+  stats_end_ = compute_->record_timed();
+  comm_.finish(read);  // the forward and backward too: not exposed communication
   return stats_.total(*mesh_.shard, o_.deterministic);
 }
 
 // The fused update of every unit (done already with optimizer_in_backward),
 // each followed by its next gather, so the gathers overlap the updates.
 void Engine::Impl::update(const StepPlan& plan) {
-  if (plan.skip) return;
-  gathers_->drop_ring();  // gathered before the update: stale now
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    if (!o_.optimizer_in_backward) {
-      update_unit(u, plan);
-      gathers_->updated(u, nullptr);
+  update_begin_ = compute_->record_timed();
+  if (!plan.skip) {
+    gathers_->drop_ring();  // gathered before the update: stale now
+    if (!o_.optimizer_in_backward) write_scalars(plan);
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (!o_.optimizer_in_backward) {
+        update_unit(u, *compute_);
+        gathers_->updated(u, compute_->record());
+      }
+      gathers_->prefetch_next_step(u);  // the next step's first units
     }
-    gathers_->prefetch_next_step(u);  // the next step's first units
   }
+  update_end_ = compute_->record_timed();
 }
 
-void Engine::Impl::update_unit(int u, const StepPlan& plan) {
-  opt_->apply_cpu(units_[static_cast<size_t>(u)].update_args(o_), plan);
+void Engine::Impl::update_unit(int u, Stream& stream) {
+  UpdateArgs args = units_[static_cast<size_t>(u)].update_args(o_);
+  args.hyper = opt_->hyper();
+  ops::fused_update(args, static_cast<const StepScalars*>(scalars_device_.data()), device_, stream);
 }
 
 // The decision's part of the result: skips in a row and, for a skipped step
@@ -231,19 +262,21 @@ StepResult Engine::Impl::note_decision(const StepPlan& plan) {
   return result;
 }
 
-StepResult Engine::Impl::finish_step(StepResult result, const StepPlan& plan, const GradStats& total,
-                                     const std::vector<double>& losses) {
+StepResult Engine::Impl::finish_step(StepResult result, const StepPlan& plan, const GradStats& total) {
+  comm_.finish(compute_->record());  // the updates ran
   if (o_.optimizer_in_backward && total.non_finite) {
     MP_THROW(NumericError, "step ", steps_run_, ": non-finite gradients reached the update with ",
              "sharding.optimizer_in_backward (nothing can skip the step there); turn it off to skip such steps");
   }
-  result.loss = mean_loss(losses);
+  result.loss = mean_loss(losses_);
   result.grad_norm = plan.grad_norm;
   result.skipped = plan.skip;
   result.loss_scale = o_.precision.loss_scaling == LossScalingMode::kStatic ? o_.precision.static_loss_scale
                                                                              : plan.loss_scale;
   result.lr = plan.lr;
   result.param_cast_elements = gathers_->cast_elements() - casts_before_;
+  for (const auto& [before, after] : compute_spans_) timings_.compute_s += elapsed_seconds(before, after);
+  timings_.update_s = elapsed_seconds(stats_begin_, stats_end_) + elapsed_seconds(update_begin_, update_end_);
   timings_.exposed_comm_s = comm_.exposed_s();
   timings_.total_s = seconds(step_start_);
   result.timings = timings_;
@@ -291,24 +324,35 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
   const int W = world_.size(), r = world_.rank(), U = layout_.num_units();
   std::vector<double> losses(static_cast<size_t>(count));
   for (int j = 0; j < count; ++j) {
-    model.begin_micro_batch(first + static_cast<int64_t>(j) * W + r);
-    for (int u = 0; u < U; ++u) model.forward(u, gathers_->params_for(u, +1));
-    losses[static_cast<size_t>(j)] = model.loss();
+    model.begin_micro_batch_on(first + static_cast<int64_t>(j) * W + r, *compute_);
+    for (int u = 0; u < U; ++u) {
+      const Tensor params = gathers_->params_for(u, +1, *compute_);
+      model.forward_on(u, params, *compute_);
+      gathers_->release(u, compute_->record());
+    }
+    compute_->host_task([&model, &losses, j] { losses[static_cast<size_t>(j)] = model.loss(); });
   }
+  comm_.finish(compute_->record());
   return mean_loss(losses);
 }
 
-std::vector<float> Engine::Impl::master_shard(int u) const { return unit(u).weights(); }
+std::vector<float> Engine::Impl::master_shard(int u) const { return unit(u).weights(*compute_); }
 
+// On the control plane: the shards are staged through the host anyway.
 std::vector<float> Engine::Impl::gather_master(int u) {
-  std::vector<float> mine = master_shard(u);
-  Communicator& shard = *mesh_.shard;
-  std::vector<float> all(mine.size() * static_cast<size_t>(shard.size()));
-  shard.all_gather(Tensor::wrap(mine.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(mine.size())}),
-                   Tensor::wrap(all.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(all.size())}))
-      ->wait();
-  all.resize(static_cast<size_t>(layout_.unit(u).numel));
-  return all;
+  const std::vector<float> mine = master_shard(u);
+  const std::vector<std::string> all =
+      mesh_.shard->all_gather_bytes(std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * 4));
+  std::vector<float> full;
+  full.reserve(mine.size() * all.size());
+  for (const std::string& part : all) {
+    MP_ENFORCE_EQ(part.size(), mine.size() * 4);
+    const size_t at = full.size();
+    full.resize(at + mine.size());
+    std::memcpy(full.data() + at, part.data(), part.size());
+  }
+  full.resize(static_cast<size_t>(layout_.unit(u).numel));
+  return full;
 }
 
 void Engine::Impl::set_weights(int u, const std::vector<float>& full) {
@@ -317,17 +361,19 @@ void Engine::Impl::set_weights(int u, const std::vector<float>& full) {
     MP_THROW(ConfigError, "set_weights of unit ", ul.name, ": ", full.size(), " values, the unit has ", ul.numel);
   }
   UnitState& unit = units_[static_cast<size_t>(u)];
+  synchronize();  // no gather in flight still reads the old weights
   std::vector<float> mine(static_cast<size_t>(unit.n()), 0.0f);
   for (int64_t i = unit.offset(); i < std::min(unit.offset() + unit.n(), ul.numel); ++i) {
     mine[static_cast<size_t>(i - unit.offset())] = full[static_cast<size_t>(i)];
   }
-  unit.set_weights(mine);
+  unit.set_weights(mine, *compute_);
   state_replaced();
 }
 
 void Engine::Impl::state_replaced() { gathers_->replaced(); }
 
 void Engine::Impl::synchronize() {
+  compute_->synchronize();
   shard_stream_->synchronize();
   replicate_stream_->synchronize();
 }

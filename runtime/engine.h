@@ -32,6 +32,18 @@
 // a CUDA stream, so the overlap is real and the timings below measure it.
 // Engine::Impl::step (runtime/engine.cc) reads as this schedule; the parts it
 // drives are listed in runtime/engine_impl.h.
+//
+// Note [Engine events]
+// The engine runs on one device (its allocator's, which must be its
+// communicators' too). The host thread enqueues: the model's calls and the
+// engine's ops (kernels/ops.h) on the compute stream, collectives and their
+// casts on the communicators' streams. Nothing is ordered by the host having
+// waited: every dependency is an event, listed with its producer and
+// consumer in docs/architecture.md ("Streams, events and completion"):
+// gathered -> compute, computed -> reduce, grad_free -> next backward into
+// that buffer, reduced -> statistics and update, updated -> next gather,
+// released -> next gather into a slot, scalars -> updates. The host waits
+// for the statistics (one device-to-host read) and for the end of the step.
 #pragma once
 
 #include <memory>
@@ -49,9 +61,9 @@ namespace mp {
 
 // Seconds spent by the calling thread in each phase of the last step.
 struct StepTimings {
-  double compute_s = 0;         // inside the model's forward and backward
-  double exposed_comm_s = 0;    // blocked on communication
-  double update_s = 0;          // gradient statistics and fused updates
+  double compute_s = 0;         // the model's forward and backward on the compute stream
+  double exposed_comm_s = 0;    // the compute stream (or host) blocked on communication
+  double update_s = 0;          // gradient statistics and fused updates on the compute stream
   double total_s = 0;
 };
 

@@ -55,6 +55,7 @@ class Engine::Impl {
   const Allocator& allocator() const { return alloc_; }
   const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   int64_t steps_run() const { return steps_run_; }
+  Stream& compute() const { return *compute_; }
   void set_steps_run(int64_t steps) { steps_run_ = steps; }
 
  private:
@@ -62,19 +63,19 @@ class Engine::Impl {
   void begin_step();
   void forward(Model& model);
   void backward(Model& model, int micro_batch);
-  void reduce(int u, int micro_batch, const GradBuffer& grads);
-  void update_in_backward(int u, CpuStream& stream);
+  void reduce(int u, int micro_batch, const GradBuffer& grads, const Event& computed);
+  void update_in_backward(int u, Stream& stream);
   GradStats reduced_statistics();
   StepResult note_decision(const StepPlan& plan);
+  Event write_scalars(const StepPlan& plan);
   void update(const StepPlan& plan);
-  void update_unit(int u, const StepPlan& plan);
-  StepResult finish_step(StepResult result, const StepPlan& plan, const GradStats& total,
-                         const std::vector<double>& losses);
+  void update_unit(int u, Stream& stream);
+  StepResult finish_step(StepResult result, const StepPlan& plan, const GradStats& total);
   void stop_if_needed(const StepResult& result) const;
   double mean_loss(const std::vector<double>& losses);
   void init_params();
   template <class F>
-  void timed(double& seconds, F&& f);
+  Event on_compute(F&& enqueue);
 
   // ---- set-up
   ModelSpec spec_;
@@ -84,14 +85,22 @@ class Engine::Impl {
   std::unique_ptr<Optimizer> opt_;
   Communicator& world_;
   MeshGroups mesh_;
-  CpuStream* shard_stream_ = nullptr;
-  CpuStream* replicate_stream_ = nullptr;
+  Device device_;                   // where the engine's memory and compute are
+  Stream* shard_stream_ = nullptr;  // the communicators' streams
+  Stream* replicate_stream_ = nullptr;
+  Buffer scalars_device_;           // StepScalars, device memory
 
   // ---- step counters
   int64_t steps_run_ = 0;
   int64_t consecutive_skips_ = 0;
   StepTimings timings_;       // this step's; exposed_comm_s is comm_'s
   Clock::time_point step_start_;
+  std::vector<std::pair<Event, Event>> compute_spans_;  // timed events around each model call
+  Event stats_begin_, stats_end_, update_begin_, update_end_;  // timed, on the compute stream
+  StepScalars scalars_host_;  // the source of write_scalars' copy
+  bool scalars_written_ = false;
+  Event scalars_ready_;
+  std::vector<double> losses_;  // this rank's micro-batch losses, written in compute order
   int64_t casts_before_ = 0;  // gathers_' cast count when the step began
 
   // ---- state and its owners
@@ -101,6 +110,9 @@ class Engine::Impl {
   std::unique_ptr<ParamGathers> gathers_;
   GradStatistics stats_;
   StepDecision decision_;
+
+  // Last: destroyed first, so queued work finishes before the buffers go.
+  std::unique_ptr<Stream> compute_;
 };
 
 }  // namespace mp

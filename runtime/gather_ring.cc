@@ -7,8 +7,8 @@
 namespace mp {
 
 GatherRing::GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, DType dtype, Allocator& alloc,
-                       CommWatch& comm, Issue issue)
-    : layout_(layout), prefetch_depth_(prefetch_depth), comm_(comm), issue_(std::move(issue)) {
+                       CommWatch& comm, Stream& comm_stream, Issue issue)
+    : layout_(layout), prefetch_depth_(prefetch_depth), comm_(comm), comm_stream_(comm_stream), issue_(std::move(issue)) {
   slots_.resize(static_cast<size_t>(slots));
   for (Slot& s : slots_) {
     s.buffer = Tensor::zeros(alloc, dtype, {layout_.max_padded_numel()}, MemCategory::kGatheredParams);
@@ -16,7 +16,8 @@ GatherRing::GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, 
 }
 
 void GatherRing::issue(int u, Slot& slot) {
-  if (slot.work) comm_.wait(slot.work);
+  comm_stream_.wait(slot.released);  // the compute that read the old contents
+  slot.released = Event();
   slot.unit = u;
   slot.last_use = ++tick_;
   slot.work = issue_(u, slot.buffer.flat(0, layout_.unit(u).padded_numel));
@@ -39,7 +40,7 @@ GatherRing::Slot& GatherRing::free_slot(const std::vector<int>& wanted) {
   return *best;
 }
 
-Tensor GatherRing::acquire(int u, int direction) {
+Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
   const int num_units = layout_.num_units();
   std::vector<int> wanted{u};
   for (int d = 1; d <= prefetch_depth_; ++d) {
@@ -51,15 +52,18 @@ Tensor GatherRing::acquire(int u, int direction) {
   }
   Slot* slot = find(u);
   slot->last_use = ++tick_;
-  comm_.wait(slot->work);
+  comm_.wait_on(compute, slot->work);
   slot->work.reset();
   return slot->buffer.flat(0, layout_.unit(u).padded_numel);
 }
 
+void GatherRing::release(int u, Event readers_done) {
+  if (Slot* slot = find(u)) slot->released = std::move(readers_done);
+}
+
 void GatherRing::drop() {
   for (Slot& s : slots_) {
-    comm_.wait(s.work);
-    s.work.reset();
+    s.work.reset();  // a stale gather still runs before any later one into the slot
     s.unit = -1;
   }
 }

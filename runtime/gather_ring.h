@@ -7,14 +7,19 @@
 // param-dtype buffer of the largest padded unit. acquire(u, direction)
 // returns unit u's full parameters, first making sure that u and its next k
 // units in `direction` (+1 forward, -1 backward) are in slots, issuing the
-// missing gathers in order of use (u first). A missing unit takes the least
-// recently used slot among those holding no unit wanted now.
+// missing gathers in order of use (u first), and orders the compute stream
+// after u's gather. A missing unit takes the least recently used slot among
+// those holding no unit wanted now. release(u, e) notes the event after the
+// compute that read u's slot.
 // Invariants:
 // - A slot holds at most one unit and a unit is in at most one slot; a
 //   slot's contents are the unit's current weights (drop() empties every
 //   slot when the weights change).
-// - A slot's buffer is read (acquire) or reissued only after its gather was
-//   waited for; a pending gather writes nothing else.
+// - Compute reads a slot only after its gather (the compute stream waits for
+//   the gather's event); a gather into a slot starts only after the compute
+//   that read its previous contents (the communication stream waits for the
+//   slot's release event). Gathers into one slot follow each other in the
+//   communication stream's order, so none is waited for on the host.
 // - Since the wanted units (at most k + 1) never exceed the slots, a free
 //   slot always exists, and a unit stays gathered until its slot is reused:
 //   the last k + 1 units of the forward are not gathered again for the
@@ -40,11 +45,14 @@ class GatherRing {
   using Issue = std::function<WorkPtr(int unit, const Tensor& dst)>;
 
   GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, DType dtype, Allocator& alloc, CommWatch& comm,
-             Issue issue);
+             Stream& comm_stream, Issue issue);
 
   int size() const { return static_cast<int>(slots_.size()); }
-  Tensor acquire(int u, int direction);
-  // Waits for the pending gathers and empties every slot.
+  Tensor acquire(int u, int direction, Stream& compute);
+  // `readers_done`: recorded on the compute stream after the work that read
+  // unit u's parameters.
+  void release(int u, Event readers_done);
+  // Empties every slot (their contents are stale).
   void drop();
   // After drop(): gathers unit u (< size()) into slot u, so that the next
   // forward finds its first units there.
@@ -55,7 +63,8 @@ class GatherRing {
     Tensor buffer;  // param dtype [max padded]
     int unit = -1;
     uint64_t last_use = 0;
-    WorkPtr work;   // the pending gather into buffer
+    WorkPtr work;   // the gather into buffer, until compute was ordered after it
+    Event released; // the compute that read the buffer's previous contents
   };
 
   void issue(int u, Slot& slot);
@@ -66,6 +75,7 @@ class GatherRing {
   std::vector<Slot> slots_;
   int prefetch_depth_ = 0;
   CommWatch& comm_;
+  Stream& comm_stream_;
   Issue issue_;
   uint64_t tick_ = 0;
 };

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/convert.h"
-#include "kernels/cpu/accumulate.h"
+#include "kernels/ops.h"
 
 namespace mp {
 namespace {
@@ -13,7 +13,7 @@ using SC = proto::ShardingConfig;
 }
 
 GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units,
-                         MeshGroups& mesh, CpuStream& shard_stream, CpuStream& replicate_stream, const Optimizer& opt,
+                         MeshGroups& mesh, Stream& shard_stream, Stream& replicate_stream, const Optimizer& opt,
                          CommWatch& comm, Allocator& alloc)
     : o_(o),
       layout_(layout),
@@ -52,26 +52,30 @@ double GradReducer::loss_scale_now() const {
   return opt_.loss_scaler() ? opt_.loss_scaler()->scale() : 1.0;
 }
 
-CpuStream& GradReducer::grad_stream() {
+Stream& GradReducer::grad_stream() {
   return o_.strategy == SC::NO_SHARD ? replicate_stream_ : shard_stream_;
 }
 
-GradBuffer GradReducer::take_buffer(int u) {
+GradBuffer GradReducer::take_buffer(int u, Stream& compute) {
   const int index = grad_next_;
   grad_next_ ^= 1;
-  comm_.wait(grad_free_[index]);
+  comm_.wait_on(compute, grad_free_[index]);
   const UnitLayout& ul = layout_.unit(u);
-  float* g = grad_in_[index].data_as<float>();
+  std::vector<ops::Range> gaps;
   int64_t at = 0;
   for (const ParamPlacement& p : ul.params) {
-    if (p.offset > at) std::memset(g + at, 0, static_cast<size_t>(p.offset - at) * 4);
+    if (p.offset > at) gaps.push_back({at, p.offset});
     at = p.offset + p.numel;
   }
-  if (ul.padded_numel > at) std::memset(g + at, 0, static_cast<size_t>(ul.padded_numel - at) * 4);
+  if (ul.padded_numel > at) gaps.push_back({at, ul.padded_numel});
+  if (!gaps.empty()) ops::zero_ranges(grad_in_[index], gaps, compute);
   return GradBuffer{grad_in_[index].flat(0, ul.padded_numel), index};
 }
 
-CpuStream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer) {
+Stream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer, const Event& computed) {
+  // The stream each path below starts on waits for the gradients (the
+  // deterministic path reaches the replicate stream through the shard one).
+  (o_.deterministic ? shard_stream_ : grad_stream()).wait(computed);
   const Tensor g = grad_in_[buffer.index].flat(0, units_[static_cast<size_t>(u)].full());
   if (o_.deterministic) return reduce_deterministic(u, micro_batch, g, buffer.index);
   if (o_.full_grad_accumulators()) return reduce_full_accumulator(u, micro_batch, g, buffer.index);
@@ -81,7 +85,7 @@ CpuStream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer)
 // Every rank's fp32 gradient for this shard reaches this rank (all-to-all
 // in the shard group, then all-gather across replicas) and is added in fp64
 // in global rank order; the last micro-batch rounds once into the shard.
-CpuStream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tensor& g, int index) {
+Stream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tensor& g, int index) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   const int S = o_.shard_size, R = o_.replicate_size;
   Tensor block = g;  // S chunks of n: every group member's contribution to my shard
@@ -92,7 +96,7 @@ CpuStream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tenso
     block = recv_.flat(0, unit.full());
     grad_free_[index] = shard_stream_.record();
   }
-  CpuStream* stream = &shard_stream_;
+  Stream* stream = &shard_stream_;
   Tensor blocks = block;
   if (R > 1) {
     replicate_stream_.wait(shard_stream_.record());
@@ -102,16 +106,9 @@ CpuStream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tenso
     stream = &replicate_stream_;
   }
   const bool first = micro_batch == 0, last = micro_batch == o_.micro_batches - 1;
-  double* acc = unit.acc64();
   const int64_t n = unit.n();
-  const int count = S * R;
-  float* src = blocks.data_as<float>();
-  float* out = unit.grad_shard().data_as<float>();
-  stream->submit([=] {
-    if (first) std::memset(acc, 0, static_cast<size_t>(n) * 8);
-    accumulate_f64_cpu(acc, src, count, n, n);
-    if (last) round_f64_cpu(acc, out, n);
-  });
+  ops::accumulate_f64(unit.acc64(), unit.grad_shard().device(), blocks, S * R, n, first, *stream);
+  if (last) ops::round_f64(unit.acc64(), unit.grad_shard(), n, *stream);
   const Event done = stream->record();
   if (R > 1) replicate_done_ = done;
   if (S == 1) grad_free_[index] = done;
@@ -120,16 +117,14 @@ CpuStream& GradReducer::reduce_deterministic(int u, int micro_batch, const Tenso
 
 // NO_SHARD, SHARD_OPTIMIZER and UNSHARDED accumulation: full gradients in
 // grad_accum_dtype, reduced once after the last micro-batch.
-CpuStream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index) {
+Stream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   const Precision& p = o_.precision;
-  CpuStream& gs = grad_stream();
+  Stream& gs = grad_stream();
   const bool first = micro_batch == 0;
-  void* acc = unit.acc_full().data();
   const DType acc_dtype = unit.acc_full().dtype();
-  const float* src = g.data_as<float>();
   const int64_t full = unit.full();
-  gs.submit([=] { accumulate_cpu(acc, acc_dtype, src, DType::kF32, full, first); });
+  ops::accumulate(unit.acc_full(), g, first, gs);
   grad_free_[index] = gs.record();
   if (micro_batch != o_.micro_batches - 1) return gs;
 
@@ -168,7 +163,7 @@ CpuStream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Te
 
 // SHARDED accumulation (and one micro-batch): reduce-scatter every
 // micro-batch; several are added into the shard in grad_accum_dtype.
-CpuStream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, int index) {
+Stream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, int index) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   const Precision& p = o_.precision;
   const ReduceOptions ro{ReduceOp::kAvg, 1.0, p.reduce_accumulate};
@@ -181,15 +176,7 @@ CpuStream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, 
   const Tensor out = single ? unit.grad_shard() : rs_scratch_.flat(0, unit.n());
   comm_.track(mesh_.shard->reduce_scatter(input, out, ro));
   grad_free_[index] = shard_stream_.record();
-  if (!single) {
-    void* acc = unit.grad_shard().data();
-    const DType acc_dtype = unit.grad_shard().dtype();
-    const void* src = out.data();
-    const DType src_dtype = out.dtype();
-    const int64_t n = unit.n();
-    const bool first = micro_batch == 0;
-    shard_stream_.submit([=] { accumulate_cpu(acc, acc_dtype, src, src_dtype, n, first); });
-  }
+  if (!single) ops::accumulate(unit.grad_shard(), out, micro_batch == 0, shard_stream_);
   if (micro_batch == o_.micro_batches - 1 && o_.replicate_size > 1) {
     replicate_stream_.wait(shard_stream_.record());
     comm_.track(mesh_.replicate->all_reduce(unit.grad_shard(), unit.grad_shard(), ro));

@@ -19,8 +19,11 @@
 //   grad_accum_dtype.
 // HYBRID_SHARD then all-reduces the shard across replicas.
 // Invariants:
-// - A gradient buffer is handed out again only after the communication
-//   thread is done reading it (its grad_free event); the scratch buffers
+// - A unit's reduction starts on the communication stream only after the
+//   compute that wrote its gradients (the `computed` event of reduce()).
+// - A gradient buffer is written again only after the communication
+//   stream is done reading it (the compute stream waits for its grad_free
+//   event before the gaps are zeroed and the backward runs); the scratch buffers
 //   (wire, rs_scratch, recv, gathered) are reused in stream order, recv
 //   only after the replicas finished reading it (replicate_done).
 // - The reduced shard still carries divisor() (what it is to be divided by).
@@ -45,32 +48,33 @@ struct GradBuffer {
 class GradReducer {
  public:
   GradReducer(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, MeshGroups& mesh,
-              CpuStream& shard_stream, CpuStream& replicate_stream, const Optimizer& opt, CommWatch& comm,
+              Stream& shard_stream, Stream& replicate_stream, const Optimizer& opt, CommWatch& comm,
               Allocator& alloc);
 
-  // A buffer for unit u's gradients, once the communication thread is done
-  // with its previous contents; alignment gaps and padding zeroed.
-  GradBuffer take_buffer(int u);
-  // Issues unit u's reduction of micro-batch `micro_batch` from `g`;
-  // returns the stream it ends on.
-  CpuStream& reduce(int u, int micro_batch, const GradBuffer& g);
+  // A buffer for unit u's gradients: `compute` waits until the communication
+  // stream is done with its previous contents, then zeroes the alignment
+  // gaps and padding.
+  GradBuffer take_buffer(int u, Stream& compute);
+  // Issues unit u's reduction of micro-batch `micro_batch` from `g`, after
+  // `computed` (the backward that wrote g); returns the stream it ends on.
+  Stream& reduce(int u, int micro_batch, const GradBuffer& g, const Event& computed);
   // What the reduced gradients are still to be divided by: micro-batches,
   // ranks (deterministic) and the static loss scale.
   double divisor() const;
 
  private:
-  CpuStream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
-  CpuStream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
-  CpuStream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
-  CpuStream& grad_stream();
+  Stream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
+  Stream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
+  Stream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
+  Stream& grad_stream();
   double loss_scale_now() const;
 
   const EngineOptions& o_;
   const FlatLayout& layout_;
   std::vector<UnitState>& units_;
   MeshGroups& mesh_;
-  CpuStream& shard_stream_;
-  CpuStream& replicate_stream_;
+  Stream& shard_stream_;
+  Stream& replicate_stream_;
   const Optimizer& opt_;
   CommWatch& comm_;
   std::unique_ptr<CommHook> hook_;

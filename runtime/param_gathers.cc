@@ -5,24 +5,27 @@
 namespace mp {
 
 ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units,
-                           Communicator& shard, CpuStream& shard_stream, CommWatch& comm, Allocator& alloc)
+                           Communicator& shard, Stream& shard_stream, CommWatch& comm, Allocator& alloc)
     : o_(o),
       units_(units),
       shard_(shard),
       shard_stream_(shard_stream),
       comm_(comm),
       ring_(layout, o.gather_slots(layout.num_units()), o.prefetch_depth, o.precision.param_dtype, alloc, comm,
-            [this](int u, const Tensor& dst) { return issue_gather(u, dst); }),
-      full_(units.size()) {
+            shard_stream, [this](int u, const Tensor& dst) { return issue_gather(u, dst); }),
+      full_(units.size()),
+      updated_(units.size()) {
   if (o.precision.param_cast == ParamCast::kAtGather) {
     const int64_t n = o.shard_size > 1 ? layout.max_shard_numel() : layout.max_padded_numel();
     cast_staging_ = Tensor::zeros(alloc, o.precision.param_dtype, {n}, MemCategory::kCommScratch);
   }
 }
 
-// The all-gather's source: this rank's shard in param dtype.
+// The all-gather's source: this rank's shard in param dtype, once unit u's
+// latest update is done.
 Tensor ParamGathers::gather_source(int u) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
+  shard_stream_.wait(updated_[static_cast<size_t>(u)]);
   if (unit.param_shard().defined()) return unit.param_shard();
   if (o_.precision.param_cast != ParamCast::kAtGather) return unit.master();  // fp32 params
   Tensor staging = cast_staging_.flat(0, unit.n());
@@ -40,38 +43,50 @@ WorkPtr ParamGathers::issue_gather(int u, const Tensor& dst) {
 void ParamGathers::issue_full_gather(int u) {
   FullCopy& f = full_[static_cast<size_t>(u)];
   f.stale = false;
+  shard_stream_.wait(f.released);  // the compute that read the old copy
+  f.released = Event();
   f.gather = shard_.all_gather(gather_source(u), units_[static_cast<size_t>(u)].full_params());
   comm_.track(f.gather);
 }
 
-Tensor ParamGathers::params_for(int u, int direction) {
+Tensor ParamGathers::params_for(int u, int direction, Stream& compute) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   if (o_.keeps_full_params()) {
     FullCopy& f = full_[static_cast<size_t>(u)];
     if (f.stale) issue_full_gather(u);  // prefetch off: gathered when needed
-    comm_.wait(f.gather);
+    comm_.wait_on(compute, f.gather);
     f.gather.reset();
     return unit.full_params();
   }
   if (!o_.gathers_per_unit()) {  // one rank per shard group: the shard is the unit
-    if (o_.precision.param_cast != ParamCast::kAtGather) return gather_source(u);
+    compute.wait(updated_[static_cast<size_t>(u)]);  // an update on another stream (optimizer in backward)
+    if (o_.precision.param_cast != ParamCast::kAtGather) {
+      return unit.param_shard().defined() ? unit.param_shard() : unit.master();
+    }
     Tensor staging = cast_staging_.flat(0, unit.full());
-    convert(unit.master(), staging);
+    convert(unit.master(), staging, {}, &compute);  // in compute order: the previous reader is done
     cast_elements_ += unit.full();
     return staging;
   }
-  return ring_.acquire(u, direction);
+  return ring_.acquire(u, direction, compute);
 }
 
-void ParamGathers::updated(int u, CpuStream* update_stream) {
+void ParamGathers::release(int u, Event readers_done) {
+  if (o_.keeps_full_params()) {
+    full_[static_cast<size_t>(u)].released = std::move(readers_done);
+  } else if (o_.gathers_per_unit()) {
+    ring_.release(u, std::move(readers_done));
+  }
+}
+
+void ParamGathers::updated(int u, Event update_done) {
+  updated_[static_cast<size_t>(u)] = std::move(update_done);
   if (!o_.keeps_full_params()) return;
   if (o_.prefetch_depth == 0) {
-    // Gathered on demand by the next forward (with optimizer in backward,
-    // after step() saw the update land).
+    // Gathered on demand by the next forward (after the update: gather_source waits for it).
     full_[static_cast<size_t>(u)].stale = true;
     return;
   }
-  if (update_stream != nullptr) shard_stream_.wait(update_stream->record());
   issue_full_gather(u);
 }
 
@@ -86,6 +101,7 @@ void ParamGathers::replaced() {
   for (size_t u = 0; u < full_.size(); ++u) {
     comm_.wait(full_[u].gather);
     full_[u].gather.reset();
+    updated_[u] = Event();
     if (o_.keeps_full_params()) issue_full_gather(static_cast<int>(u));
   }
 }

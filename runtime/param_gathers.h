@@ -13,7 +13,11 @@
 //   gathered when next needed (prefetch_depth 0).
 // - One rank per shard group: the shard is the unit. Params in param dtype
 //   are read in place; CAST_AT_GATHER casts the master into the staging
-//   buffer on this thread.
+//   buffer on the compute stream.
+// Ordering (Note [Engine events] in runtime/engine.h): the compute stream
+// waits for a unit's gather before reading it; a gather waits on the
+// communication stream for the compute that last read its destination
+// (released) and for the unit's update (updated).
 // The all-gather's source is this rank's shard in param dtype: the
 // persistent param shard, the fp32 master (fp32 params), or, CAST_AT_GATHER,
 // the master cast into the staging buffer on the communication thread just
@@ -34,20 +38,25 @@ namespace mp {
 class ParamGathers {
  public:
   ParamGathers(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, Communicator& shard,
-               CpuStream& shard_stream, CommWatch& comm, Allocator& alloc);
+               Stream& shard_stream, CommWatch& comm, Allocator& alloc);
   ParamGathers(const ParamGathers&) = delete;
   ParamGathers& operator=(const ParamGathers&) = delete;
 
-  // Unit u's full parameters for compute; direction +1 forward, -1 backward
-  // (which neighbours to prefetch).
-  Tensor params_for(int u, int direction);
+  // Unit u's full parameters for compute, which work on `compute` may read
+  // from now on; direction +1 forward, -1 backward (which neighbours to
+  // prefetch).
+  Tensor params_for(int u, int direction, Stream& compute);
+  // `readers_done`: recorded on the compute stream after the work that read
+  // what params_for(u) returned.
+  void release(int u, Event readers_done);
 
-  // Unit u's weights changed: on `update_stream` (optimizer in backward) or,
-  // when null, on this thread. Re-gathers or marks stale its full params.
-  void updated(int u, CpuStream* update_stream);
+  // Unit u's weights were updated by the work before `update_done`.
+  // Re-gathers or marks stale its full params.
+  void updated(int u, Event update_done);
   // Before the step's updates: the ring's copies are stale.
   void drop_ring();
-  // During the updates, after unit u's: the next step's unit u into the ring.
+  // During the updates, after unit u's (updated() was called): the next
+  // step's unit u into the ring.
   void prefetch_next_step(int u);
   // After the weights were replaced between steps (a checkpoint load,
   // set_weights), or first set: drops gathered copies of the old weights and
@@ -62,18 +71,20 @@ class ParamGathers {
   void issue_full_gather(int u);
 
   struct FullCopy {        // SHARD_OPTIMIZER, SHARD_GRAD_OP: units[u].full_params
-    WorkPtr gather;        // pending all-gather into it
+    WorkPtr gather;        // the all-gather into it, until compute was ordered after it
     bool stale = false;    // updated, not gathered yet (prefetch_depth 0: on demand)
+    Event released;        // the compute that last read it
   };
 
   const EngineOptions& o_;
   std::vector<UnitState>& units_;
   Communicator& shard_;
-  CpuStream& shard_stream_;
+  Stream& shard_stream_;
   CommWatch& comm_;
   GatherRing ring_;        // no slots unless the strategy gathers per unit
   Tensor cast_staging_;    // param dtype (CAST_AT_GATHER)
   std::vector<FullCopy> full_;
+  std::vector<Event> updated_;  // per unit: its latest update
   int64_t cast_elements_ = 0;
 };
 

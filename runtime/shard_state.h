@@ -6,7 +6,9 @@
 // shard_begin(u) + shard_numel(u)) of the unit's padded flat buffer
 // (models/flat_layout.h). fields(u) lists what this rank stores for it, in a
 // fixed order (master, param, remainder, state0, state1; those the precision
-// policy keeps), each a pointer to shard_numel(u) elements of its dtype.
+// policy keeps), each shard_numel(u) elements of its dtype in the engine's
+// device memory: read and write them through read() and write() (Note [Host
+// staging] in runtime/host_staging.h), never through the pointer.
 // Replicas (replicate_size() > 1) hold the same shards.
 //
 // Writing through the view: write the fields and the optimizer's state, then
@@ -28,7 +30,7 @@ struct ShardField {
   std::string name;           // "master", "param", "remainder", "state0", "state1"
   std::string dtype;          // "fp32", "bf16", "fp16", "int16"
   int64_t element_bytes = 0;
-  char* data = nullptr;       // shard_numel elements
+  char* device_data = nullptr;  // shard_numel elements, the engine's device memory
 };
 
 class ShardStateView {
@@ -44,6 +46,15 @@ class ShardStateView {
   int64_t shard_numel(int unit) const;
   std::vector<ShardField> fields(int unit) const;
 
+  // A host pointer to elements [begin, begin + count) (shard-relative) of
+  // field `field` of unit `unit`, valid until `staging` changes: the memory
+  // itself on the CPU, a copy in `staging` otherwise.
+  const char* read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const;
+  // The same range to fill on the host, then commit_write() with the same
+  // arguments stores it.
+  char* write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging);
+  void commit_write(int unit, int field, int64_t begin, std::vector<char>& staging);
+
   int64_t steps_run() const;
   void set_steps_run(int64_t steps);
   // After the fields were written: drops and redoes gathered copies. Collective.
@@ -52,6 +63,7 @@ class ShardStateView {
  private:
   friend class Engine;
   explicit ShardStateView(Engine::Impl& impl) : impl_(&impl) {}
+  char* field_data(int unit, int field, int64_t begin) const;
 
   Engine::Impl* impl_;
 };

@@ -4,61 +4,85 @@
 //
 // Note [Statistics and decision]
 // 1. Per unit, once its reductions have landed, GradStatistics::take_shard
-//    reads the reduced shard once: the fp64 sum of squares of the true
-//    gradient (the shard times StepDecision::multiplier(), which undoes the
-//    loss scale and the divisor) and whether anything is NaN or Inf. The
-//    engine calls it on the compute thread, unit by unit after each unit's
-//    wait; with optimizer_in_backward on the communication thread, just
-//    before the unit's update there.
-// 2. GradStatistics::total: the units' sums added in unit order, then one
-//    exchange over the shard group (replicas hold the same shards): every
-//    rank's (sum, flag), summed in rank order on the control plane (Note
-//    [Control plane]). Deterministic mode rounds the sum to fp32, so the
-//    fp64 sum's order (which follows the sharding) does not reach the clip
-//    coefficient.
+//    enqueues one read of the reduced shard (ops::grad_stats) on the stream
+//    that orders it: the fp64 sum of squares of the true gradient (the shard
+//    times StepDecision::multiplier(), which undoes the loss scale and the
+//    divisor) and whether anything is NaN or Inf, into a slot in the
+//    engine's device memory. The compute stream takes them unit by unit
+//    after each unit's reductions; with optimizer_in_backward the
+//    communication stream does, just before the unit's update there.
+// 2. read_back: one copy of every slot to the host, the step's only
+//    device-to-host read (on the compute stream, after every take). The
+//    host waits for it, then GradStatistics::total adds the units' sums in
+//    unit order and makes one exchange over the shard group (replicas hold
+//    the same shards): every rank's (sum, flag), summed in rank order on the
+//    control plane (Note [Control plane]). Deterministic mode rounds the sum
+//    to fp32, so the fp64 sum's order (which follows the sharding) does not
+//    reach the clip coefficient.
 // 3. StepDecision::decide: the plan, the only call of Optimizer::plan_step
-//    of the step (which advances the counters and the loss scaler).
-//    Normally from the total. With optimizer_in_backward the first unit's
-//    update needs the plan before any statistics exist; the options rule
-//    out clipping and loss scaling there, so the plan cannot depend on them:
-//    it is decided from none (a zero sum, finite) at that first update, and
-//    the total only supplies the reported norm (non-finite gradients then
-//    raise NumericError after the step: nothing could skip it).
+//    of the step (which advances the counters and the loss scaler), on the
+//    host. Normally from the total. With optimizer_in_backward the first
+//    unit's update needs the plan before any statistics exist; the options
+//    rule out clipping and loss scaling there, so the plan cannot depend on
+//    them: it is decided from none (a zero sum, finite) at that first
+//    update, and the total only supplies the reported norm (non-finite
+//    gradients then raise NumericError after the step: nothing could skip
+//    it). The plan's StepScalars are then copied to the device for the
+//    fused updates (a host-to-device write, no wait).
+// Why one read and not none: the skip decision, the loss scaler's update
+// and the logged norm are needed on the host every step anyway, and the
+// exchange between ranks is a control-plane (host) collective; a device-side
+// plan would save one small copy per step and cost a second implementation
+// of the optimizer's decision on the device.
 // With locate_non_finite, GradStatistics::take_local also reads each unit's
-// own fp32 gradients (before any reduction) until the first non-finite
-// unit of this rank is found; locate() finds the lowest such rank.
+// own fp32 gradients (before any reduction), every micro-batch; locate()
+// finds the lowest rank with a non-finite one and that rank's first such
+// unit in backward order.
 #pragma once
 
 #include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/allocator.h"
 #include "kernels/cpu/grad_stats.h"
+#include "kernels/ops.h"
 #include "optim/optimizer.h"
 
 namespace mp {
 
 class GradStatistics {
  public:
-  GradStatistics(int num_units, bool locate_non_finite);
+  // Slots in `alloc`'s device memory for every unit (and, locating, every
+  // unit of every micro-batch).
+  GradStatistics(int num_units, int micro_batches, bool locate_non_finite, Allocator& alloc);
 
-  void begin_step();
-  // This rank's fp32 gradients of unit u (numel elements), before reduction.
-  void take_local(int u, const Tensor& grads, int64_t numel);
-  // Unit u's reduced shard (n elements) times `multiplier`. Once per unit
-  // and step, on any thread, before total() (which must be ordered after it).
-  void take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier);
-  // The global statistics of the step. Collective over `shard_group` (when
-  // it has more than one rank).
+  // Enqueues on `s` the statistics of this rank's fp32 gradients of unit u
+  // in micro-batch m (numel elements), before reduction (locating only).
+  void take_local(int u, int m, const Tensor& grads, int64_t numel, Stream& s);
+  // Enqueues on `s` the statistics of unit u's reduced shard (n elements)
+  // times `multiplier`. Once per unit and step, before read_back.
+  void take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier, Stream& s);
+  // Enqueues on `s` the copy of every slot to the host, after the takes
+  // (ordered on or before s); returns the event to wait for.
+  Event read_back(Stream& s);
+  // After read_back's event: the global statistics of the step. Collective
+  // over `shard_group` (when it has more than one rank).
   GradStats total(Communicator& shard_group, bool deterministic) const;
-  // The lowest rank whose own gradients were not finite this step, and its
-  // first such unit; (-1, -1) if none. Collective over `world`.
+  // After read_back's event: the lowest rank whose own gradients were not
+  // finite this step, and its first such unit; (-1, -1) if none. Collective
+  // over `world`.
   std::pair<int, int> locate(Communicator& world) const;
 
  private:
-  std::vector<GradStats> shards_;  // this step's, per unit
+  int num_units_ = 0;
+  int micro_batches_ = 1;
   bool locate_ = false;
-  int first_bad_unit_ = -1;        // this step: the first unit whose local gradients were not finite
+  Device device_;
+  int64_t workspace_bytes_ = 0;
+  Buffer slots_;       // ops::GradStatsSlot [units + micro_batches x units when locating], device
+  Buffer workspace_;   // one workspace per slot (ops::grad_stats), device
+  std::vector<ops::GradStatsSlot> host_;  // read_back's copy
 };
 
 class StepDecision {

@@ -5,7 +5,9 @@
 
 #include "core/error.h"
 #include "kernels/convert.h"
+#include "kernels/ops.h"
 #include "kernels/remainder_math.h"
+#include "runtime/host_staging.h"
 
 namespace mp {
 namespace {
@@ -30,7 +32,7 @@ std::string dtype_label(DType t) {
 }  // namespace
 
 UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const EngineOptions& o, const Optimizer& opt,
-                     Allocator& alloc)
+                     Allocator& alloc, Stream& stream)
     : index_(index), master_mode_(o.precision.master) {
   const Precision& p = o.precision;
   auto tensor = [&](DType t, int64_t count, MemCategory c) { return Tensor::zeros(alloc, t, {count}, c); };
@@ -56,40 +58,53 @@ UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const Engi
     if (b < e) params.push_back(ShardParam{pp.name, b - offset_, e - offset_, static_cast<int>(pp.shape.size())});
   }
   ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
+  const int64_t bytes = static_cast<int64_t>(ranges_.size() * sizeof(UpdateRange));
+  ranges_device_ = alloc.allocate(static_cast<size_t>(bytes), MemCategory::kOther);
+  ops::copy_bytes(ranges_device_.data(), alloc.device(), ranges_.data(), Device::cpu(), bytes, stream);
 }
 
-void UnitState::set_weights(const std::vector<float>& values) {
+void UnitState::set_weights(const std::vector<float>& values, Stream& s) {
   MP_ENFORCE_EQ(static_cast<int64_t>(values.size()), n_);
   const Tensor v = Tensor::wrap(const_cast<float*>(values.data()), Device::cpu(), DType::kF32, {n_});
-  if (master_mode_ == MasterMode::kFp32) copy_tensor(master_, v);
+  if (master_mode_ == MasterMode::kFp32) stage_from_host(master_, values.data(), s);
   if (master_mode_ == MasterMode::kBf16Remainder) {
-    auto* h = param_shard_.data_as<bf16>();
-    auto* r = static_cast<int16_t*>(remainder_.data());
-    for (int64_t i = 0; i < n_; ++i) {
-      const math::Bf16Remainder s = math::split_bf16_remainder(values[static_cast<size_t>(i)]);
-      h[i].bits = s.h;
-      r[i] = s.r;
+    std::vector<uint16_t> h(static_cast<size_t>(n_));
+    std::vector<int16_t> r(static_cast<size_t>(n_));
+    for (size_t i = 0; i < h.size(); ++i) {
+      const math::Bf16Remainder split = math::split_bf16_remainder(values[i]);
+      h[i] = split.h;
+      r[i] = split.r;
     }
+    stage_from_host(param_shard_, h.data(), s);
+    stage_from_host(remainder_.data(), param_shard_.device(), r.data(), n_ * 2, s);
   } else if (param_shard_.defined()) {
-    convert(v, param_shard_);
+    std::vector<char> cast(param_shard_.size_bytes());
+    convert(v, Tensor::wrap(cast.data(), Device::cpu(), param_shard_.dtype(), {n_}));
+    stage_from_host(param_shard_, cast.data(), s);
   }
 }
 
-std::vector<float> UnitState::weights() const {
+std::vector<float> UnitState::weights(Stream& s) const {
   std::vector<float> out(static_cast<size_t>(n_));
   switch (master_mode_) {
     case MasterMode::kFp32:
-      std::memcpy(out.data(), master_.data(), out.size() * 4);
+      stage_to_host(out.data(), master_, s);
       break;
     case MasterMode::kBf16Remainder: {
-      const auto* h = param_shard_.data_as<bf16>();
-      const auto* r = static_cast<const int16_t*>(remainder_.data());
-      for (int64_t i = 0; i < n_; ++i) out[static_cast<size_t>(i)] = math::merge_bf16_remainder(h[i].bits, r[i]);
+      std::vector<uint16_t> h(static_cast<size_t>(n_));
+      std::vector<int16_t> r(static_cast<size_t>(n_));
+      stage_to_host(h.data(), param_shard_, s);
+      stage_to_host(r.data(), remainder_.data(), param_shard_.device(), n_ * 2, s);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = math::merge_bf16_remainder(h[i], r[i]);
       break;
     }
-    case MasterMode::kNone:
-      convert(param_shard_, Tensor::wrap(out.data(), Device::cpu(), DType::kF32, {n_}));
+    case MasterMode::kNone: {
+      std::vector<char> p(param_shard_.size_bytes());
+      stage_to_host(p.data(), param_shard_, s);
+      convert(Tensor::wrap(p.data(), Device::cpu(), param_shard_.dtype(), {n_}),
+              Tensor::wrap(out.data(), Device::cpu(), DType::kF32, {n_}));
       break;
+    }
   }
   return out;
 }
@@ -111,7 +126,7 @@ UpdateArgs UnitState::update_args(const EngineOptions& o) const {
   a.rounding = p.rounding;
   a.seed = o.seed;
   a.index_offset = global_index(index_, offset_);
-  a.ranges = ranges_.data();
+  a.ranges = static_cast<const UpdateRange*>(ranges_device_.data());
   a.num_ranges = static_cast<int64_t>(ranges_.size());
   return a;
 }

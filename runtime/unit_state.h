@@ -15,7 +15,8 @@
 //                (NO_SHARD, SHARD_OPTIMIZER, UNSHARDED accumulation)
 //              acc64 [n]: fp64 sums of the deterministic reduction
 //   gathered   full_params [full]: param dtype (SHARD_OPTIMIZER, SHARD_GRAD_OP)
-//   ranges     the optimizer's parameter groups over [0, n)
+//   ranges     the optimizer's parameter groups over [0, n), kept on the
+//              host and, for the fused update, in the engine's device memory
 // Invariants:
 // - Every buffer is allocated once, here, through the engine's allocator,
 //   and never replaced (the memory plan counts exactly these); a buffer is
@@ -23,7 +24,10 @@
 // - NO_SHARD (not deterministic): grad_shard is acc_full, one buffer.
 // - reduced() is recorded on the stream of the unit's last reduction of the
 //   step (with optimizer_in_backward, after its update there); the grad
-//   shard is final, and may be read on the compute thread, once it fired.
+//   shard is final, and may be read by work ordered after it.
+// - The buffers are the engine's device memory: the host reads and writes
+//   them only through copies in stream order (Note [Host staging] in
+//   runtime/host_staging.h).
 #pragma once
 
 #include <vector>
@@ -43,18 +47,23 @@ class UnitState {
  public:
   // Allocates the buffers of unit `index` for this rank (shard_rank in its
   // shard group); the weights are zero until set_weights.
+  // The range table is copied to the device on `s` (the engine waits for
+  // `s` before the first step).
   UnitState(int index, const UnitLayout& layout, int shard_rank, const EngineOptions& o, const Optimizer& opt,
-            Allocator& alloc);
+            Allocator& alloc, Stream& s);
+  UnitState(UnitState&&) = default;
 
   int64_t n() const { return n_; }
   int64_t full() const { return full_; }
   int64_t offset() const { return offset_; }
 
   // The shard's weights (n values) written as the policy keeps them:
-  // master, bf16 + remainder, or the params themselves.
-  void set_weights(const std::vector<float>& values);
-  // The shard's weights as fp32 (n values, padding included).
-  std::vector<float> weights() const;
+  // master, bf16 + remainder, or the params themselves; staged through the
+  // host and copied in order on `s`, then waited for.
+  void set_weights(const std::vector<float>& values, Stream& s);
+  // The shard's weights as fp32 (n values, padding included), copied to the
+  // host in order on `s` and waited for.
+  std::vector<float> weights(Stream& s) const;
 
   const Tensor& master() const { return master_; }
   const Tensor& param_shard() const { return param_shard_; }
@@ -84,6 +93,7 @@ class UnitState {
   Buffer acc64_;      // double [n]
   Tensor full_params_;
   std::vector<UpdateRange> ranges_;
+  Buffer ranges_device_;  // ranges_ in the engine's device memory
   Event reduced_;
 };
 

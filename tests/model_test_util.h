@@ -139,7 +139,7 @@ inline NarrowAndRounded narrow_and_rounded(Allocator& alloc, const Units32& p32,
 }
 
 // One micro-batch through the Model interface; grads are overwritten in place.
-inline double run_model(Model& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+inline double run_model(HostModel& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
   model.begin_micro_batch(g);
   const int units = static_cast<int>(params.size());
   for (int u = 0; u < units; ++u) model.forward(u, params[static_cast<size_t>(u)]);

@@ -11,7 +11,10 @@
  *       loss, backward(unit) in reverse, per micro-batch; params are the
  *       unit's gathered flat buffer in the compute dtype, grads an fp32
  *       buffer of the same layout that backward overwrites on the
- *       parameters' ranges (mp_engine_param_location gives each offset)
+ *       parameters' ranges (mp_engine_param_location gives each offset).
+ *       The callbacks run on the engine's compute thread (not the thread
+ *       that called mp_engine_step), one at a time, in that order, and all
+ *       have returned when mp_engine_step returns
  *   mp_engine_save_checkpoint / mp_engine_load_checkpoint
  *   mp_engine_destroy(e); mp_finalize();
  * Every call returns MP_OK or an error status; mp_engine_last_error(e) (or

@@ -361,7 +361,7 @@ TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
 
 // The MLP, except that one micro-batch's gradients get a NaN (with
 // `onwards`, every micro-batch from that one on).
-class PoisonedMlp final : public Model {
+class PoisonedMlp final : public HostModel {
  public:
   explicit PoisonedMlp(int64_t poisoned_micro_batch, bool onwards = false)
       : inner_(small_mlp()), poisoned_(poisoned_micro_batch), onwards_(onwards) {}
