@@ -17,7 +17,12 @@ void CommWatch::track(const WorkPtr& w) {
   if (!w) return;
   while (!recent_.empty() && (recent_.size() > 256 || recent_.front()->is_completed())) recent_.pop_front();
   recent_.push_back(w);
-  if (serialize_) wait(w);
+  if (!serialize_) return;
+  if (compute_ != nullptr) {
+    wait_on(*compute_, w->event());
+  } else {
+    wait(w);
+  }
 }
 
 void CommWatch::wait(const WorkPtr& w) {

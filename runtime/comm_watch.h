@@ -5,8 +5,7 @@
 // - track(w): every collective the engine issues passes here, in issue
 //   order. While pending it is kept (the newest 256 at most), so that a wait
 //   on an event of the communication thread that times out can name the
-//   collective that did not complete. With sharding.serialize_communication
-//   it is also waited for at once.
+//   collective that did not complete.
 // - wait_on(s, e): orders later work on the compute stream s after a
 //   collective's event (no host block); the time s then spends waiting adds
 //   to exposed_s(), the step's exposed communication. An event already
@@ -20,6 +19,9 @@
 //   CommError naming it, its sequence number and the ranks that did not
 //   arrive (Note [What completion means] in comm/work.h); with none pending,
 //   CommError names the step.
+// - With sharding.serialize_communication, track(w) also makes the compute
+//   stream wait for w at once (wait_on), so nothing overlaps it and the time
+//   the compute stream waits is the collective's whole duration.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,9 @@ class CommWatch {
   CommWatch(Communicator& world, bool serialize, const int64_t& steps_run)
       : world_(world), serialize_(serialize), steps_run_(steps_run) {}
 
+  // The compute stream that serialize_communication orders after every
+  // collective (set once the engine has created it).
+  void set_compute(Stream* compute) { compute_ = compute; }
   void track(const WorkPtr& w);
   void wait(const WorkPtr& w);
   void wait(const Event& e);
@@ -57,6 +62,7 @@ class CommWatch {
  private:
   Communicator& world_;
   const bool serialize_;
+  Stream* compute_ = nullptr;
   const int64_t& steps_run_;
   std::deque<WorkPtr> recent_;
   double exposed_s_ = 0;

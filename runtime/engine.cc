@@ -68,6 +68,7 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
   }
   set_current_device(device_);
   compute_ = Stream::create(device_, "compute");
+  comm_.set_compute(compute_.get());
   scalars_device_ = alloc_.allocate(sizeof(StepScalars), MemCategory::kOther);
   if (o_.deterministic && o_.precision.loss_scaling != LossScalingMode::kNone) {
     MP_THROW(ConfigError, "deterministic reduces fp32 gradients; loss scaling (precision.loss_scaling) does not apply");
@@ -141,6 +142,7 @@ StepResult Engine::Impl::step(Model& model) {
 }
 
 void Engine::Impl::begin_step() {
+  set_current_device(device_);  // the thread that steps may not be the one that constructed
   step_start_ = Clock::now();
   timings_ = StepTimings{};
   comm_.reset_exposed();
@@ -321,6 +323,7 @@ double Engine::Impl::mean_loss(const std::vector<double>& losses) {
 
 double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
   MP_ENFORCE(count >= 1 && first >= 0, "evaluate: first ", first, ", count ", count);
+  set_current_device(device_);
   const int W = world_.size(), r = world_.rank(), U = layout_.num_units();
   std::vector<double> losses(static_cast<size_t>(count));
   for (int j = 0; j < count; ++j) {
@@ -336,7 +339,10 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
   return mean_loss(losses);
 }
 
-std::vector<float> Engine::Impl::master_shard(int u) const { return unit(u).weights(*compute_); }
+std::vector<float> Engine::Impl::master_shard(int u) const {
+  set_current_device(device_);
+  return unit(u).weights(*compute_);
+}
 
 // On the control plane: the shards are staged through the host anyway.
 std::vector<float> Engine::Impl::gather_master(int u) {
@@ -373,6 +379,7 @@ void Engine::Impl::set_weights(int u, const std::vector<float>& full) {
 void Engine::Impl::state_replaced() { gathers_->replaced(); }
 
 void Engine::Impl::synchronize() {
+  set_current_device(device_);  // before host staging too, which synchronizes first
   compute_->synchronize();
   shard_stream_->synchronize();
   replicate_stream_->synchronize();

@@ -1,0 +1,117 @@
+// GPU tests of the engine (CTest label "gpu"; every test skips without a
+// device): the model of tests/quadratic_model.h, written only in the
+// engine's device-dispatched ops, trained by a CUDA engine and by a CPU
+// engine in the same process, with the fp32 recipe in deterministic mode.
+// The fused update's element math is shared (kernels/update_math.h, no FMA
+// contraction on either side), so the weights must agree bitwise; the loss
+// and norm come from sums whose order differs (CPU: four fp64 partial sums;
+// CUDA: per-block partials), so they agree to 1e-12 relative.
+// - gpu_engine_np1: the data plane is NCCL on one GPU, then the staged MPI
+//   backend on the same GPU.
+// - gpu_engine_np2: two ranks share the GPU (the staged MPI backend, as on
+//   any one-GPU machine); NCCL runs only where every rank has its own GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/staged_communicator.h"
+#include "core/device.h"
+#include "mp/config.h"
+#include "runtime/engine.h"
+#include "tests/mpi/engine_test_util.h"
+#include "tests/quadratic_model.h"
+#if MP_WITH_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
+
+namespace mp::testing {
+namespace {
+
+const std::vector<int64_t> kSizes = {1000, 37, 4099, 65536};
+
+struct DeviceRun {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> weights;
+};
+
+class GpuEngine : public MpiTest {
+ protected:
+  void SetUp() override {
+    MpiTest::SetUp();
+    const CudaInfo info = cuda_info();
+    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.unavailable_reason;
+    gpus_ = info.device_count;
+    device_ = Device::cuda(rank() % gpus_);
+    set_current_device(device_);
+  }
+
+  static proto::EngineConfig config(int world) {
+    proto::EngineConfig c = engine_config(proto::ShardingConfig::FULL_SHARD, "fp32", world, 2);
+    c.set_deterministic(true);
+    return c;
+  }
+
+  // Three steps of the quadratic model on `world`'s device.
+  static DeviceRun train(Communicator& world, Device device) {
+    QuadraticModel model(kSizes, device);
+    Engine engine(model.spec(), config(world.size()), world, Allocator(device));
+    DeviceRun run;
+    for (int s = 0; s < 3; ++s) {
+      const StepResult r = engine.step(model);
+      run.losses.push_back(r.loss);
+      run.norms.push_back(r.grad_norm);
+    }
+    run.weights = all_weights(engine);
+    return run;
+  }
+
+  static void expect_same(const DeviceRun& gpu, const DeviceRun& cpu) {
+    ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-12 * std::abs(cpu.losses[s])) << "step " << s + 1;
+      EXPECT_NEAR(gpu.norms[s], cpu.norms[s], 1e-12 * std::abs(cpu.norms[s])) << "step " << s + 1;
+    }
+    ASSERT_EQ(gpu.weights.size(), cpu.weights.size());
+    for (size_t u = 0; u < cpu.weights.size(); ++u) {
+      ASSERT_EQ(gpu.weights[u].size(), cpu.weights[u].size());
+      for (size_t i = 0; i < cpu.weights[u].size(); ++i) {
+        ASSERT_EQ(std::memcmp(&gpu.weights[u][i], &cpu.weights[u][i], 4), 0)
+            << "unit " << u << " element " << i << ": " << gpu.weights[u][i] << " on the GPU, " << cpu.weights[u][i]
+            << " on the CPU";
+      }
+    }
+  }
+
+  DeviceRun cpu_run() {
+    auto world = MpiCommunicator::create_world("cpu engine", {});
+    return train(*world, Device::cpu());
+  }
+
+  int gpus_ = 0;
+  Device device_;
+};
+
+TEST_F(GpuEngine, StagedMpiStepsEqualTheCpuSteps) {
+  const DeviceRun cpu = cpu_run();
+  auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged engine", {}), device_);
+  expect_same(train(*staged, device_), cpu);
+}
+
+TEST_F(GpuEngine, NcclStepsEqualTheCpuSteps) {
+#if MP_WITH_NCCL
+  if (size() > gpus_) GTEST_SKIP() << "more ranks (" << size() << ") than GPUs (" << gpus_ << "): NCCL needs one GPU per rank";
+  const DeviceRun cpu = cpu_run();
+  auto nccl = NcclCommunicator::create(MPI_COMM_WORLD, device_, "nccl engine", {});
+  expect_same(train(*nccl, device_), cpu);
+#else
+  GTEST_SKIP() << "built without NCCL";
+#endif
+}
+
+}  // namespace
+}  // namespace mp::testing

@@ -1,0 +1,54 @@
+// The engine with a model written only in device-dispatched ops
+// (tests/quadratic_model.h) on the CPU: what the GPU tests
+// (tests/gpu/test_gpu_engine.cc) compare a GPU step against.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tests/mpi/engine_test_util.h"
+#include "tests/quadratic_model.h"
+
+namespace mp::testing {
+namespace {
+
+class EngineDeviceTest : public EngineWorldTest {
+ protected:
+  EngineDeviceTest() : EngineWorldTest("engine device") {}
+};
+
+// Loss and one SGD step against float64: the model is 0.5 |w - t|^2, so
+// the loss is known from the initial weights and w1 = w0 - lr (w0 - t).
+TEST_F(EngineDeviceTest, QuadraticModelTrainsAsPlainSgdSays) {
+  const std::vector<int64_t> sizes = {1000, 37, 4099};
+  QuadraticModel model(sizes, Device::cpu());
+  proto::EngineConfig config = engine_config(proto::ShardingConfig::FULL_SHARD, "fp32", world_->size(), 2);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  config.mutable_optimizer()->set_weight_decay(0);
+  config.mutable_optimizer()->set_lr(0.1);
+  Engine engine(model.spec(), config, *world_);
+  const std::vector<std::vector<float>> w0 = all_weights(engine);
+  double loss = 0;
+  for (size_t u = 0; u < sizes.size(); ++u) {
+    for (int64_t i = 0; i < sizes[u]; ++i) {
+      const double d = static_cast<double>(w0[u][static_cast<size_t>(i)]) - std::sin(1.0 + static_cast<double>(u) + 0.37 * static_cast<double>(i));
+      loss += 0.5 * d * d;
+    }
+  }
+  const StepResult r = engine.step(model);
+  EXPECT_NEAR(r.loss, loss, 1e-6 * loss);  // d = w - t is rounded to fp32 per element
+  const std::vector<std::vector<float>> w1 = all_weights(engine);
+  for (size_t u = 0; u < sizes.size(); ++u) {
+    for (int64_t i = 0; i < sizes[u]; i += 7) {
+      const double w = w0[u][static_cast<size_t>(i)];
+      const double t = std::sin(1.0 + static_cast<double>(u) + 0.37 * static_cast<double>(i));
+      ASSERT_NEAR(w1[u][static_cast<size_t>(i)], w - 0.1 * (w - t), 1e-6) << "unit " << u << " element " << i;
+    }
+  }
+  EXPECT_GT(r.timings.compute_s, 0.0);
+  EXPECT_GE(r.timings.exposed_comm_s, 0.0);
+  EXPECT_GT(r.timings.update_s, 0.0);
+}
+
+}  // namespace
+}  // namespace mp::testing
