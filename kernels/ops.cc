@@ -63,7 +63,10 @@ void zero(const Tensor& t, Stream& stream) {
   void* p = t.data();
   const size_t bytes = t.size_bytes();
   dispatch(
-      t.device(), stream, "zero", [p, bytes] { std::memset(p, 0, bytes); },
+      t.device(), stream, "zero",
+      [p, bytes] {
+        if (bytes > 0) std::memset(p, 0, bytes);  // an empty tensor may have no memory
+      },
       [&](auto s) {
 #if MP_WITH_CUDA
         MP_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, s));
@@ -85,7 +88,7 @@ void zero_ranges(const Tensor& t, const std::vector<Range>& ranges, Stream& stre
       t.device(), stream, "zero_ranges",
       [p, elem, ranges] {
         for (const Range& r : ranges) {
-          std::memset(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem);
+          if (r.end > r.begin) std::memset(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem);
         }
       },
       [&](auto s) {
@@ -156,7 +159,7 @@ void accumulate_f64(double* acc, Device device, const Tensor& src, int blocks, i
   dispatch(
       device, stream, "accumulate_f64",
       [=] {
-        if (first) std::memset(acc, 0, static_cast<size_t>(n) * sizeof(double));
+        if (first && n > 0) std::memset(acc, 0, static_cast<size_t>(n) * sizeof(double));
         accumulate_f64_cpu(acc, s, blocks, n, n);
       },
       [&](auto cs) {
@@ -232,7 +235,9 @@ void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device dev
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream) {
   MP_ENFORCE(bytes >= 0 && (bytes == 0 || (dst != nullptr && src != nullptr)), "copy_bytes of ", bytes, " bytes");
   if (dst_device.is_cpu() && src_device.is_cpu()) {
-    cpu_stream(stream, "copy_bytes").submit([=] { std::memcpy(dst, src, static_cast<size_t>(bytes)); });
+    cpu_stream(stream, "copy_bytes").submit([=] {
+      if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));  // null pointers allowed then
+    });
     return;
   }
 #if MP_WITH_CUDA
