@@ -9,6 +9,7 @@
 #include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/op_profile.h"
 #include "models/model_util.h"
 #include "core/error.h"
 #include "models/flat_layout.h"
@@ -262,6 +263,7 @@ void keep_head_wte(const GptDims& d, const GptBuffers<T>& b, const T* wte) {
       return;
     }
   }
+  ScopedOp op(OpFamily::kElementwise);
   parallel_for(n, d.threads, int64_t{1} << 16,
                [&](int64_t i0, int64_t i1) { std::copy(wte + i0, wte + i1, b.wte + i0); });
 }
@@ -317,10 +319,13 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
     // Note [Tied head]: the head's d wte, then the embedding's added in.
     T* dwte = g + offset(unit, kWte);
     T* dwpe = g + offset(unit, kWpe);
-    parallel_for(d.padded_vocab * c, th, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
-      std::copy(b.dwte_head + i0, b.dwte_head + i1, dwte + i0);
-    });
-    std::fill(dwpe, dwpe + d.seq * c, T(0));
+    {
+      ScopedOp op(OpFamily::kElementwise);  // the head's d wte copied, d wpe zeroed
+      parallel_for(d.padded_vocab * c, th, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
+        std::copy(b.dwte_head + i0, b.dwte_head + i1, dwte + i0);
+      });
+      std::fill(dwpe, dwpe + d.seq * c, T(0));
+    }
     gpt_embedding_backward(inputs, b.dres, d.batch, d.seq, c, dwte, dwpe, th);
     return;
   }
@@ -347,7 +352,10 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
     return;
   }
   logits_backward(d, b);
-  std::fill(b.dres, b.dres + rows * c, T(0));
+  {
+    ScopedOp op(OpFamily::kElementwise);
+    std::fill(b.dres, b.dres + rows * c, T(0));
+  }
   gpt_layernorm_backward(b.dln, b.residual.back(), p + offset(unit, kLnfW), b.lnf_mean, b.lnf_rstd, rows, c, b.dres,
                          g + offset(unit, kLnfW), g + offset(unit, kLnfB), th);
 }

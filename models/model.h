@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "kernels/cpu/op_profile.h"
 #include "models/flat_layout.h"
 
 namespace mp {
@@ -49,13 +50,22 @@ class Model {
 class HostModel : public Model {
  public:
   void begin_micro_batch_on(int64_t g, Stream& s) final {
-    host_stream(s).host_task([this, g] { begin_micro_batch(g); });
+    host_stream(s).host_task([this, g] {
+      ModelCallScope profiled;  // Note [Op profile]
+      begin_micro_batch(g);
+    });
   }
   void forward_on(int unit, const Tensor& params, Stream& s) final {
-    host_stream(s).host_task([this, unit, params] { forward(unit, params); });
+    host_stream(s).host_task([this, unit, params] {
+      ModelCallScope profiled;
+      forward(unit, params);
+    });
   }
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) final {
-    host_stream(s).host_task([this, unit, params, grads] { backward(unit, params, grads); });
+    host_stream(s).host_task([this, unit, params, grads] {
+      ModelCallScope profiled;
+      backward(unit, params, grads);
+    });
   }
 
   // The host bodies, also called directly by tests and tools.

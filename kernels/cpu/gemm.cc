@@ -1,5 +1,6 @@
 // kernels/cpu/gemm.cc: gemm_cpu on oneDNN's matmul (kernels/cpu/gemm.h).
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/op_profile.h"
 
 #include <dnnl.hpp>
 
@@ -307,7 +308,28 @@ bool probe_native_bf16() {
   }
 }
 
+// The implementation oneDNN picks for a [256, 768] x [768, 768] matmul of
+// `dtype` (the GPT's shapes): its impl_info_str, e.g. "brg:avx512_core_amx".
+std::string probe_kernel(dnnl_dt t) {
+  try {
+    [[maybe_unused]] const OneOmpThread one;
+    const dnnl::memory::desc a({256, 768}, t, dnnl::memory::dims{768, 1});
+    const dnnl::memory::desc b({768, 768}, t, dnnl::memory::dims{768, 1});
+    const dnnl::memory::desc c({256, 768}, dnnl_dt::f32, dnnl::memory::dims{768, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), cpu_engine());
+    return pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    return "unimplemented";
+  }
+}
+
 }  // namespace
+
+std::string gemm_kernel(DType dtype) {
+  static const std::string f32 = probe_kernel(dnnl_dt::f32);
+  static const std::string bf = gemm_native_bf16() ? probe_kernel(dnnl_dt::bf16) : f32 + " (bf16 widened)";
+  return dtype == DType::kBF16 ? bf : f32;
+}
 
 bool gemm_native_bf16() {
   static const bool native = probe_native_bf16();
@@ -340,6 +362,7 @@ int64_t gemm_scratch_elements(const GemmProblem& p) {
 }
 
 void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
+  ScopedOp op(OpFamily::kGemm);
   GemmProblem p = problem;
   MP_ENFORCE(p.m >= 0 && p.n >= 0 && p.k >= 0, "gemm shape ", p.m, " x ", p.n, " x ", p.k);
   if (p.m == 0 || p.n == 0) return;

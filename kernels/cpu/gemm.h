@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 
@@ -102,5 +103,10 @@ GemmTiling gemm_tiling(int64_t m, int64_t n, int64_t k);
 
 // "oneDNN 2.6.3 (gemm:jit; bf16: widened to fp32)": for logs and benchmarks.
 const char* gemm_describe();
+
+// The kernel family oneDNN runs the GPT's matmuls with in `dtype` (fp32 or
+// bf16) on this CPU, as oneDNN names it: "brg:avx512_core_amx",
+// "brg:avx512_core_bf16", "gemm:jit" (AVX2 or AVX-512 fp32), ...
+std::string gemm_kernel(DType dtype);
 
 }  // namespace mp

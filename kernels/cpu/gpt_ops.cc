@@ -1,5 +1,6 @@
 // kernels/cpu/gpt_ops.cc: the GPT-2 layer math (Note [GPT op math] in gpt_ops.h).
 #include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/op_profile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +44,7 @@ void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
 template <class T>
 void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
                            int64_t channels, int64_t vocab_rows, T* out, int threads) {
+  ScopedOp op(OpFamily::kEmbedding);
   parallel_for(batch * seq, threads, part_align(channels, 1), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       check_token(tokens[n], vocab_rows, n, "token");
@@ -57,6 +59,7 @@ void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, in
 template <class T>
 void gpt_embedding_backward(const int32_t* tokens, const T* dout, int64_t batch, int64_t seq, int64_t channels,
                             T* dwte, T* dwpe, int threads) {
+  ScopedOp op(OpFamily::kEmbedding);
   const int64_t rows = batch * seq;
   // The thread owning channels [c0, c1) adds every row into them in row order.
   parallel_for(channels, threads, part_align(rows, 8), [&](int64_t c0, int64_t c1) {
@@ -77,6 +80,7 @@ void gpt_embedding_backward(const int32_t* tokens, const T* dout, int64_t batch,
 template <class T>
 void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean,
                            T* rstd, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
   const T inv_c = T(1) / static_cast<T>(channels);
   const auto eps = static_cast<T>(kGptLayerNormEps);
   parallel_for(rows, threads, part_align(3 * channels, 1), [&](int64_t n0, int64_t n1) {
@@ -96,6 +100,7 @@ void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int
 template <class T>
 void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
                             int64_t channels, T* dx, T* dw, T* db, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
   const T inv_c = T(1) / static_cast<T>(channels);
   // dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd.
   parallel_for(rows, threads, part_align(4 * channels, 1), [&](int64_t n0, int64_t n1) {
@@ -274,6 +279,7 @@ void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_
 }
 
 void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads) {
+  ScopedOp op(OpFamily::kElementwise);
   parallel_for(out, threads, part_align(rows, 8), [&](int64_t o0, int64_t o1) {
     std::fill(db + o0, db + o1, 0.0f);
     for (int64_t n = 0; n < rows; ++n) {
@@ -327,6 +333,7 @@ void gpt_logits_backward<float>(const float* x, const float* wte, const float* d
 }
 
 GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads) {
+  ScopedOp op(OpFamily::kCast);
   MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
   parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
     if (storage == DType::kBF16) {
@@ -345,6 +352,7 @@ GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* o
 
 template <class T>
 void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
+  ScopedOp op(OpFamily::kGelu);
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
   });
@@ -352,6 +360,7 @@ void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
 
 template <class T>
 void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads) {
+  ScopedOp op(OpFamily::kGelu);
   parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) dx[j] = math::gelu_grad(x[j]) * dout[j];
   });
@@ -362,6 +371,7 @@ void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads)
 template <class T>
 void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att,
                            T* out, int threads) {
+  ScopedOp op(OpFamily::kAttention);
   MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
   const int64_t hd = channels / heads, stride = 3 * channels;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
@@ -397,6 +407,7 @@ void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t cha
 template <class T>
 void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq,
                             int64_t channels, int64_t heads, T* scratch, T* dqkv, int threads) {
+  ScopedOp op(OpFamily::kAttention);
   MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
   const int64_t hd = channels / heads, stride = 3 * channels;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
@@ -440,6 +451,7 @@ void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t b
 template <class T>
 double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                         int64_t padded_vocab, T* row_loss, T* dlogits, int threads) {
+  ScopedOp op(OpFamily::kSoftmaxXent);
   MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
   const T inv_rows = T(1) / static_cast<T>(rows);
   parallel_for(rows, threads, part_align(8 * vocab, 1), [&](int64_t n0, int64_t n1) {
@@ -461,6 +473,7 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
 
 template <class T>
 void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
+  ScopedOp op(OpFamily::kElementwise);
   parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) out[j] = a[j] + b[j];
   });

@@ -1,0 +1,111 @@
+// kernels/cpu/op_profile.h: where a CPU model's compute time goes, by op
+// family: the profile `mp_bench gpt` prints (Note [Op profile]).
+//
+// Note [Op profile]
+// Off unless op_profile_enable(true) (mp_bench gpt turns it on). When on, a
+// ScopedOp at the entry of every CPU op (gemm_cpu, the GPT's loops) adds its
+// wall time to its family, but only on a thread inside a model call
+// (ModelCallScope, which HostModel opens around each host body: the
+// engine's compute thread) and only for the outermost scope, so that a
+// GEMM inside another timed op is not counted twice and casts on the
+// communication thread do not count as compute. op_profile_take() returns
+// the totals since the last take and resets them. Off, a scope costs one
+// relaxed atomic load.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace mp {
+
+enum class OpFamily : uint8_t {
+  kGemm = 0,      // gemm_cpu: every matmul, the lm head included
+  kLayerNorm,
+  kAttention,     // scores, softmax and the weighted sum (not the projections)
+  kGelu,
+  kSoftmaxXent,   // the loss and d logits
+  kEmbedding,
+  kCast,          // fp32 <-> bf16 roundings for the GEMMs
+  kElementwise,   // residual adds, bias gradients, copies and fills
+  kCount
+};
+inline constexpr int kNumOpFamilies = static_cast<int>(OpFamily::kCount);
+
+std::string_view op_family_name(OpFamily f);  // "gemm", "layernorm", ...
+
+struct OpProfile {
+  std::array<double, kNumOpFamilies> seconds{};
+  std::array<int64_t, kNumOpFamilies> calls{};
+  double total_s() const;
+};
+
+void op_profile_enable(bool on);
+bool op_profile_enabled();
+// The totals since the last take (every thread), then zero.
+OpProfile op_profile_take();
+
+namespace detail {
+extern std::atomic<bool> g_op_profile_on;
+void op_profile_add(OpFamily f, double seconds);
+struct OpProfileThread {
+  int model_calls = 0;  // ModelCallScope depth
+  int ops = 0;          // ScopedOp depth
+};
+OpProfileThread& op_profile_thread();
+}  // namespace detail
+
+// Marks the calling thread as computing a model call for its lifetime.
+class ModelCallScope {
+ public:
+  ModelCallScope() {
+    if (detail::g_op_profile_on.load(std::memory_order_relaxed)) {
+      t_ = &detail::op_profile_thread();
+      ++t_->model_calls;
+    }
+  }
+  ~ModelCallScope() {
+    if (t_ != nullptr) --t_->model_calls;
+  }
+  ModelCallScope(const ModelCallScope&) = delete;
+  ModelCallScope& operator=(const ModelCallScope&) = delete;
+
+ private:
+  detail::OpProfileThread* t_ = nullptr;
+};
+
+// Times the enclosing op as family `f` (Note [Op profile]).
+class ScopedOp {
+ public:
+  explicit ScopedOp(OpFamily f) {
+    if (!detail::g_op_profile_on.load(std::memory_order_relaxed)) return;
+    detail::OpProfileThread& t = detail::op_profile_thread();
+    if (t.model_calls == 0 || t.ops++ > 0) {
+      if (t.model_calls > 0) t_ = &t;  // nested: only keeps the depth
+      return;
+    }
+    t_ = &t;
+    family_ = f;
+    timing_ = true;
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~ScopedOp() {
+    if (t_ == nullptr) return;
+    --t_->ops;
+    if (timing_) {
+      detail::op_profile_add(family_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+  }
+  ScopedOp(const ScopedOp&) = delete;
+  ScopedOp& operator=(const ScopedOp&) = delete;
+
+ private:
+  detail::OpProfileThread* t_ = nullptr;
+  OpFamily family_ = OpFamily::kGemm;
+  bool timing_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace mp
