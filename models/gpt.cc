@@ -486,19 +486,51 @@ void Gpt::check_unit(int unit, const char* what) const {
              layout_.size());
 }
 
+// The element ranges of unit u's parameters that are read as fp32 (the
+// widened copy in param_ws_): all of them, except, in a block, the weights
+// of bf16 GEMMs where gemm_cpu multiplies bf16 natively, which are read
+// from the engine's bf16 buffer itself (bf16_weight: bf16 parameters only).
+// Note [GPT autocast].
+std::vector<std::pair<int64_t, int64_t>> Gpt::fp32_ranges(int unit, DType params) const {
+  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
+  const GptDims& d = ws_->dims;
+  if (unit == 0 || unit > d.layers || d.bf16_storage != DType::kBF16 || params != DType::kBF16) {
+    return {{0, layout.numel}};
+  }
+  const size_t op = static_cast<size_t>(unit - 1) * kBlockOps;
+  const std::pair<int, size_t> weights[] = {
+      {kAttnW, op + kCAttn}, {kAttnProjW, op + kAttnCProj}, {kFcW, op + kCFc}, {kFcProjW, op + kMlpCProj}};
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t at = 0;
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const ParamPlacement& p = layout.params[k];
+    bool skip = false;
+    for (const auto& [param, o] : weights) skip = skip || (static_cast<int>(k) == param && d.op_dtype[o] == DType::kBF16);
+    if (!skip) continue;
+    if (p.offset > at) ranges.emplace_back(at, p.offset);
+    at = p.offset + p.numel;
+  }
+  if (layout.numel > at) ranges.emplace_back(at, layout.numel);
+  return ranges;
+}
+
 const float* Gpt::unit_params(int unit, const Tensor& params) {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
   const bool narrow = params.dtype() == DType::kBF16 || params.dtype() == DType::kF16;
   if (!narrow || !params.device().is_cpu() || params.shape().size() != 1 || params.numel() < layout.numel) {
     return unit_params_fp32(layout, params, param_ws_);  // as it is, or the error naming the unit
   }
-  // Narrow parameters: the same conversion, split over the op threads (a
-  // GPT-2 124M step converts 2 x 124M elements; convert() alone runs on the
-  // calling thread). Element-wise, so the bits do not depend on the split.
+  // Narrow parameters: the same conversion, of the ranges read as fp32 only
+  // (a bf16 GEMM weight is not widened: no cast of the same weights twice),
+  // split over the op threads. Element-wise, so the bits do not depend on
+  // the split.
+  ScopedOp op(OpFamily::kCast);
   constexpr int64_t kChunk = int64_t{1} << 16;
-  parallel_for(layout.numel, config_.threads, kChunk, [&](int64_t i0, int64_t i1) {
-    convert(params.flat(i0, i1 - i0), param_ws_.flat(i0, i1 - i0));
-  });
+  for (const auto& [begin, end] : fp32_ranges(unit, params.dtype())) {
+    parallel_for(end - begin, config_.threads, kChunk, [&, b = begin](int64_t i0, int64_t i1) {
+      convert(params.flat(b + i0, i1 - i0), param_ws_.flat(b + i0, i1 - i0));
+    });
+  }
   return param_ws_.data_as<float>();
 }
 

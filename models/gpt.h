@@ -88,6 +88,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/token_data.h"
@@ -256,6 +257,7 @@ class Gpt final : public HostModel {
 
  private:
   const float* unit_params(int unit, const Tensor& params);  // fp32 view, converted if needed
+  std::vector<std::pair<int64_t, int64_t>> fp32_ranges(int unit, DType params) const;  // what unit_params widens
   void check_unit(int unit, const char* what) const;
 
   GptConfig config_;
