@@ -40,6 +40,16 @@ float init_value(const ParamInit& init, uint64_t seed, uint64_t stream, uint64_t
   return 0.0f;
 }
 
+// The engine's device: its allocator's, which must be its communicator's
+// (checked before anything is allocated there).
+Device engine_device(const Communicator& world, const Allocator& alloc) {
+  if (world.device() != alloc.device()) {
+    MP_THROW(ConfigError, "the engine's memory is on ", alloc.device(), " but its communicator '", world.name(),
+             "' moves tensors on ", world.device(), ": give both the same device");
+  }
+  return alloc.device();
+}
+
 // The optimizer's config; dynamic loss scaling without settings takes
 // GradScaler's defaults.
 proto::OptimizerConfig optimizer_config(const proto::EngineConfig& config, const EngineOptions& o) {
@@ -57,15 +67,11 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
       alloc_(std::move(allocator)),
       opt_(std::make_unique<Optimizer>(optimizer_config(config, o_))),
       world_(w),
-      device_(alloc_.device()),
+      device_(engine_device(w, alloc_)),
       losses_(static_cast<size_t>(o_.micro_batches)),
       comm_(w, o_.serialize_communication, steps_run_),
       stats_(layout_.num_units(), o_.micro_batches, o_.locate_non_finite, alloc_),
       decision_(*opt_, o_.optimizer_in_backward) {
-  if (world_.device() != device_) {
-    MP_THROW(ConfigError, "the engine's memory is on ", device_, " but its communicator '", world_.name(),
-             "' moves tensors on ", world_.device(), ": give both the same device");
-  }
   set_current_device(device_);
   compute_ = Stream::create(device_, "compute");
   comm_.set_compute(compute_.get());

@@ -50,5 +50,33 @@ TEST_F(EngineDeviceTest, QuadraticModelTrainsAsPlainSgdSays) {
   EXPECT_GT(r.timings.update_s, 0.0);
 }
 
+TEST_F(EngineDeviceTest, MemoryAndCommunicatorOnDifferentDevicesIsAConfigError) {
+  QuadraticModel model({16}, Device::cpu());
+  const std::string e = error_of<ConfigError>([&] {
+    Engine engine(model.spec(), engine_config(proto::ShardingConfig::FULL_SHARD, "fp32", world_->size(), 1), *world_,
+                  Allocator(Device::cuda(0)));
+  });
+  EXPECT_NE(e.find("the engine's memory is on cuda:0 but its communicator 'engine device' moves tensors on cpu"),
+            std::string::npos)
+      << e;
+}
+
+// A stream on a device, for what must refuse it (no GPU needed).
+class DeviceStream final : public Stream {
+ public:
+  DeviceStream() : Stream("device stream") {}
+  Device device() const override { return Device::cuda(0); }
+  Event record() override { return Event(); }
+  void wait(const Event&) override {}
+  void host_task(std::function<void()>) override { ADD_FAILURE() << "a host model enqueued on a device stream"; }
+};
+
+TEST_F(EngineDeviceTest, AHostModelRefusesADeviceStream) {
+  Mlp model(small_mlp());
+  DeviceStream s;
+  const std::string e = error_of<ConfigError>([&] { model.begin_micro_batch_on(0, s); });
+  EXPECT_NE(e.find("this model computes on the host, but the engine runs on cuda:0"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace mp::testing
