@@ -253,11 +253,27 @@ void logits_backward(const GptDims& d, const GptBuffers<T>& b) {
   gpt_logits_backward(b.lnf, b.wte, b.dlogits, d.rows, d.channels, d.padded_vocab, b.dln, b.dwte_head, d.threads);
 }
 
+// Whether unit 0 reads wte from the engine's bf16 parameters themselves:
+// bf16 parameters, a bf16 head and native bf16 GEMMs, where the head's input
+// form of wte is those bits and the embedding widens only the rows it reads.
+// Gpt::fp32_ranges then leaves wte out of the fp32 copy.
+bool raw_bf16_wte(const GptDims& d, DType params) {
+  return params == DType::kBF16 && d.bf16_storage == DType::kBF16 && d.head_dtype() == DType::kBF16;
+}
+
 // b.wte := the head's GEMM input form of wte (Note [Tied head]).
 template <class T>
-void keep_head_wte(const GptDims& d, const GptBuffers<T>& b, const T* wte) {
+void keep_head_wte(const GptDims& d, const GptBuffers<T>& b, const T* wte, const UnitParams<T>& w, int64_t off) {
   const int64_t n = d.padded_vocab * d.channels;
   if constexpr (std::is_same_v<T, float>) {
+    if (w.raw != nullptr && raw_bf16_wte(d, w.raw_dtype)) {
+      ScopedOp op(OpFamily::kElementwise);  // a copy of the bf16 bits the fp32 path would round back to
+      const bf16* src = static_cast<const bf16*>(w.raw) + off;
+      bf16* dst = reinterpret_cast<bf16*>(b.wte);
+      parallel_for(n, d.threads, int64_t{1} << 16,
+                   [&](int64_t i0, int64_t i1) { std::copy(src + i0, src + i1, dst + i0); });
+      return;
+    }
     if (d.head_dtype() == DType::kBF16) {
       gpt_round_to_bf16(wte, n, d.bf16_storage, b.wte, d.threads);
       return;
@@ -276,7 +292,14 @@ double unit_forward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitL
   const int th = d.threads;
   const T* p = w.p;
   if (u == 0) {
-    keep_head_wte(d, b, p + offset(unit, kWte));
+    keep_head_wte(d, b, p + offset(unit, kWte), w, offset(unit, kWte));
+    if constexpr (std::is_same_v<T, float>) {
+      if (w.raw != nullptr && raw_bf16_wte(d, w.raw_dtype)) {
+        gpt_embedding_forward(inputs, static_cast<const bf16*>(w.raw) + offset(unit, kWte), p + offset(unit, kWpe),
+                              d.batch, d.seq, c, d.vocab, b.residual[0], th);
+        return 0.0;
+      }
+    }
     gpt_embedding_forward(inputs, p + offset(unit, kWte), p + offset(unit, kWpe), d.batch, d.seq, c, d.vocab,
                           b.residual[0], th);
     return 0.0;
@@ -494,6 +517,13 @@ void Gpt::check_unit(int unit, const char* what) const {
 std::vector<std::pair<int64_t, int64_t>> Gpt::fp32_ranges(int unit, DType params) const {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
   const GptDims& d = ws_->dims;
+  if (unit == 0 && raw_bf16_wte(d, params)) {  // wte is read from the bf16 parameters (keep_head_wte)
+    const ParamPlacement& wte = layout.params[kWte];
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    if (wte.offset > 0) ranges.emplace_back(0, wte.offset);
+    if (layout.numel > wte.offset + wte.numel) ranges.emplace_back(wte.offset + wte.numel, layout.numel);
+    return ranges;
+  }
   if (unit == 0 || unit > d.layers || d.bf16_storage != DType::kBF16 || params != DType::kBF16) {
     return {{0, layout.numel}};
   }

@@ -56,6 +56,20 @@ void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, in
   });
 }
 
+void gpt_embedding_forward(const int32_t* tokens, const bf16* wte, const float* wpe, int64_t batch, int64_t seq,
+                           int64_t channels, int64_t vocab_rows, float* out, int threads) {
+  ScopedOp op(OpFamily::kEmbedding);
+  parallel_for(batch * seq, threads, part_align(channels, 1), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      check_token(tokens[n], vocab_rows, n, "token");
+      const bf16* e = wte + tokens[n] * channels;
+      const float* p = wpe + (n % seq) * channels;
+      float* o = out + n * channels;
+      for (int64_t c = 0; c < channels; ++c) o[c] = math::to_f32(e[c]) + p[c];
+    }
+  });
+}
+
 template <class T>
 void gpt_embedding_backward(const int32_t* tokens, const T* dout, int64_t batch, int64_t seq, int64_t channels,
                             T* dwte, T* dwpe, int threads) {

@@ -40,6 +40,10 @@ inline constexpr double kGptLayerNormEps = math::kGptLayerNormEps;
 template <class T>
 void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
                            int64_t channels, int64_t vocab_rows, T* out, int threads);
+// The same with wte in bf16 (each element widened exactly): the bits of the
+// fp32 version on the widened table, reading only the rows it needs.
+void gpt_embedding_forward(const int32_t* tokens, const bf16* wte, const float* wpe, int64_t batch, int64_t seq,
+                           int64_t channels, int64_t vocab_rows, float* out, int threads);
 
 // Accumulates: dwte[tokens[n], :] += dout[n, :] and dwpe[n % seq, :] +=
 // dout[n, :], over n in increasing order.
