@@ -331,7 +331,8 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
   MP_ENFORCE(count >= 1 && first >= 0, "evaluate: first ", first, ", count ", count);
   set_current_device(device_);
   const int W = world_.size(), r = world_.rank(), U = layout_.num_units();
-  std::vector<double> losses(static_cast<size_t>(count));
+  // A member, not a local: queued host tasks write it (the engine outlives them).
+  eval_losses_.assign(static_cast<size_t>(count), 0.0);
   for (int j = 0; j < count; ++j) {
     model.begin_micro_batch_on(first + static_cast<int64_t>(j) * W + r, *compute_);
     for (int u = 0; u < U; ++u) {
@@ -339,10 +340,10 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
       model.forward_on(u, params, *compute_);
       gathers_->release(u, compute_->record());
     }
-    compute_->host_task([&model, &losses, j] { losses[static_cast<size_t>(j)] = model.loss(); });
+    compute_->host_task([this, &model, j] { eval_losses_[static_cast<size_t>(j)] = model.loss(); });
   }
   comm_.finish(compute_->record());
-  return mean_loss(losses);
+  return mean_loss(eval_losses_);
 }
 
 std::vector<float> Engine::Impl::master_shard(int u) const {

@@ -101,6 +101,7 @@ class Engine::Impl {
   bool scalars_written_ = false;
   Event scalars_ready_;
   std::vector<double> losses_;  // this rank's micro-batch losses, written in compute order
+  std::vector<double> eval_losses_;  // evaluate()'s, the same way
   int64_t casts_before_ = 0;  // gathers_' cast count when the step began
 
   // ---- state and its owners
