@@ -5,27 +5,20 @@
 #include "core/error_cuda.h"
 
 namespace mp {
+
+CudaDeviceGuard::CudaDeviceGuard(Device device) {
+  MP_CHECK_CUDA(cudaGetDevice(&previous_));
+  if (previous_ != device.index) MP_CHECK_CUDA(cudaSetDevice(device.index));
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() { (void)cudaSetDevice(previous_); }
+
 namespace {
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) {
-    MP_CHECK_CUDA(cudaGetDevice(&previous_));
-    MP_CHECK_CUDA(cudaSetDevice(index));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 class CudaEvent final : public EventImpl {
  public:
   CudaEvent(Device device, cudaStream_t stream, bool timing = false) : device_(device) {
-    DeviceGuard guard(device.index);
+    CudaDeviceGuard guard(device);
     MP_CHECK_CUDA(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
     MP_CHECK_CUDA(cudaEventRecord(event_, stream));
   }
@@ -66,7 +59,7 @@ class CudaEvent final : public EventImpl {
 
 CudaStream::CudaStream(Device device, std::string name) : Stream(std::move(name)), device_(device) {
   MP_ENFORCE(device.is_cuda(), "CudaStream on ", device);
-  DeviceGuard guard(device.index);
+  CudaDeviceGuard guard(device);
   MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 

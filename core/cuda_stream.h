@@ -9,6 +9,20 @@
 
 namespace mp {
 
+// Makes a CUDA device current on the calling thread for a scope and
+// restores the previous one (every thread that touches a device sets it
+// first: core/device.h).
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(Device device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class CudaStream final : public Stream {
  public:
   CudaStream(Device device, std::string name);

@@ -510,33 +510,25 @@ void Gpt::check_unit(int unit, const char* what) const {
 }
 
 // The element ranges of unit u's parameters that are read as fp32 (the
-// widened copy in param_ws_): all of them, except, in a block, the weights
-// of bf16 GEMMs where gemm_cpu multiplies bf16 natively, which are read
-// from the engine's bf16 buffer itself (bf16_weight: bf16 parameters only).
-// Note [GPT autocast].
+// widened copy in param_ws_): all of them, except those read from the
+// engine's bf16 buffer itself (bf16 parameters, native bf16 GEMMs): in a
+// block the weights of bf16 GEMMs (bf16_weight), in unit 0 wte with a bf16
+// head (raw_bf16_wte). Note [GPT autocast].
 std::vector<std::pair<int64_t, int64_t>> Gpt::fp32_ranges(int unit, DType params) const {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
   const GptDims& d = ws_->dims;
-  if (unit == 0 && raw_bf16_wte(d, params)) {  // wte is read from the bf16 parameters (keep_head_wte)
-    const ParamPlacement& wte = layout.params[kWte];
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    if (wte.offset > 0) ranges.emplace_back(0, wte.offset);
-    if (layout.numel > wte.offset + wte.numel) ranges.emplace_back(wte.offset + wte.numel, layout.numel);
-    return ranges;
+  std::vector<int> skip;  // parameters read from the bf16 buffer itself, in offset order
+  if (unit == 0 && raw_bf16_wte(d, params)) skip.push_back(kWte);  // keep_head_wte, the embedding
+  if (unit > 0 && unit <= d.layers && d.bf16_storage == DType::kBF16 && params == DType::kBF16) {
+    const size_t op = static_cast<size_t>(unit - 1) * kBlockOps;
+    for (const auto& [param, o] : {std::pair{kAttnW, kCAttn}, {kAttnProjW, kAttnCProj}, {kFcW, kCFc}, {kFcProjW, kMlpCProj}}) {
+      if (d.op_dtype[op + static_cast<size_t>(o)] == DType::kBF16) skip.push_back(param);
+    }
   }
-  if (unit == 0 || unit > d.layers || d.bf16_storage != DType::kBF16 || params != DType::kBF16) {
-    return {{0, layout.numel}};
-  }
-  const size_t op = static_cast<size_t>(unit - 1) * kBlockOps;
-  const std::pair<int, size_t> weights[] = {
-      {kAttnW, op + kCAttn}, {kAttnProjW, op + kAttnCProj}, {kFcW, op + kCFc}, {kFcProjW, op + kMlpCProj}};
   std::vector<std::pair<int64_t, int64_t>> ranges;
   int64_t at = 0;
-  for (size_t k = 0; k < layout.params.size(); ++k) {
-    const ParamPlacement& p = layout.params[k];
-    bool skip = false;
-    for (const auto& [param, o] : weights) skip = skip || (static_cast<int>(k) == param && d.op_dtype[o] == DType::kBF16);
-    if (!skip) continue;
+  for (int k : skip) {
+    const ParamPlacement& p = layout.params[static_cast<size_t>(k)];
     if (p.offset > at) ranges.emplace_back(at, p.offset);
     at = p.offset + p.numel;
   }

@@ -96,23 +96,6 @@ Work::Diagnose diagnose_through(WorkPtr inner) {
   };
 }
 
-#if MP_WITH_CUDA
-// Makes a device current on the calling thread for a scope and restores the
-// previous one (the caller's thread is the caller's).
-class CurrentDevice {
- public:
-  explicit CurrentDevice(Device device) {
-    MP_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device.index) MP_CHECK_CUDA(cudaSetDevice(device.index));
-  }
-  ~CurrentDevice() { (void)cudaSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
-#endif
 
 }  // namespace
 
@@ -245,7 +228,7 @@ WorkPtr StagedMpiCommunicator::stage(const std::vector<Copy>& down, const std::f
   LastIssue& last = last_issue();
   std::lock_guard<std::mutex> lock(last.mu);
   if (last.owner != this && last.work) last.work->wait();  // at most one communicator in flight
-  CurrentDevice current(device_);
+  CudaDeviceGuard current(device_);
   // 1. Device -> host, in stream order after what the caller put on stream().
   for (const Copy& c : down) {
     if (c.bytes > 0) ops::copy_bytes(c.dst, Device::cpu(), c.src, device_, static_cast<int64_t>(c.bytes), *stream_);

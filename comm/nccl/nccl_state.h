@@ -24,6 +24,7 @@
 
 #include "comm/mpi/mpi_context.h"
 #include "comm/work.h"
+#include "core/cuda_stream.h"
 #include "core/device.h"
 #include "core/error_cuda.h"
 #include "comm/nccl/nccl_error.h"
@@ -85,21 +86,6 @@ class NcclState {
   std::shared_ptr<MpiContext> monitor_;
   uint64_t id_ = 0;
   std::vector<int> members_;
-};
-
-// Makes a device current for a scope and restores the previous one.
-class CudaDeviceGuard {
- public:
-  explicit CudaDeviceGuard(Device device) {
-    MP_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device.index) MP_CHECK_CUDA(cudaSetDevice(device.index));
-  }
-  ~CudaDeviceGuard() { (void)cudaSetDevice(previous_); }
-  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
-  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
 };
 
 // ncclGroupStart .. ncclGroupEnd. A group left by an exception (an NCCL

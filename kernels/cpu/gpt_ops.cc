@@ -41,33 +41,41 @@ void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
 
 // ---- embedding --------------------------------------------------------------
 
-template <class T>
-void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
-                           int64_t channels, int64_t vocab_rows, T* out, int threads) {
+namespace {
+
+// out[n, :] = wte[tokens[n], :] (widened exactly to T) + wpe[n % seq, :].
+template <class E, class T>
+void embedding_forward(const int32_t* tokens, const E* wte, const T* wpe, int64_t batch, int64_t seq,
+                       int64_t channels, int64_t vocab_rows, T* out, int threads) {
   ScopedOp op(OpFamily::kEmbedding);
   parallel_for(batch * seq, threads, part_align(channels, 1), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       check_token(tokens[n], vocab_rows, n, "token");
-      const T* e = wte + tokens[n] * channels;
+      const E* e = wte + tokens[n] * channels;
       const T* p = wpe + (n % seq) * channels;
       T* o = out + n * channels;
-      for (int64_t c = 0; c < channels; ++c) o[c] = e[c] + p[c];
+      for (int64_t c = 0; c < channels; ++c) {
+        if constexpr (std::is_same_v<E, bf16>) {
+          o[c] = math::to_f32(e[c]) + p[c];
+        } else {
+          o[c] = e[c] + p[c];
+        }
+      }
     }
   });
 }
 
+}  // namespace
+
+template <class T>
+void gpt_embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq,
+                           int64_t channels, int64_t vocab_rows, T* out, int threads) {
+  embedding_forward(tokens, wte, wpe, batch, seq, channels, vocab_rows, out, threads);
+}
+
 void gpt_embedding_forward(const int32_t* tokens, const bf16* wte, const float* wpe, int64_t batch, int64_t seq,
                            int64_t channels, int64_t vocab_rows, float* out, int threads) {
-  ScopedOp op(OpFamily::kEmbedding);
-  parallel_for(batch * seq, threads, part_align(channels, 1), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      check_token(tokens[n], vocab_rows, n, "token");
-      const bf16* e = wte + tokens[n] * channels;
-      const float* p = wpe + (n % seq) * channels;
-      float* o = out + n * channels;
-      for (int64_t c = 0; c < channels; ++c) o[c] = math::to_f32(e[c]) + p[c];
-    }
-  });
+  embedding_forward(tokens, wte, wpe, batch, seq, channels, vocab_rows, out, threads);
 }
 
 template <class T>
