@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,13 @@ void print_error_line(std::string line) {
   }
 }
 
+// Ends every process of the job with `code`: the way out when one rank
+// fails and the others may be waiting for it in a collective.
+[[noreturn]] void abort_job(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
 }  // namespace
 
 int run_rank_main(const char* program, int* argc, char*** argv,
@@ -41,11 +49,11 @@ int run_rank_main(const char* program, int* argc, char*** argv,
     // An agreed error is thrown by every rank at the same point: each ends
     // normally (MPI_Finalize), after printing its own message. MPI_Abort
     // here could kill the other ranks before they print theirs.
-    if (world && world->size() > 1 && !e.agreed()) world->abort(code);
+    if (world && world->size() > 1 && !e.agreed()) abort_job(code);
     return code;
   } catch (const std::exception& e) {
     print_error_line("[rank " + std::to_string(error_rank()) + "] " + program + ": " + e.what());
-    if (world && world->size() > 1) world->abort(1);
+    if (world && world->size() > 1) abort_job(1);
     return 1;
   }
 }

@@ -1,6 +1,5 @@
 #include "comm/mpi/mpi_world.h"
 
-#include <cstdlib>
 
 #include "core/error.h"
 #include "comm/mpi/mpi_error.h"
@@ -35,11 +34,6 @@ MpiWorld::MpiWorld(int* argc, char*** argv) {
 
 MpiWorld::~MpiWorld() {
   if (finalize_) MPI_Finalize();
-}
-
-void MpiWorld::abort(int code) const {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
 }  // namespace mp

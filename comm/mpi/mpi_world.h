@@ -2,7 +2,8 @@
 // hosts: MPI_Init_thread with MPI_THREAD_MULTIPLE (communication threads call
 // MPI while the main thread computes), errors returned instead of aborting,
 // and the node-local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED),
-// which picks each rank's GPU.
+// which picks each rank's GPU. Ending the job is launch/'s (rank_main.cc):
+// library code throws.
 #pragma once
 
 #include <mpi.h>
@@ -23,10 +24,6 @@ class MpiWorld {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   MPI_Comm comm() const { return MPI_COMM_WORLD; }
-
-  // Ends every process of the job with `code`: the way out when one rank
-  // fails and the others may be waiting for it in a collective.
-  [[noreturn]] void abort(int code) const;
 
  private:
   bool finalize_ = false;
