@@ -2,11 +2,12 @@
 // body submitted to a CpuStream or the CUDA body launched on a CUDA stream.
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/accumulate_math.h"
 #include "kernels/cpu/accumulate.h"
 #include "kernels/cpu/grad_stats.h"
 #include "kernels/cpu/update.h"
@@ -112,12 +113,10 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream) {
   dispatch(
       t.device(), stream, "fill_nan",
       [p, dtype, n] {
-        // A quiet NaN in every supported dtype: fp32 0x7fc00000, bf16 0x7fc0, fp16 0x7e00.
         if (dtype == DType::kF32) {
-          std::fill_n(static_cast<float*>(p), n, std::numeric_limits<float>::quiet_NaN());
+          std::fill_n(static_cast<uint32_t*>(p), n, math::kQuietNanF32Bits);
         } else {
-          const uint16_t bits = dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;
-          std::fill_n(static_cast<uint16_t*>(p), n, bits);
+          std::fill_n(static_cast<uint16_t*>(p), n, dtype == DType::kBF16 ? math::kQuietNanBf16Bits : math::kQuietNanF16Bits);
         }
       },
       [&](auto s) {

@@ -17,32 +17,31 @@ int64_t ShardStateView::shard_begin(int unit) const { return impl_->unit(unit).o
 int64_t ShardStateView::shard_numel(int unit) const { return impl_->unit(unit).n(); }
 std::vector<ShardField> ShardStateView::fields(int unit) const { return impl_->unit(unit).fields(); }
 
-char* ShardStateView::field_data(int unit, int field, int64_t begin) const {
+// Field `field` of unit u's shard from element `begin` on: where it is and
+// how many bytes `count` elements take.
+ShardStateView::FieldRange ShardStateView::field_range(int unit, int field, int64_t begin, int64_t count) const {
   const std::vector<ShardField> f = fields(unit);
   MP_ENFORCE(field >= 0 && field < static_cast<int>(f.size()), "unit ", unit, " has no field ", field);
-  MP_ENFORCE(begin >= 0 && begin <= shard_numel(unit), "element ", begin, " of a shard of ", shard_numel(unit));
-  return f[static_cast<size_t>(field)].device_data + begin * f[static_cast<size_t>(field)].element_bytes;
+  MP_ENFORCE(begin >= 0 && count >= 0 && begin + count <= shard_numel(unit), "elements [", begin, ", ",
+             begin + count, ") of a shard of ", shard_numel(unit));
+  const ShardField& sf = f[static_cast<size_t>(field)];
+  return FieldRange{sf.device_data + begin * sf.element_bytes, count * sf.element_bytes};
 }
 
 const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const {
-  MP_ENFORCE(count >= 0 && begin + count <= shard_numel(unit), "elements [", begin, ", ", begin + count,
-             ") of a shard of ", shard_numel(unit));
-  const int64_t bytes = count * fields(unit)[static_cast<size_t>(field)].element_bytes;
-  return static_cast<const char*>(
-      host_view(field_data(unit, field, begin), impl_->allocator().device(), bytes, impl_->compute(), staging));
+  const FieldRange r = field_range(unit, field, begin, count);
+  return static_cast<const char*>(host_view(r.data, impl_->allocator().device(), r.bytes, impl_->compute(), staging));
 }
 
 char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
-  MP_ENFORCE(count >= 0 && begin + count <= shard_numel(unit), "elements [", begin, ", ", begin + count,
-             ") of a shard of ", shard_numel(unit));
-  const int64_t bytes = count * fields(unit)[static_cast<size_t>(field)].element_bytes;
+  const FieldRange r = field_range(unit, field, begin, count);
   impl_->synchronize();  // nothing still reads or writes the state (gathers on the communication streams too)
-  return static_cast<char*>(
-      host_target(field_data(unit, field, begin), impl_->allocator().device(), bytes, impl_->compute(), staging));
+  return static_cast<char*>(host_target(r.data, impl_->allocator().device(), r.bytes, impl_->compute(), staging));
 }
 
 void ShardStateView::commit_write(int unit, int field, int64_t begin, std::vector<char>& staging) {
-  commit_host_write(field_data(unit, field, begin), impl_->allocator().device(), staging, impl_->compute());
+  const FieldRange r = field_range(unit, field, begin, 0);
+  commit_host_write(r.data, impl_->allocator().device(), staging, impl_->compute());
 }
 
 int64_t ShardStateView::steps_run() const { return impl_->steps_run(); }

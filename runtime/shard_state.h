@@ -63,7 +63,11 @@ class ShardStateView {
  private:
   friend class Engine;
   explicit ShardStateView(Engine::Impl& impl) : impl_(&impl) {}
-  char* field_data(int unit, int field, int64_t begin) const;
+  struct FieldRange {
+    char* data;     // device memory
+    int64_t bytes;
+  };
+  FieldRange field_range(int unit, int field, int64_t begin, int64_t count) const;
 
   Engine::Impl* impl_;
 };

@@ -2,7 +2,7 @@
 
 #include <type_traits>
 
-#include "kernels/convert_math.h"
+#include "kernels/accumulate_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -16,10 +16,11 @@ int threads_for(int64_t n) { return n < kGrain ? 1 : 0; }
 template <class D, class S>
 void accumulate_loop(D* dst, const S* src, int64_t n, bool overwrite) {
   parallel_for(n, threads_for(n), 64, [&](int64_t b, int64_t e) {
+    // Two loops, so each has a constant `overwrite` and vectorizes.
     if (overwrite) {
-      for (int64_t i = b; i < e; ++i) dst[i] = math::from_f32<D>(math::to_f32(src[i]));
+      for (int64_t i = b; i < e; ++i) dst[i] = math::accumulate_into(dst[i], src[i], true);
     } else {
-      for (int64_t i = b; i < e; ++i) dst[i] = math::from_f32<D>(math::to_f32(dst[i]) + math::to_f32(src[i]));
+      for (int64_t i = b; i < e; ++i) dst[i] = math::accumulate_into(dst[i], src[i], false);
     }
   });
 }
@@ -51,7 +52,7 @@ void accumulate_f64_cpu(double* acc, const float* src, int blocks, int64_t strid
   parallel_for(n, threads_for(n * blocks), 64, [&](int64_t b, int64_t e) {
     for (int k = 0; k < blocks; ++k) {
       const float* s = src + k * stride;
-      for (int64_t i = b; i < e; ++i) acc[i] += static_cast<double>(s[i]);
+      for (int64_t i = b; i < e; ++i) acc[i] = math::add_f64(acc[i], s[i]);
     }
   });
 }

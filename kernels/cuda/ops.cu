@@ -1,12 +1,12 @@
 // kernels/cuda/ops.cu: the CUDA bodies of the engine's element ops
 // (kernels/cuda/ops_cuda.h). Grid-stride kernels over the same element math
-// as the CPU loops (kernels/convert_math.h), so both give the same bits.
+// as the CPU loops (kernels/accumulate_math.h), so both give the same bits.
 #include <algorithm>
 #include <type_traits>
 
 #include "core/error.h"
 #include "core/error_cuda.h"
-#include "kernels/convert_math.h"
+#include "kernels/accumulate_math.h"
 #include "kernels/cuda/ops_cuda.h"
 
 namespace mp {
@@ -32,16 +32,13 @@ __global__ void fill_u16_kernel(uint16_t* p, uint16_t bits, int64_t n) {
 
 template <class D, class S>
 __global__ void accumulate_kernel(D* dst, const S* src, int64_t n, bool overwrite) {
-  MP_GRID_STRIDE(i, n) {
-    const float s = math::to_f32(src[i]);
-    dst[i] = math::from_f32<D>(overwrite ? s : math::to_f32(dst[i]) + s);
-  }
+  MP_GRID_STRIDE(i, n) dst[i] = math::accumulate_into(dst[i], src[i], overwrite);
 }
 
 __global__ void accumulate_f64_kernel(double* acc, const float* src, int blocks, int64_t n, bool first) {
   MP_GRID_STRIDE(i, n) {
     double a = first ? 0.0 : acc[i];
-    for (int k = 0; k < blocks; ++k) a += static_cast<double>(src[k * n + i]);
+    for (int k = 0; k < blocks; ++k) a = math::add_f64(a, src[k * n + i]);
     acc[i] = a;
   }
 }
@@ -60,9 +57,9 @@ void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream) {
              dtype_name(dtype));
   if (n <= 0) return;
   if (dtype == DType::kF32) {
-    fill_u32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(data), 0x7fc00000u, n);
+    fill_u32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(data), math::kQuietNanF32Bits, n);
   } else {
-    const uint16_t bits = dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;
+    const uint16_t bits = dtype == DType::kBF16 ? math::kQuietNanBf16Bits : math::kQuietNanF16Bits;
     fill_u16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(data), bits, n);
   }
   MP_CHECK_CUDA(cudaGetLastError());
