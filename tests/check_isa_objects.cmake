@@ -1,15 +1,19 @@
 # A test (tests/CMakeLists.txt): each per-ISA object of the fused update
-# (kernels/cpu/update_<isa>.cc) must define exactly one global symbol, its
-# select function. Anything else (an out-of-line copy of a shared inline
-# function compiled with AVX instructions) could be picked by the linker
-# for callers on CPUs without them.
+# (kernels/cpu/update_<isa>.cc) and of the GPT loops (gpt_loops_<isa>.cc)
+# must define exactly one global symbol, its select function. Anything else
+# (an out-of-line copy of a shared inline function compiled with AVX
+# instructions) could be picked by the linker for callers on CPUs without
+# them.
 # Input: -DNM=<nm> -DOBJECTS=<;-list of mp_kernels' objects>.
 set(checked 0)
 foreach(obj IN LISTS OBJECTS)
-  if(NOT obj MATCHES "update_(scalar|baseline|avx2|avx512)\\.cc\\.o$")
+  if(obj MATCHES "update_(scalar|baseline|avx2|avx512)\\.cc\\.o$")
+    set(select "select_span_${CMAKE_MATCH_1}")
+  elseif(obj MATCHES "gpt_loops_(baseline|avx2|avx512)\\.cc\\.o$")
+    set(select "select_gpt_loops_${CMAKE_MATCH_1}")
+  else()
     continue()
   endif()
-  set(isa "${CMAKE_MATCH_1}")
   execute_process(COMMAND "${NM}" -g --defined-only -C "${obj}" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "nm failed on ${obj}")
@@ -20,7 +24,7 @@ foreach(obj IN LISTS OBJECTS)
   # typeinfo of the function pointer types it checks calls through.
   list(FILTER lines EXCLUDE REGEX " typeinfo (name )?for ")
   foreach(line IN LISTS lines)
-    if(NOT line MATCHES " mp::detail::select_span_${isa}\\(")
+    if(NOT line MATCHES " mp::detail::${select}\\(")
       message(FATAL_ERROR "${obj} exports more than its select function: ${line}")
     endif()
   endforeach()
@@ -30,7 +34,7 @@ foreach(obj IN LISTS OBJECTS)
   endif()
   math(EXPR checked "${checked} + 1")
 endforeach()
-if(checked LESS 2)
-  message(FATAL_ERROR "found ${checked} per-ISA update objects in: ${OBJECTS}")
+if(checked LESS 4)
+  message(FATAL_ERROR "found ${checked} per-ISA objects in: ${OBJECTS}")
 endif()
 message(STATUS "${checked} per-ISA objects export only their select function")

@@ -9,6 +9,8 @@
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/gpt_loops_impl.h"
 #include "kernels/gpt_math.h"
 #include "kernels/cpu/loops.h"
 #include "core/error.h"
@@ -35,6 +37,18 @@ int64_t part_align(int64_t work, int64_t multiple) {
 
 void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
   MP_ENFORCE(token >= 0 && token < vocab, what, " ", token, " at row ", row, " outside [0, ", vocab, ")");
+}
+
+// The loops of T: float's picked for this CPU (kernels/cpu/gpt_loops.h),
+// double's the same templates at baseline.
+template <class T>
+const GptLoopsOf<T>& loops() {
+  if constexpr (std::is_same_v<T, float>) {
+    return gpt_loops();
+  } else {
+    static constexpr GptLoopsOf<T> kLoops = make_gpt_loops<T>();
+    return kLoops;
+  }
 }
 
 }  // namespace
@@ -103,54 +117,20 @@ template <class T>
 void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean,
                            T* rstd, int threads) {
   ScopedOp op(OpFamily::kLayerNorm);
-  const T inv_c = T(1) / static_cast<T>(channels);
-  const auto eps = static_cast<T>(kGptLayerNormEps);
-  parallel_for(rows, threads, part_align(3 * channels, 1), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* xr = x + n * channels;
-      const T m = reduce8<T>(channels, [&](int64_t j) { return xr[j]; }) * inv_c;
-      const T var = reduce8<T>(channels, [&](int64_t j) { return (xr[j] - m) * (xr[j] - m); }) * inv_c;
-      const T r = T(1) / std::sqrt(var + eps);
-      T* o = out + n * channels;
-      for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, w[c], b[c]);
-      mean[n] = m;
-      rstd[n] = r;
-    }
-  });
+  const LayerNormLoopArgs<T> a{x, w, b, channels, out, mean, rstd};
+  parallel_for(rows, threads, part_align(3 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_forward(a, n0, n1); });
 }
 
 template <class T>
 void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
                             int64_t channels, T* dx, T* dw, T* db, int threads) {
   ScopedOp op(OpFamily::kLayerNorm);
-  const T inv_c = T(1) / static_cast<T>(channels);
-  // dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd.
-  parallel_for(rows, threads, part_align(4 * channels, 1), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* g = dout + n * channels;
-      const T* xr = x + n * channels;
-      const T m = mean[n], r = rstd[n];
-      const T dnorm_mean = reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j]; }) * inv_c;
-      const T dnorm_norm_mean =
-          reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j] * ((xr[j] - m) * r); }) * inv_c;
-      T* d = dx + n * channels;
-      for (int64_t c = 0; c < channels; ++c) d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
-    }
-  });
-  // dw, db: the thread owning channels [c0, c1) sums the rows in order.
-  parallel_for(channels, threads, part_align(2 * rows, 8), [&](int64_t c0, int64_t c1) {
-    std::fill(dw + c0, dw + c1, T(0));
-    std::fill(db + c0, db + c1, T(0));
-    for (int64_t n = 0; n < rows; ++n) {
-      const T* g = dout + n * channels;
-      const T* xr = x + n * channels;
-      const T m = mean[n], r = rstd[n];
-      for (int64_t c = c0; c < c1; ++c) {
-        dw[c] += g[c] * ((xr[c] - m) * r);
-        db[c] += g[c];
-      }
-    }
-  });
+  const LayerNormGradLoopArgs<T> a{dout, x, w, mean, rstd, rows, channels, dx, dw, db};
+  parallel_for(rows, threads, part_align(4 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_grad_input(a, n0, n1); });
+  parallel_for(channels, threads, part_align(2 * rows, 8),
+               [&](int64_t c0, int64_t c1) { loops<T>().layernorm_grad_params(a, c0, c1); });
 }
 
 // ---- matmul (Conv1D) ----------------------------------------------------------
@@ -302,13 +282,8 @@ void gpt_matmul_backward(GptGemmInput x, GptGemmInput w, GptGemmInput dy, int64_
 
 void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, int threads) {
   ScopedOp op(OpFamily::kElementwise);
-  parallel_for(out, threads, part_align(rows, 8), [&](int64_t o0, int64_t o1) {
-    std::fill(db + o0, db + o1, 0.0f);
-    for (int64_t n = 0; n < rows; ++n) {
-      const float* g = dy + n * out;
-      for (int64_t o = o0; o < o1; ++o) db[o] += g[o];
-    }
-  });
+  parallel_for(out, threads, part_align(rows, 8),
+               [&](int64_t o0, int64_t o1) { gpt_loops().bias_grad(dy, rows, out, db, o0, o1); });
 }
 
 void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
@@ -357,13 +332,12 @@ void gpt_logits_backward<float>(const float* x, const float* wte, const float* d
 GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* out, int threads) {
   ScopedOp op(OpFamily::kCast);
   MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  const GptLoops& l = gpt_loops();
   parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
     if (storage == DType::kBF16) {
-      auto* o = static_cast<bf16*>(out);
-      for (int64_t j = j0; j < j1; ++j) o[j] = math::from_f32<bf16>(x[j]);
+      l.round_to_bf16(x, static_cast<bf16*>(out), j0, j1);
     } else {
-      auto* o = static_cast<float*>(out);
-      for (int64_t j = j0; j < j1; ++j) o[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+      l.round_through_bf16(x, static_cast<float*>(out), j0, j1);
     }
   });
   return GptGemmInput{out, storage};
@@ -375,17 +349,14 @@ GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* o
 template <class T>
 void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
   ScopedOp op(OpFamily::kGelu);
-  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
-  });
+  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) { loops<T>().gelu_forward(x, out, j0, j1); });
 }
 
 template <class T>
 void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads) {
   ScopedOp op(OpFamily::kGelu);
-  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) dx[j] = math::gelu_grad(x[j]) * dout[j];
-  });
+  parallel_for(n, threads, part_align(32, 16),
+               [&](int64_t j0, int64_t j1) { loops<T>().gelu_backward(x, dout, dx, j0, j1); });
 }
 
 // ---- causal self-attention ------------------------------------------------------
@@ -395,35 +366,9 @@ void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t cha
                            T* out, int threads) {
   ScopedOp op(OpFamily::kAttention);
   MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
-  const int64_t hd = channels / heads, stride = 3 * channels;
-  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
-  // One (batch, head) pair per task: it owns its rows of att and its columns of out.
-  parallel_for(batch * heads, threads, part_align(seq * seq * hd, 1), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / heads, h = p % heads;
-      const T* base = qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
-      for (int64_t t = 0; t < seq; ++t) {
-        const T* q = base + t * stride;
-        T* a = att + (p * seq + t) * seq;
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = dot(q, base + t2 * stride + channels, hd) * scale;
-          m = std::max(m, a[t2]);
-        }
-        T sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = std::exp(a[t2] - m);
-          sum += a[t2];
-        }
-        const T inv = T(1) / sum;
-        for (int64_t t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
-        std::fill(a + t + 1, a + seq, T(0));
-        T* o = out + (b * seq + t) * channels + h * hd;
-        std::fill(o, o + hd, T(0));
-        for (int64_t t2 = 0; t2 <= t; ++t2) axpy(a[t2], base + t2 * stride + 2 * channels, o, hd);
-      }
-    }
-  });
+  const AttentionLoopArgs<T> a{qkv, nullptr, nullptr, seq, channels, heads, att, out, nullptr, nullptr};
+  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_forward(a, p0, p1); });
 }
 
 template <class T>
@@ -431,41 +376,9 @@ void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t b
                             int64_t channels, int64_t heads, T* scratch, T* dqkv, int threads) {
   ScopedOp op(OpFamily::kAttention);
   MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
-  const int64_t hd = channels / heads, stride = 3 * channels;
-  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
-  // One (batch, head) pair per task: it owns its columns of dqkv in its batch's rows.
-  parallel_for(batch * heads, threads, part_align(2 * seq * seq * hd, 1), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / heads, h = p % heads;
-      const T* base = qkv + b * seq * stride + h * hd;
-      T* dbase = dqkv + b * seq * stride + h * hd;
-      for (int64_t t = 0; t < seq; ++t) {
-        for (int64_t third = 0; third < 3; ++third) {
-          T* d = dbase + t * stride + third * channels;
-          std::fill(d, d + hd, T(0));
-        }
-      }
-      T* datt = scratch + p * seq;
-      for (int64_t t = 0; t < seq; ++t) {
-        const T* a = att + (p * seq + t) * seq;
-        const T* g = dout + (b * seq + t) * channels + h * hd;
-        const T* q = base + t * stride;
-        T* dq = dbase + t * stride;
-        for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot(g, base + t2 * stride + 2 * channels, hd);
-        // Softmax backward: dscore = a (datt - sum a datt).
-        const T expected = dot(a, datt, t + 1);
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* k = base + t2 * stride + channels;
-          T* dk = dbase + t2 * stride + channels;
-          T* dv = dbase + t2 * stride + 2 * channels;
-          const T dscore = a[t2] * (datt[t2] - expected) * scale;
-          axpy(a[t2], g, dv, hd);
-          axpy(dscore, k, dq, hd);
-          axpy(dscore, q, dk, hd);
-        }
-      }
-    }
-  });
+  const AttentionLoopArgs<T> a{qkv, att, dout, seq, channels, heads, nullptr, nullptr, scratch, dqkv};
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_backward(a, p0, p1); });
 }
 
 // ---- loss -----------------------------------------------------------------------
@@ -475,17 +388,11 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
                         int64_t padded_vocab, T* row_loss, T* dlogits, int threads) {
   ScopedOp op(OpFamily::kSoftmaxXent);
   MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
-  const T inv_rows = T(1) / static_cast<T>(rows);
-  parallel_for(rows, threads, part_align(8 * vocab, 1), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const int32_t target = targets[n];
-      check_token(target, vocab, n, "target");
-      const T* z = logits + n * padded_vocab;
-      T* dz = dlogits + n * padded_vocab;
-      row_loss[n] = softmax_xent_row(z, vocab, target, inv_rows, dz, [](T v) { return math::gpt_exp(v); });
-      std::fill(dz + vocab, dz + padded_vocab, T(0));
-    }
-  });
+  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
+  const SoftmaxXentLoopArgs<T> a{logits, targets, vocab, padded_vocab, T(1) / static_cast<T>(rows), row_loss,
+                                 dlogits};
+  parallel_for(rows, threads, part_align(8 * vocab, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().softmax_xent(a, n0, n1); });
   double total = 0.0;
   for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
   return total / static_cast<double>(rows);
@@ -496,9 +403,7 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
 template <class T>
 void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
   ScopedOp op(OpFamily::kElementwise);
-  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) out[j] = a[j] + b[j];
-  });
+  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) { loops<T>().add(a, b, out, j0, j1); });
 }
 
 #define MP_GPT_OPS_INSTANTIATE(T)                                                                             \

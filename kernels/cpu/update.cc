@@ -20,28 +20,10 @@ using detail::SpanFn;
 // than it saves.
 constexpr int64_t kMinPerThread = int64_t{1} << 16;
 
-bool cpu_supports(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAuto:
-    case CpuIsa::kScalar:
-    case CpuIsa::kBaseline: return true;
-#if MP_UPDATE_HAVE_X86
-    case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2");
-    case CpuIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-#else
-    case CpuIsa::kAvx2:
-    case CpuIsa::kAvx512: return false;
-#endif
-  }
-  return false;
-}
-
 SpanFn select(CpuIsa isa, const detail::SpanVariant& v) {
   switch (isa) {
     case CpuIsa::kScalar: return detail::select_span_scalar(v);
-#if MP_UPDATE_HAVE_X86
+#if MP_CPU_HAVE_X86
     case CpuIsa::kAvx2: return detail::select_span_avx2(v);
     case CpuIsa::kAvx512: return detail::select_span_avx512(v);
 #endif
@@ -102,28 +84,6 @@ math::ElementKind element_kind(const OptimizerHyper& h) {
 }
 
 }  // namespace
-
-std::string_view cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAuto: return "auto";
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kBaseline: return "baseline";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-  }
-  return "?";
-}
-
-bool cpu_isa_available(CpuIsa isa) { return cpu_supports(isa); }
-
-CpuIsa cpu_isa_best() {
-  static const CpuIsa best = [] {
-    if (cpu_supports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
-    if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
-    return CpuIsa::kBaseline;
-  }();
-  return best;
-}
 
 int64_t update_bytes_per_param(const UpdateArgs& a) {
   const int64_t g = dtype_size(a.grad_dtype), s = dtype_size(a.state_dtype), o = dtype_size(a.param_dtype);
@@ -191,7 +151,7 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
   if (scalars.found_inf != 0 || a.n == 0) return;
   MP_ENFORCE(scalars.step >= 1, "fused update at step ", scalars.step, " (steps count from 1)");
   CpuIsa isa = a.isa == CpuIsa::kAuto ? cpu_isa_best() : a.isa;
-  MP_ENFORCE(cpu_supports(isa), "fused update: this CPU or build has no ", cpu_isa_name(isa), " variant");
+  MP_ENFORCE(cpu_isa_available(isa), "fused update: this CPU or build has no ", cpu_isa_name(isa), " variant");
   const SpanFn fn = select(isa, v);
   MP_ENFORCE(fn != nullptr, "fused update: no kernel for this combination of dtypes");
 

@@ -15,17 +15,11 @@
 #include <string_view>
 
 #include "kernels/convert.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/update_math.h"
 
 namespace mp {
 
-enum class CpuIsa : uint8_t { kAuto = 0, kScalar, kBaseline, kAvx2, kAvx512 };
-
-std::string_view cpu_isa_name(CpuIsa isa);
-// Whether this build has the variant and this CPU can run it.
-bool cpu_isa_available(CpuIsa isa);
-// What kAuto resolves to here.
-CpuIsa cpu_isa_best();
 
 struct UpdateArgs {
   OptimizerHyper hyper;

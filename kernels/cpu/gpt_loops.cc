@@ -1,0 +1,23 @@
+#include "kernels/cpu/gpt_loops.h"
+
+#include "core/error.h"
+
+namespace mp {
+
+const GptLoops& gpt_loops(CpuIsa isa) {
+  if (isa == CpuIsa::kAuto) {
+    static const GptLoops& best = gpt_loops(cpu_isa_best());
+    return best;
+  }
+  MP_ENFORCE(isa != CpuIsa::kScalar && cpu_isa_available(isa), "GPT loops: this CPU or build has no ",
+             cpu_isa_name(isa), " variant");
+  switch (isa) {
+#if MP_CPU_HAVE_X86
+    case CpuIsa::kAvx2: return detail::select_gpt_loops_avx2();
+    case CpuIsa::kAvx512: return detail::select_gpt_loops_avx512();
+#endif
+    default: return detail::select_gpt_loops_baseline();
+  }
+}
+
+}  // namespace mp

@@ -1,0 +1,105 @@
+// kernels/cpu/gpt_loops.h (private to kernels/cpu): the element loops of the
+// GPT layer ops (kernels/cpu/gpt_ops.h), each over one part of its index
+// space, so gpt_ops.cc splits the work with parallel_for and calls a loop
+// per part.
+//
+// The float loops are compiled once per instruction set (gpt_loops_<isa>.cc:
+// baseline SSE2, AVX2, AVX-512) and gpt_loops() picks the widest the CPU
+// runs, as the fused update does (kernels/cpu/cpu_isa.h). Every variant
+// computes the same bits: -ffp-contract=off, the reductions keep their fixed
+// lane order (reduce8 in loops.h), the exp's floor is exact in each form
+// (math::floor_in_range). The double loops (the reference of the tests) are
+// the same templates, instantiated once at baseline in gpt_ops.cc.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace mp {
+
+template <class T>
+struct LayerNormLoopArgs {
+  const T* x;
+  const T* w;
+  const T* b;
+  int64_t channels;
+  T* out;
+  T* mean;
+  T* rstd;
+};
+
+template <class T>
+struct LayerNormGradLoopArgs {
+  const T* dout;
+  const T* x;
+  const T* w;
+  const T* mean;
+  const T* rstd;
+  int64_t rows;
+  int64_t channels;
+  T* dx;  // accumulates
+  T* dw;
+  T* db;
+};
+
+// One (batch, head) pair per index: p = b * heads + h.
+template <class T>
+struct AttentionLoopArgs {
+  const T* qkv;
+  const T* att;   // backward: the saved probabilities
+  const T* dout;  // backward: d out
+  int64_t seq;
+  int64_t channels;
+  int64_t heads;
+  T* att_out;  // forward: the probabilities
+  T* out;      // forward: att v
+  T* scratch;  // backward: seq elements per pair
+  T* dqkv;     // backward
+};
+
+// Targets are checked by the caller before the loop runs.
+template <class T>
+struct SoftmaxXentLoopArgs {
+  const T* logits;
+  const int32_t* targets;
+  int64_t vocab;
+  int64_t padded_vocab;
+  T inv_rows;
+  T* row_loss;
+  T* dlogits;
+};
+
+// Each loop runs indices [begin, end) of its op.
+template <class T>
+struct GptLoopsOf {
+  void (*gelu_forward)(const T* x, T* out, int64_t begin, int64_t end);
+  void (*gelu_backward)(const T* x, const T* dout, T* dx, int64_t begin, int64_t end);  // dx may alias dout
+  void (*add)(const T* a, const T* b, T* out, int64_t begin, int64_t end);             // out may alias a or b
+  // Columns [begin, end) of db = column sums of dy [rows, out].
+  void (*bias_grad)(const T* dy, int64_t rows, int64_t out, T* db, int64_t begin, int64_t end);
+  void (*layernorm_forward)(const LayerNormLoopArgs<T>& a, int64_t row_begin, int64_t row_end);
+  void (*layernorm_grad_input)(const LayerNormGradLoopArgs<T>& a, int64_t row_begin, int64_t row_end);
+  void (*layernorm_grad_params)(const LayerNormGradLoopArgs<T>& a, int64_t col_begin, int64_t col_end);
+  void (*attention_forward)(const AttentionLoopArgs<T>& a, int64_t pair_begin, int64_t pair_end);
+  void (*attention_backward)(const AttentionLoopArgs<T>& a, int64_t pair_begin, int64_t pair_end);
+  void (*softmax_xent)(const SoftmaxXentLoopArgs<T>& a, int64_t row_begin, int64_t row_end);
+  // x rounded to bf16 (nearest even), stored as bf16 or as its exact fp32.
+  void (*round_to_bf16)(const float* x, bf16* out, int64_t begin, int64_t end);
+  void (*round_through_bf16)(const float* x, float* out, int64_t begin, int64_t end);
+};
+
+using GptLoops = GptLoopsOf<float>;
+
+// The float loops of `isa` (kAuto: cpu_isa_best()); EnforceError when this
+// CPU or build has no such variant.
+const GptLoops& gpt_loops(CpuIsa isa = CpuIsa::kAuto);
+
+namespace detail {
+const GptLoops& select_gpt_loops_baseline();
+const GptLoops& select_gpt_loops_avx2();
+const GptLoops& select_gpt_loops_avx512();
+}  // namespace detail
+
+}  // namespace mp

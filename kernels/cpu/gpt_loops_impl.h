@@ -1,0 +1,214 @@
+// kernels/cpu/gpt_loops_impl.h (private to kernels/cpu): the loop bodies of
+// kernels/cpu/gpt_loops.h, included by gpt_ops.cc (the double reference) and
+// by each gpt_loops_<isa>.cc (the float variants).
+//
+// Everything here is in an anonymous namespace, and the table entries are
+// flattened (every shared inline helper inlined into them): no out-of-line
+// copy of a helper compiled for a wider ISA can leak to callers on CPUs
+// without it (tests/check_isa_objects.cmake checks each object exports only
+// its select function).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/gpt_math.h"
+
+namespace mp {
+namespace {
+
+template <class T>
+[[gnu::flatten]] void gelu_forward_loop(const T* x, T* out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
+}
+
+template <class T>
+[[gnu::flatten]] void gelu_backward_loop(const T* x, const T* dout, T* dx, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) dx[j] = math::gelu_grad(x[j]) * dout[j];
+}
+
+template <class T>
+[[gnu::flatten]] void add_loop(const T* a, const T* b, T* out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = a[j] + b[j];
+}
+
+template <class T>
+[[gnu::flatten]] void bias_grad_loop(const T* dy, int64_t rows, int64_t out, T* db, int64_t o0, int64_t o1) {
+  std::fill(db + o0, db + o1, T(0));
+  for (int64_t n = 0; n < rows; ++n) {
+    const T* g = dy + n * out;
+    for (int64_t o = o0; o < o1; ++o) db[o] += g[o];
+  }
+}
+
+template <class T>
+[[gnu::flatten]] void layernorm_forward_loop(const LayerNormLoopArgs<T>& a, int64_t n0, int64_t n1) {
+  const int64_t channels = a.channels;
+  const T inv_c = T(1) / static_cast<T>(channels);
+  const auto eps = static_cast<T>(math::kGptLayerNormEps);
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* xr = a.x + n * channels;
+    const T m = reduce8<T>(channels, [&](int64_t j) { return xr[j]; }) * inv_c;
+    const T var = reduce8<T>(channels, [&](int64_t j) { return (xr[j] - m) * (xr[j] - m); }) * inv_c;
+    const T r = T(1) / std::sqrt(var + eps);
+    T* o = a.out + n * channels;
+    for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, a.w[c], a.b[c]);
+    a.mean[n] = m;
+    a.rstd[n] = r;
+  }
+}
+
+// dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd.
+template <class T>
+[[gnu::flatten]] void layernorm_grad_input_loop(const LayerNormGradLoopArgs<T>& a, int64_t n0, int64_t n1) {
+  const int64_t channels = a.channels;
+  const T inv_c = T(1) / static_cast<T>(channels);
+  const T* w = a.w;
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* g = a.dout + n * channels;
+    const T* xr = a.x + n * channels;
+    const T m = a.mean[n], r = a.rstd[n];
+    const T dnorm_mean = reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j]; }) * inv_c;
+    const T dnorm_norm_mean =
+        reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j] * ((xr[j] - m) * r); }) * inv_c;
+    T* d = a.dx + n * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
+    }
+  }
+}
+
+// dw, db: the part owning channels [c0, c1) sums the rows in order.
+template <class T>
+[[gnu::flatten]] void layernorm_grad_params_loop(const LayerNormGradLoopArgs<T>& a, int64_t c0, int64_t c1) {
+  const int64_t channels = a.channels;
+  std::fill(a.dw + c0, a.dw + c1, T(0));
+  std::fill(a.db + c0, a.db + c1, T(0));
+  for (int64_t n = 0; n < a.rows; ++n) {
+    const T* g = a.dout + n * channels;
+    const T* xr = a.x + n * channels;
+    const T m = a.mean[n], r = a.rstd[n];
+    for (int64_t c = c0; c < c1; ++c) {
+      a.dw[c] += g[c] * ((xr[c] - m) * r);
+      a.db[c] += g[c];
+    }
+  }
+}
+
+// Each (batch, head) pair owns its rows of att and its columns of out.
+template <class T>
+[[gnu::flatten]] void attention_forward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+  const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
+  const int64_t hd = channels / heads, stride = 3 * channels;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / heads, h = p % heads;
+    const T* base = a.qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
+    for (int64_t t = 0; t < seq; ++t) {
+      const T* q = base + t * stride;
+      T* att = a.att_out + (p * seq + t) * seq;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        att[t2] = dot(q, base + t2 * stride + channels, hd) * scale;
+        m = std::max(m, att[t2]);
+      }
+      T sum = 0;
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        att[t2] = std::exp(att[t2] - m);
+        sum += att[t2];
+      }
+      const T inv = T(1) / sum;
+      for (int64_t t2 = 0; t2 <= t; ++t2) att[t2] *= inv;
+      std::fill(att + t + 1, att + seq, T(0));
+      T* o = a.out + (b * seq + t) * channels + h * hd;
+      std::fill(o, o + hd, T(0));
+      for (int64_t t2 = 0; t2 <= t; ++t2) axpy(att[t2], base + t2 * stride + 2 * channels, o, hd);
+    }
+  }
+}
+
+// Each pair owns its columns of dqkv in its batch's rows.
+template <class T>
+[[gnu::flatten]] void attention_backward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+  const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
+  const int64_t hd = channels / heads, stride = 3 * channels;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / heads, h = p % heads;
+    const T* base = a.qkv + b * seq * stride + h * hd;
+    T* dbase = a.dqkv + b * seq * stride + h * hd;
+    for (int64_t t = 0; t < seq; ++t) {
+      for (int64_t third = 0; third < 3; ++third) {
+        T* d = dbase + t * stride + third * channels;
+        std::fill(d, d + hd, T(0));
+      }
+    }
+    T* datt = a.scratch + p * seq;
+    for (int64_t t = 0; t < seq; ++t) {
+      const T* att = a.att + (p * seq + t) * seq;
+      const T* g = a.dout + (b * seq + t) * channels + h * hd;
+      const T* q = base + t * stride;
+      T* dq = dbase + t * stride;
+      for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot(g, base + t2 * stride + 2 * channels, hd);
+      // Softmax backward: dscore = att (datt - sum att datt).
+      const T expected = dot(att, datt, t + 1);
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        const T* k = base + t2 * stride + channels;
+        T* dk = dbase + t2 * stride + channels;
+        T* dv = dbase + t2 * stride + 2 * channels;
+        const T dscore = att[t2] * (datt[t2] - expected) * scale;
+        axpy(att[t2], g, dv, hd);
+        axpy(dscore, k, dq, hd);
+        axpy(dscore, q, dk, hd);
+      }
+    }
+  }
+}
+
+template <class T>
+[[gnu::flatten]] void softmax_xent_loop(const SoftmaxXentLoopArgs<T>& a, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* z = a.logits + n * a.padded_vocab;
+    T* dz = a.dlogits + n * a.padded_vocab;
+    a.row_loss[n] = softmax_xent_row(z, a.vocab, a.targets[n], a.inv_rows, dz, [](T v) { return math::gpt_exp(v); });
+    std::fill(dz + a.vocab, dz + a.padded_vocab, T(0));
+  }
+}
+
+[[gnu::flatten]] void round_to_bf16_loop(const float* x, bf16* out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = math::from_f32<bf16>(x[j]);
+}
+
+[[gnu::flatten]] void round_through_bf16_loop(const float* x, float* out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) out[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+}
+
+template <class T>
+constexpr GptLoopsOf<T> make_gpt_loops() {
+  return GptLoopsOf<T>{&gelu_forward_loop<T>,          &gelu_backward_loop<T>,
+                       &add_loop<T>,                   &bias_grad_loop<T>,
+                       &layernorm_forward_loop<T>,     &layernorm_grad_input_loop<T>,
+                       &layernorm_grad_params_loop<T>, &attention_forward_loop<T>,
+                       &attention_backward_loop<T>,    &softmax_xent_loop<T>,
+                       &round_to_bf16_loop,            &round_through_bf16_loop};
+}
+
+}  // namespace
+}  // namespace mp
+
+// Each gpt_loops_<isa>.cc defines MP_GPT_LOOPS_ISA and gets its select function.
+#if defined(MP_GPT_LOOPS_ISA)
+#define MP_GPT_LOOPS_CAT2(a, b) a##b
+#define MP_GPT_LOOPS_CAT(a, b) MP_GPT_LOOPS_CAT2(a, b)
+namespace mp::detail {
+const GptLoops& MP_GPT_LOOPS_CAT(select_gpt_loops_, MP_GPT_LOOPS_ISA)() {
+  static constexpr GptLoops kLoops = make_gpt_loops<float>();
+  return kLoops;
+}
+}  // namespace mp::detail
+#endif
