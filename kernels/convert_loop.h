@@ -58,4 +58,14 @@ MP_HD void convert_element(const Src* src, Dst* dst, int64_t i, const ConvertPar
   }
 }
 
+// convert_element into Wire (nearest-even), widened back to fp32 exactly:
+// the value a one-rank reduction in the Wire dtype with fp32 accumulation
+// leaves (ops::round_through).
+template <class Wire>
+MP_HD float round_through_element(float x, const ConvertParams& p) {
+  Wire w;
+  convert_element<float, Wire, false>(&x, &w, 0, p);
+  return to_f32(w);
+}
+
 }  // namespace mp::math

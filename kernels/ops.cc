@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -142,6 +143,27 @@ void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& st
       [&](auto cs) {
 #if MP_WITH_CUDA
         accumulate_cuda(d, dt, s, st, n, overwrite, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+void round_through(const Tensor& src, const Tensor& dst, DType through, double divisor, Stream& stream) {
+  MP_ENFORCE(src.defined() && dst.defined() && src.dtype() == DType::kF32 && dst.dtype() == DType::kF32 &&
+                 src.numel() == dst.numel() && src.device() == dst.device() && accumulable(through) &&
+                 std::isfinite(divisor) && divisor > 0,
+             "round_through of ", src.defined() ? src.describe() : "undefined", " into ",
+             dst.defined() ? dst.describe() : "undefined", " through ", dtype_name(through), " divided by ", divisor,
+             ": fp32 tensors on one device with the same element count, an fp32, bf16 or fp16 wire, a positive divisor");
+  const float* s = src.data_as<float>();
+  float* d = dst.data_as<float>();
+  const int64_t n = src.numel();
+  dispatch(
+      src.device(), stream, "round_through", [=] { round_through_cpu(s, d, through, divisor, n); },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        round_through_cuda(s, d, through, divisor, n, cs);
 #else
         (void)cs;
 #endif

@@ -48,6 +48,13 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream);
 // the same or fp32). Same element count and device. accumulate_cpu's math.
 void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& stream);
 
+// dst[i] = (float) round(src[i] / divisor) into `through` (fp32, bf16 or
+// fp16, nearest-even; convert()'s element math), then widened exactly: what
+// a reduction over one rank in the `through` wire dtype with fp32
+// accumulation leaves (the engine's local path for a one-member group,
+// Note [Gradient reduction]). src and dst fp32, same element count and
+// device; dst may alias src. The CPU body is multi-threaded (parallel_for).
+void round_through(const Tensor& src, const Tensor& dst, DType through, double divisor, Stream& stream);
 // Deterministic fp64 accumulation: acc[i] (+)= src[k * n + i] for
 // k = 0 .. blocks-1 in that order, each addition exact in fp64; with
 // `first` acc starts from 0. acc: n doubles in `device` memory; src: fp32,

@@ -87,8 +87,8 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
     units_.emplace_back(u, layout_.unit(u), mesh_.shard->rank(), o_, *opt_, alloc_, *compute_);
   }
   compute_->synchronize();  // the range tables are on the device
-  reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *opt_,
-                                           comm_, alloc_);
+  reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *compute_,
+                                           *opt_, comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
   init_params();
 }

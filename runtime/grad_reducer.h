@@ -18,6 +18,12 @@
 // - sharded: reduce-scatter every micro-batch, added into the shard in
 //   grad_accum_dtype.
 // HYBRID_SHARD then all-reduces the shard across replicas.
+// - local: one rank (a one-member shard group, no replicas, one
+//   micro-batch, an fp32 shard) has nothing to communicate. The backward
+//   writes straight into the shard where the reduction would only copy
+//   (fp32 wire, no loss scale); otherwise one multi-threaded pass on the
+//   compute stream (ops::round_through) leaves the bits the one-rank
+//   reduce-scatter leaves: rounded through the wire dtype, widened back.
 // Invariants:
 // - A unit's reduction starts on the communication stream only after the
 //   compute that wrote its gradients (the `computed` event of reduce()).
@@ -42,14 +48,14 @@ namespace mp {
 // A gradient buffer of the backward: the unit's padded elements.
 struct GradBuffer {
   Tensor grads;
-  int index = 0;  // which of the two
+  int index = 0;  // which of the two; -1: the unit's gradient shard itself (zero copy)
 };
 
 class GradReducer {
  public:
   GradReducer(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, MeshGroups& mesh,
-              Stream& shard_stream, Stream& replicate_stream, const Optimizer& opt, CommWatch& comm,
-              Allocator& alloc);
+              Stream& shard_stream, Stream& replicate_stream, Stream& compute, const Optimizer& opt,
+              CommWatch& comm, Allocator& alloc);
 
   // A buffer for unit u's gradients: `compute` waits until the communication
   // stream is done with its previous contents, then zeroes the alignment
@@ -66,6 +72,7 @@ class GradReducer {
   Stream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
+  Stream& reduce_local(int u, const Tensor& g, int index);
   Stream& grad_stream();
   double loss_scale_now() const;
 
@@ -75,6 +82,7 @@ class GradReducer {
   MeshGroups& mesh_;
   Stream& shard_stream_;
   Stream& replicate_stream_;
+  Stream& compute_;
   const Optimizer& opt_;
   CommWatch& comm_;
   std::unique_ptr<CommHook> hook_;
@@ -90,6 +98,8 @@ class GradReducer {
   // for the reduction (wire dtype, loss scale) the cast also divides by the
   // number of micro-batches, so 16-bit wire values do not overflow.
   bool mean_at_cast_ = false;
+  bool local_ = false;      // the one-rank path (Note [Gradient reduction])
+  bool zero_copy_ = false;  // local, and the backward writes into the shard itself
 };
 
 }  // namespace mp

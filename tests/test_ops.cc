@@ -11,11 +11,13 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "kernels/convert.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/accumulate.h"
 #include "kernels/cpu/grad_stats.h"
@@ -171,6 +173,45 @@ TEST_F(Ops, AccumulateEqualsTheCpuLoopForEveryDtypePair) {
                        "accumulate of fp32[8] on cpu into fp8_e5m2[8] on cpu"));
   EXPECT_TRUE(contains(error_of<EnforceError>([&] { ops::accumulate(a, Tensor(), false, stream_); }),
                        "accumulate of undefined into fp32[8]"));
+}
+
+// The local path of a one-rank reduction gives the bits of the path it
+// replaces: convert into the wire dtype (with the loss-scale divisor), then
+// the widening copy, for every wire dtype, power-of-two and other divisors,
+// NaN, Inf, denormals and the values that overflow a 16-bit wire.
+TEST_F(Ops, RoundThroughEqualsConvertingThroughTheWireAndBack) {
+  const int64_t n = 200003;  // above the one-thread grain, with a tail
+  auto value = [](int64_t i) -> float {
+    switch (i % 41) {
+      case 1: return std::numeric_limits<float>::quiet_NaN();
+      case 2: return -std::numeric_limits<float>::infinity();
+      case 3: return 1e-41f;
+      case 4: return 1e38f;  // overflows fp16
+      case 5: return math::f32_from_bits(0x3f808000u);  // a bf16 tie
+      default: return static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * std::pow(2.0, i % 23 - 11));
+    }
+  };
+  for (DType wire : kFloatTypes) {
+    for (double divisor : {1.0, 0.25, 1.0 / 3.0, 65536.0}) {
+      SCOPED_TRACE(std::string(dtype_name(wire)) + " divisor " + std::to_string(divisor));
+      Tensor src = filled(host_, DType::kF32, n, value);
+      Tensor staged = Tensor::empty(host_, wire, {n}, MemCategory::kOther);
+      Tensor want = Tensor::empty(host_, DType::kF32, {n}, MemCategory::kOther);
+      convert(src, staged, ConvertOptions{.divisor = divisor});
+      convert(staged, want);
+      Tensor got = Tensor::empty(host_, DType::kF32, {n}, MemCategory::kOther);
+      ops::round_through(src, got, wire, divisor, stream_);
+      ops::round_through(src, src, wire, divisor, stream_);  // in place
+      stream_.synchronize();
+      EXPECT_EQ(bytes_of(got), bytes_of(want));
+      EXPECT_EQ(bytes_of(src), bytes_of(want));
+    }
+  }
+  Tensor a = Tensor::zeros(host_, DType::kF32, {8}, MemCategory::kOther);
+  EXPECT_TRUE(contains(error_of<EnforceError>([&] { ops::round_through(a, a, DType::kF8E4M3, 1.0, stream_); }),
+                       "round_through of fp32[8] on cpu into fp32[8] on cpu through fp8_e4m3"));
+  EXPECT_TRUE(contains(error_of<EnforceError>([&] { ops::round_through(a, a, DType::kBF16, 0.0, stream_); }),
+                       "a positive divisor"));
 }
 
 TEST_F(Ops, Fp64AccumulationAddsBlocksInOrderAndRoundsOnce) {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/accumulate_math.h"
+#include "kernels/convert_loop.h"
 #include "kernels/cuda/ops_cuda.h"
 
 namespace mp {
@@ -45,6 +46,11 @@ __global__ void accumulate_f64_kernel(double* acc, const float* src, int blocks,
 
 __global__ void round_f64_kernel(const double* acc, float* out, int64_t n) {
   MP_GRID_STRIDE(i, n) out[i] = static_cast<float>(acc[i]);
+}
+
+template <class W>
+__global__ void round_through_kernel(const float* src, float* dst, int64_t n, math::ConvertParams p) {
+  MP_GRID_STRIDE(i, n) dst[i] = math::round_through_element<W>(src[i], p);
 }
 
 template <class T>
@@ -94,6 +100,22 @@ void accumulate_f64_cuda(double* acc, const float* src, int blocks, int64_t n, b
 void round_f64_cuda(const double* acc, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   round_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, out, n);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void round_through_cuda(const float* src, float* dst, DType through, double divisor, int64_t n,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  const math::ConvertParams p = math::make_convert_params(0, 0, 0, divisor);
+  bool launched = false;
+  dispatch_dtype(through, [&](auto tag) {
+    using W = decltype(tag);
+    if constexpr (kAccumulable<W>) {
+      round_through_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n, p);
+      launched = true;
+    }
+  });
+  MP_ENFORCE(launched, "round_through through ", dtype_name(through), ": fp32, bf16 or fp16 only");
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
