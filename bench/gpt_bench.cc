@@ -53,6 +53,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/op_profile.h"
+#include "kernels/cpu/update.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
 #include "core/error.h"
@@ -76,6 +77,18 @@ double job_gemm_peak(int threads, DType dtype) {
   double sum = 0;
   MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return sum;
+}
+
+// Bytes one AdamW step moves over n parameters of a recipe's shard.
+double update_bytes(int64_t n, DType matmul) {
+  static bf16 copy;
+  UpdateArgs u;
+  u.master_mode = MasterMode::kFp32;
+  u.state_dtype = DType::kF32;
+  u.grad_dtype = DType::kF32;
+  u.param_out = matmul == DType::kBF16 ? &copy : nullptr;
+  u.param_dtype = DType::kBF16;
+  return static_cast<double>(update_bytes_per_param(u) * n);
 }
 
 struct Model {
@@ -119,6 +132,8 @@ void run_gpt_suite(const BenchContext& ctx) {
                                 "summed over ranks): fp32 ", peak_fp32, " GFLOP/s (", gemm_kernel(DType::kF32),
                                 "), bf16 ", peak_bf16, " GFLOP/s (", gemm_kernel(DType::kBF16), "); ",
                                 gemm_describe()));
+  // The update's reference: this rank's STREAM triad, all ranks at once.
+  const double triad_gbps = stream_triad_gbps(int64_t{1} << 25, threads, 1, 5, MPI_COMM_WORLD);
   op_profile_enable(true);
   for (const Model& m : models) {
     if (m.global_batch % ranks != 0) {
@@ -172,6 +187,13 @@ void run_gpt_suite(const BenchContext& ctx) {
       j["exposed_comm_ms"] = round_to(median(exposed) * 1e3, 2);
       j["update_ms"] = round_to(median(update) * 1e3, 2);
       j["idle_ms"] = round_to(median(idle) * 1e3, 2);
+      // The update's bytes (this rank's shard, AdamW, fp32 master and
+      // states, fp32 gradients, the bf16 copy for bf16_master) over its
+      // time, statistics pass included, against the triad.
+      const double update_gbps = update_bytes(model.spec().numel() / ranks, r.matmul) / median(update) / 1e9;
+      j["update_gbps"] = round_to(update_gbps, 2);
+      j["triad_gbps"] = round_to(triad_gbps, 2);
+      j["update_over_triad"] = round_to(update_gbps / triad_gbps, 3);
       nlohmann::ordered_json prof;
       double profiled_ms = 0;
       for (int f = 0; f < kNumOpFamilies; ++f) {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "comm/mpi/mpi_error.h"
 
 namespace mp::bench {
@@ -43,6 +44,20 @@ LocalTiming time_local(int warmup, int iters, const std::function<void()>& run, 
     s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return LocalTiming{median(s), *std::min_element(s.begin(), s.end())};
+}
+
+namespace {
+void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
+}
+}  // namespace
+
+double stream_triad_gbps(int64_t n, int threads, int warmup, int iters, MPI_Comm sync) {
+  std::vector<float> a(static_cast<size_t>(n), 0.0f), b(static_cast<size_t>(n), 1.0f), c(static_cast<size_t>(n), 2.0f);
+  const double s = time_local(warmup, iters, [&] {
+    parallel_for(n, threads, 64, [&](int64_t lo, int64_t hi) { triad(a.data(), b.data(), c.data(), lo, hi); });
+  }, sync).median_s;
+  return 12.0 * static_cast<double>(n) / s / 1e9;
 }
 
 std::vector<Timing> time_interleaved(MPI_Comm comm, const std::vector<Contender>& contenders,

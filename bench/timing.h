@@ -58,4 +58,10 @@ struct LocalTiming {
 };
 LocalTiming time_local(int warmup, int iters, const std::function<void()>& run, MPI_Comm sync = MPI_COMM_NULL);
 
+// This rank's STREAM triad (a = b + 3 c over n floats, 12 bytes per element
+// as STREAM counts them) on `threads` threads, in GB/s of the median run;
+// every run starts after a barrier on `sync` (all ranks at once) unless it
+// is MPI_COMM_NULL.
+double stream_triad_gbps(int64_t n, int threads, int warmup, int iters, MPI_Comm sync = MPI_COMM_NULL);
+
 }  // namespace mp::bench

@@ -31,10 +31,6 @@
 namespace mp::bench {
 namespace {
 
-void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, int64_t lo, int64_t hi) {
-  for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
-}
-
 struct Mode {
   const char* name;
   MasterMode mode;
@@ -47,14 +43,7 @@ void run_case(const BenchContext& ctx, int64_t n, int threads) {
   const int iters = std::max(ctx.options.iters / 4, 3);
   const int warmup = std::min(ctx.options.warmup, 1);
 
-  double triad_gbps = 0;
-  {
-    std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
-    const double triad_s = time_local(warmup, iters, [&] {
-      parallel_for(n, threads, 64, [&](int64_t lo, int64_t hi) { triad(a.data(), b.data(), c.data(), lo, hi); });
-    }).median_s;
-    triad_gbps = 12.0 * static_cast<double>(n) / triad_s / 1e9;
-  }
+  const double triad_gbps = stream_triad_gbps(n, threads, warmup, iters);
 
   StepScalars scalars;
   scalars.step = 10;
