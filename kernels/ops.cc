@@ -149,27 +149,6 @@ void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& st
       });
 }
 
-void round_through(const Tensor& src, const Tensor& dst, DType through, double divisor, Stream& stream) {
-  MP_ENFORCE(src.defined() && dst.defined() && src.dtype() == DType::kF32 && dst.dtype() == DType::kF32 &&
-                 src.numel() == dst.numel() && src.device() == dst.device() && accumulable(through) &&
-                 std::isfinite(divisor) && divisor > 0,
-             "round_through of ", src.defined() ? src.describe() : "undefined", " into ",
-             dst.defined() ? dst.describe() : "undefined", " through ", dtype_name(through), " divided by ", divisor,
-             ": fp32 tensors on one device with the same element count, an fp32, bf16 or fp16 wire, a positive divisor");
-  const float* s = src.data_as<float>();
-  float* d = dst.data_as<float>();
-  const int64_t n = src.numel();
-  dispatch(
-      src.device(), stream, "round_through", [=] { round_through_cpu(s, d, through, divisor, n); },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        round_through_cuda(s, d, through, divisor, n, cs);
-#else
-        (void)cs;
-#endif
-      });
-}
-
 void accumulate_f64(double* acc, Device device, const Tensor& src, int blocks, int64_t n, bool first,
                     Stream& stream) {
   MP_ENFORCE(src.defined() && src.dtype() == DType::kF32 && src.device() == device && blocks >= 0 && n >= 0 &&
@@ -217,21 +196,28 @@ int64_t grad_stats_workspace_bytes(Device device) {
 }
 
 void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* out, void* workspace,
-                Stream& stream) {
+                Stream& stream, std::optional<RoundThrough> round) {
   MP_ENFORCE(grad.defined() && 0 <= n && n <= grad.numel() && out != nullptr, "grad_stats of ", n,
              " elements of ", grad.defined() ? grad.describe() : "undefined");
-  const void* g = grad.data();
+  MP_ENFORCE(!round || (grad.dtype() == DType::kF32 && accumulable(round->through) &&
+                        std::isfinite(round->divisor) && round->divisor > 0),
+             "grad_stats rounding ", grad.describe(), " through ", round ? dtype_name(round->through) : "",
+             ": an fp32 gradient, an fp32, bf16 or fp16 wire, a positive divisor");
+  void* g = grad.data();
   const DType dtype = grad.dtype();
   dispatch(
       grad.device(), stream, "grad_stats",
       [=] {
-        const GradStats s = grad_stats_cpu(g, dtype, n, multiplier);
+        const GradStats s = round ? grad_stats_round_cpu(static_cast<float*>(g), n, multiplier, round->through,
+                                                         round->divisor)
+                                  : grad_stats_cpu(g, dtype, n, multiplier);
         out->sum_sq = s.sum_sq;
         out->non_finite = s.non_finite ? 1 : 0;
       },
       [&](auto cs) {
 #if MP_WITH_CUDA
         static_assert(sizeof(GradStatsSlot) == sizeof(DeviceGradStats));
+        if (round) round_through_cuda(static_cast<float*>(g), static_cast<float*>(g), round->through, round->divisor, n, cs);
         grad_stats_cuda(g, dtype, n, multiplier, reinterpret_cast<DeviceGradStats*>(out), workspace, cs);
 #else
         (void)cs;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/stream.h"
@@ -48,13 +49,6 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream);
 // the same or fp32). Same element count and device. accumulate_cpu's math.
 void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& stream);
 
-// dst[i] = (float) round(src[i] / divisor) into `through` (fp32, bf16 or
-// fp16, nearest-even; convert()'s element math), then widened exactly: what
-// a reduction over one rank in the `through` wire dtype with fp32
-// accumulation leaves (the engine's local path for a one-member group,
-// Note [Gradient reduction]). src and dst fp32, same element count and
-// device; dst may alias src. The CPU body is multi-threaded (parallel_for).
-void round_through(const Tensor& src, const Tensor& dst, DType through, double divisor, Stream& stream);
 // Deterministic fp64 accumulation: acc[i] (+)= src[k * n + i] for
 // k = 0 .. blocks-1 in that order, each addition exact in fp64; with
 // `first` acc starts from 0. acc: n doubles in `device` memory; src: fp32,
@@ -75,8 +69,18 @@ struct GradStatsSlot {
 // Scratch bytes grad_stats needs on `device` (0 on the CPU): allocate once,
 // pass to every call on one stream.
 int64_t grad_stats_workspace_bytes(Device device);
+// With `round`, grad (fp32) is first rounded in place, in the same pass:
+// grad[i] = (float) round(grad[i] / divisor) into `through` (fp32, bf16 or
+// fp16, nearest-even; convert()'s element math), widened back exactly. That
+// is what a reduction over one rank in the `through` wire dtype with fp32
+// accumulation leaves: the engine's local path and its statistics in one
+// read (Note [Gradient reduction] in runtime/grad_reducer.h).
+struct RoundThrough {
+  DType through = DType::kF32;
+  double divisor = 1.0;
+};
 void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* out, void* workspace,
-                Stream& stream);
+                Stream& stream, std::optional<RoundThrough> round = std::nullopt);
 
 // The fused optimizer step (kernels/cpu/update.h, kernels/cuda/update_cuda.h)
 // on `device`: every pointer in args, the range table included, and

@@ -210,7 +210,7 @@ void Engine::Impl::update_in_backward(int u, Stream& stream) {
   if (!scalars_written_) scalars_ready_ = write_scalars(decision_.decide(nullptr));  // the first unit's decides the step
   stream.wait(scalars_ready_);
   const UnitState& unit = units_[static_cast<size_t>(u)];
-  stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), stream);
+  stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), stream, reducer_->local_rounding());
   update_unit(u, stream);
   gathers_->updated(u, stream.record());
 }
@@ -224,7 +224,8 @@ GradStats Engine::Impl::reduced_statistics() {
   if (!o_.optimizer_in_backward) {  // with it, taken before each update
     for (int u = 0; u < layout_.num_units(); ++u) {
       const UnitState& unit = units_[static_cast<size_t>(u)];
-      stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), *compute_);
+      stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), *compute_,
+                        reducer_->local_rounding());
     }
   }
   const Event read = stats_.read_back(*compute_);

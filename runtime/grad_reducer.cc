@@ -42,7 +42,6 @@ GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::
   }
   local_ = !o.deterministic && mesh.shard->size() == 1 && o.replicate_size == 1 && o.micro_batches == 1 &&
            o.strategy != SC::NO_SHARD && !o.full_grad_accumulators() && o.grad_shard_dtype() == DType::kF32;
-  zero_copy_ = local_ && !o.wire_staging();
 }
 
 double GradReducer::divisor() const {
@@ -72,16 +71,16 @@ GradBuffer GradReducer::take_buffer(int u, Stream& compute) {
     at = p.offset + p.numel;
   }
   if (ul.padded_numel > at) gaps.push_back({at, ul.padded_numel});
-  // Zero copy: the shard was last read by this stream (the previous update).
-  const Tensor& target = zero_copy_ ? units_[static_cast<size_t>(u)].grad_shard() : grad_in_[index];
+  // Local: the shard was last read by this stream (the previous update).
+  const Tensor& target = local_ ? units_[static_cast<size_t>(u)].grad_shard() : grad_in_[index];
   if (!gaps.empty()) ops::zero_ranges(target, gaps, compute);
-  return GradBuffer{target.flat(0, ul.padded_numel), zero_copy_ ? -1 : index};
+  return GradBuffer{target.flat(0, ul.padded_numel), local_ ? -1 : index};
 }
 
 Stream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer, const Event& computed) {
   // The stream each path below starts on waits for the gradients (the
   // deterministic path reaches the replicate stream through the shard one).
-  if (local_) return reduce_local(u, buffer.grads, buffer.index);
+  if (local_) return reduce_local();
   (o_.deterministic ? shard_stream_ : grad_stream()).wait(computed);
   const Tensor g = grad_in_[buffer.index].flat(0, units_[static_cast<size_t>(u)].full());
   if (o_.deterministic) return reduce_deterministic(u, micro_batch, g, buffer.index);
@@ -168,15 +167,14 @@ Stream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tenso
   return shard_stream_;
 }
 
-// One rank: nothing to communicate (Note [Gradient reduction]). `computed`
-// is on the compute stream, which runs this in order after it.
-Stream& GradReducer::reduce_local(int u, const Tensor& g, int index) {
-  if (zero_copy_) return compute_;  // the backward wrote the shard
-  const UnitState& unit = units_[static_cast<size_t>(u)];
-  ops::round_through(g.flat(0, unit.full()), unit.grad_shard(), o_.precision.reduce_dtype, 1.0 / loss_scale_now(),
-                     compute_);
-  grad_free_[index] = compute_.record();
-  return compute_;
+// One rank: nothing to communicate (Note [Gradient reduction]). The
+// backward wrote the shard, on the compute stream; any rounding is the
+// statistics pass's (local_rounding).
+Stream& GradReducer::reduce_local() { return compute_; }
+
+std::optional<ops::RoundThrough> GradReducer::local_rounding() const {
+  if (!local_ || !o_.wire_staging()) return std::nullopt;  // an fp32 wire would only copy
+  return ops::RoundThrough{o_.precision.reduce_dtype, 1.0 / loss_scale_now()};
 }
 
 // SHARDED accumulation (and one micro-batch): reduce-scatter every

@@ -20,10 +20,13 @@
 // HYBRID_SHARD then all-reduces the shard across replicas.
 // - local: one rank (a one-member shard group, no replicas, one
 //   micro-batch, an fp32 shard) has nothing to communicate. The backward
-//   writes straight into the shard where the reduction would only copy
-//   (fp32 wire, no loss scale); otherwise one multi-threaded pass on the
-//   compute stream (ops::round_through) leaves the bits the one-rank
-//   reduce-scatter leaves: rounded through the wire dtype, widened back.
+//   writes straight into the unit's gradient shard (take_buffer hands it
+//   out). With a 16-bit wire or a loss scale the shard must then get the
+//   bits the one-rank reduce-scatter would leave: rounded through the wire
+//   dtype (the loss scale divided out), widened back. That rounding is done
+//   in place by the statistics pass, which reads the shard anyway
+//   (local_rounding(): the engine hands it to GradStatistics::take_shard),
+//   so the gradients are read once after the backward, not twice.
 // Invariants:
 // - A unit's reduction starts on the communication stream only after the
 //   compute that wrote its gradients (the `computed` event of reduce()).
@@ -36,10 +39,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/hooks.h"
 #include "comm/mesh.h"
+#include "kernels/ops.h"
 #include "runtime/comm_watch.h"
 #include "runtime/unit_state.h"
 
@@ -48,7 +53,7 @@ namespace mp {
 // A gradient buffer of the backward: the unit's padded elements.
 struct GradBuffer {
   Tensor grads;
-  int index = 0;  // which of the two; -1: the unit's gradient shard itself (zero copy)
+  int index = 0;  // which of the two; -1: the unit's gradient shard itself (local)
 };
 
 class GradReducer {
@@ -67,12 +72,15 @@ class GradReducer {
   // What the reduced gradients are still to be divided by: micro-batches,
   // ranks (deterministic) and the static loss scale.
   double divisor() const;
+  // The local path's rounding, for the statistics pass to apply in place
+  // (before anything else reads the shard); none on every other path.
+  std::optional<ops::RoundThrough> local_rounding() const;
 
  private:
   Stream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
-  Stream& reduce_local(int u, const Tensor& g, int index);
+  Stream& reduce_local();
   Stream& grad_stream();
   double loss_scale_now() const;
 
@@ -98,8 +106,7 @@ class GradReducer {
   // for the reduction (wire dtype, loss scale) the cast also divides by the
   // number of micro-batches, so 16-bit wire values do not overflow.
   bool mean_at_cast_ = false;
-  bool local_ = false;      // the one-rank path (Note [Gradient reduction])
-  bool zero_copy_ = false;  // local, and the backward writes into the shard itself
+  bool local_ = false;  // the one-rank path (Note [Gradient reduction])
 };
 
 }  // namespace mp

@@ -29,10 +29,11 @@ void GradStatistics::take_local(int u, int m, const Tensor& grads, int64_t numel
                   static_cast<char*>(workspace_.data()) + slot * static_cast<size_t>(workspace_bytes_), s);
 }
 
-void GradStatistics::take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier, Stream& s) {
+void GradStatistics::take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier, Stream& s,
+                                std::optional<ops::RoundThrough> round) {
   const size_t slot = static_cast<size_t>(u);
   ops::grad_stats(grad_shard, n, multiplier, static_cast<ops::GradStatsSlot*>(slots_.data()) + slot,
-                  static_cast<char*>(workspace_.data()) + slot * static_cast<size_t>(workspace_bytes_), s);
+                  static_cast<char*>(workspace_.data()) + slot * static_cast<size_t>(workspace_bytes_), s, round);
 }
 
 Event GradStatistics::read_back(Stream& s) {

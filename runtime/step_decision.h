@@ -40,6 +40,7 @@
 // unit in backward order.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -62,7 +63,9 @@ class GradStatistics {
   void take_local(int u, int m, const Tensor& grads, int64_t numel, Stream& s);
   // Enqueues on `s` the statistics of unit u's reduced shard (n elements)
   // times `multiplier`. Once per unit and step, before read_back.
-  void take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier, Stream& s);
+  // With `round`, the shard is first rounded in place (GradReducer::local_rounding).
+  void take_shard(int u, const Tensor& grad_shard, int64_t n, float multiplier, Stream& s,
+                  std::optional<ops::RoundThrough> round = std::nullopt);
   // Enqueues on `s` the copy of every slot to the host, after the takes
   // (ordered on or before s); returns the event to wait for.
   Event read_back(Stream& s);

@@ -175,42 +175,59 @@ TEST_F(Ops, AccumulateEqualsTheCpuLoopForEveryDtypePair) {
                        "accumulate of undefined into fp32[8]"));
 }
 
-// The local path of a one-rank reduction gives the bits of the path it
-// replaces: convert into the wire dtype (with the loss-scale divisor), then
-// the widening copy, for every wire dtype, power-of-two and other divisors,
-// NaN, Inf, denormals and the values that overflow a 16-bit wire.
-TEST_F(Ops, RoundThroughEqualsConvertingThroughTheWireAndBack) {
-  const int64_t n = 200003;  // above the one-thread grain, with a tail
+// The local path of a one-rank reduction (grad_stats rounding the gradient
+// in place) gives the bits of the path it replaces: convert into the wire
+// dtype (with the loss-scale divisor), the widening copy, then the
+// statistics; for every wire dtype, power-of-two and other divisors, NaN,
+// Inf, denormals and the values that overflow a 16-bit wire.
+TEST_F(Ops, GradStatsRoundingEqualsConvertingThroughTheWireAndBack) {
+  const int64_t n = 200003;  // several blocks, with a tail
   auto value = [](int64_t i) -> float {
     switch (i % 41) {
-      case 1: return std::numeric_limits<float>::quiet_NaN();
-      case 2: return -std::numeric_limits<float>::infinity();
+      case 1: return i < 100000 ? 0.5f : std::numeric_limits<float>::quiet_NaN();
+      case 2: return i < 100000 ? 0.25f : -std::numeric_limits<float>::infinity();
       case 3: return 1e-41f;
-      case 4: return 1e38f;  // overflows fp16
+      case 4: return i < 100000 ? 6e4f : 1e38f;  // 1e38 overflows fp16
       case 5: return math::f32_from_bits(0x3f808000u);  // a bf16 tie
       default: return static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * std::pow(2.0, i % 23 - 11));
     }
   };
-  for (DType wire : kFloatTypes) {
-    for (double divisor : {1.0, 0.25, 1.0 / 3.0, 65536.0}) {
-      SCOPED_TRACE(std::string(dtype_name(wire)) + " divisor " + std::to_string(divisor));
-      Tensor src = filled(host_, DType::kF32, n, value);
-      Tensor staged = Tensor::empty(host_, wire, {n}, MemCategory::kOther);
-      Tensor want = Tensor::empty(host_, DType::kF32, {n}, MemCategory::kOther);
-      convert(src, staged, ConvertOptions{.divisor = divisor});
-      convert(staged, want);
-      Tensor got = Tensor::empty(host_, DType::kF32, {n}, MemCategory::kOther);
-      ops::round_through(src, got, wire, divisor, stream_);
-      ops::round_through(src, src, wire, divisor, stream_);  // in place
-      stream_.synchronize();
-      EXPECT_EQ(bytes_of(got), bytes_of(want));
-      EXPECT_EQ(bytes_of(src), bytes_of(want));
+  for (int64_t count : {int64_t{99991}, n}) {  // finite only; then NaN and Inf too
+    for (DType wire : kFloatTypes) {
+      for (double divisor : {1.0, 0.25, 1.0 / 3.0, 65536.0}) {
+        SCOPED_TRACE(std::string(dtype_name(wire)) + " divisor " + std::to_string(divisor) + " n " +
+                     std::to_string(count));
+        Tensor grad = filled(host_, DType::kF32, count, value);
+        Tensor staged = Tensor::empty(host_, wire, {count}, MemCategory::kOther);
+        Tensor want = Tensor::empty(host_, DType::kF32, {count}, MemCategory::kOther);
+        convert(grad, staged, ConvertOptions{.divisor = divisor});
+        convert(staged, want);
+        const GradStats want_stats = grad_stats_cpu(want.data(), DType::kF32, count, 0.5f);
+        ops::GradStatsSlot got;
+        ops::grad_stats(grad, count, 0.5f, &got, nullptr, stream_, ops::RoundThrough{wire, divisor});
+        stream_.synchronize();
+        EXPECT_EQ(bytes_of(grad), bytes_of(want));
+        EXPECT_EQ(got.non_finite != 0, want_stats.non_finite);
+        if (!want_stats.non_finite) {
+          EXPECT_EQ(got.sum_sq, want_stats.sum_sq);
+        }
+      }
     }
   }
   Tensor a = Tensor::zeros(host_, DType::kF32, {8}, MemCategory::kOther);
-  EXPECT_TRUE(contains(error_of<EnforceError>([&] { ops::round_through(a, a, DType::kF8E4M3, 1.0, stream_); }),
-                       "round_through of fp32[8] on cpu into fp32[8] on cpu through fp8_e4m3"));
-  EXPECT_TRUE(contains(error_of<EnforceError>([&] { ops::round_through(a, a, DType::kBF16, 0.0, stream_); }),
+  Tensor h = Tensor::zeros(host_, DType::kBF16, {8}, MemCategory::kOther);
+  ops::GradStatsSlot slot;
+  EXPECT_TRUE(contains(error_of<EnforceError>([&] {
+                         ops::grad_stats(a, 8, 1.0f, &slot, nullptr, stream_, ops::RoundThrough{DType::kF8E4M3, 1.0});
+                       }),
+                       "grad_stats rounding fp32[8] on cpu through fp8_e4m3"));
+  EXPECT_TRUE(contains(error_of<EnforceError>([&] {
+                         ops::grad_stats(h, 8, 1.0f, &slot, nullptr, stream_, ops::RoundThrough{DType::kBF16, 1.0});
+                       }),
+                       "an fp32 gradient"));
+  EXPECT_TRUE(contains(error_of<EnforceError>([&] {
+                         ops::grad_stats(a, 8, 1.0f, &slot, nullptr, stream_, ops::RoundThrough{DType::kBF16, 0.0});
+                       }),
                        "a positive divisor"));
 }
 

@@ -3,7 +3,6 @@
 #include <type_traits>
 
 #include "kernels/accumulate_math.h"
-#include "kernels/convert_loop.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -61,19 +60,6 @@ void accumulate_f64_cpu(double* acc, const float* src, int blocks, int64_t strid
 void round_f64_cpu(const double* acc, float* out, int64_t n) {
   parallel_for(n, threads_for(n), 64, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = static_cast<float>(acc[i]);
-  });
-}
-
-void round_through_cpu(const float* src, float* dst, DType through, double divisor, int64_t n) {
-  MP_ENFORCE(accumulable(through), "round_through ", dtype_name(through), ": fp32, bf16 or fp16 only");
-  const math::ConvertParams p = math::make_convert_params(0, 0, 0, divisor);
-  dispatch_dtype(through, [&](auto tag) {
-    using W = decltype(tag);
-    if constexpr (std::is_same_v<W, float> || std::is_same_v<W, bf16> || std::is_same_v<W, fp16>) {
-      parallel_for(n, threads_for(n), 64, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) dst[i] = math::round_through_element<W>(src[i], p);
-      });
-    }
   });
 }
 

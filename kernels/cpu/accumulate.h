@@ -19,9 +19,4 @@ void accumulate_f64_cpu(double* acc, const float* src, int blocks, int64_t strid
 // out[i] = (float)acc[i], rounded to nearest-even.
 void round_f64_cpu(const double* acc, float* out, int64_t n);
 
-// dst[i] = src[i] / divisor rounded into `through` (fp32, bf16, fp16) and
-// widened back: the local path of a one-member reduction (ops::round_through).
-// Multi-threaded (parallel_for); dst may alias src.
-void round_through_cpu(const float* src, float* dst, DType through, double divisor, int64_t n);
-
 }  // namespace mp

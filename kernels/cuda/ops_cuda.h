@@ -28,7 +28,8 @@ void accumulate_f64_cuda(double* acc, const float* src, int blocks, int64_t n, b
 // round_f64_cpu: out[i] = (float)acc[i], nearest-even.
 void round_f64_cuda(const double* acc, float* out, int64_t n, cudaStream_t stream);
 
-// round_through_cpu: dst[i] = src[i] / divisor rounded into `through`, widened.
+// dst[i] = src[i] / divisor rounded into `through`, widened (dst may alias src):
+// the rounding of grad_stats_round_cpu (kernels/cpu/grad_stats.h).
 void round_through_cuda(const float* src, float* dst, DType through, double divisor, int64_t n,
                         cudaStream_t stream);
 
