@@ -75,14 +75,19 @@ struct GptBuffers {
   std::vector<Layer> layers;
   T *lnf, *lnf_mean, *lnf_rstd;
   T *logits, *row_loss;  // [rows, Vp], [rows]
-  // Note [Tied head]: [Vp, C] each. wte holds the head's GEMM input: T, or
-  // for a bf16 head its bf16 values in the dims' bf16_storage.
-  T *wte, *dwte_head;
+  // Note [Tied head]: [Vp, C], the head's GEMM input: T, or for a bf16
+  // head its bf16 values in the dims' bf16_storage.
+  T* wte;
   // Backward scratch, shared by the layers. dres is d loss / d residual stream.
   T *dres, *dln, *datty, *dqkv, *dfch, *dlogits, *att_scratch;
   // bf16 GEMM inputs (Note [GPT autocast]), in bf16_storage; null without
-  // bf16 ops: an activation, a gradient or dlogits, a weight.
-  void *x16 = nullptr, *dy16 = nullptr, *w16 = nullptr;
+  // bf16 ops. x16[i]: GEMM op i's activation input, rounded once by the
+  // forward and read again by the backward (null where op i is fp32);
+  // dlogits16: a bf16 head's d logits, written by the loss and read by the
+  // backward of the head and of unit 0 (Note [Tied head]); dy16: a block's
+  // gradient; w16: a weight.
+  std::vector<void*> x16;
+  void *dlogits16 = nullptr, *dy16 = nullptr, *w16 = nullptr;
 };
 
 // Hands out consecutive 64-byte aligned ranges of one buffer; with a null
@@ -134,7 +139,6 @@ GptBuffers<T> carve(const GptDims& d, T* base, int64_t* numel) {
   b.logits = k.take(d.rows * d.padded_vocab);
   b.row_loss = k.take(d.rows);
   b.wte = k.take(d.padded_vocab * d.channels);
-  b.dwte_head = k.take(d.padded_vocab * d.channels);
   b.dres = k.take(nc);
   b.dln = k.take(nc);
   b.datty = k.take(nc);
@@ -144,9 +148,13 @@ GptBuffers<T> carve(const GptDims& d, T* base, int64_t* numel) {
   b.att_scratch = k.take(d.batch * d.heads * d.seq);
   if (d.any_bf16_op()) {
     // Sized for fp32 storage, which bf16 storage never exceeds.
-    const int64_t dy = d.head_dtype() == DType::kBF16 ? std::max(4 * nc, d.rows * d.padded_vocab) : 4 * nc;
-    b.x16 = k.take(4 * nc);
-    b.dy16 = k.take(dy);
+    // Op i's input: [rows, C] except the MLP projection's [rows, 4C].
+    for (size_t i = 0; i < d.op_dtype.size(); ++i) {
+      const bool mlp_proj = i + 1 < d.op_dtype.size() && i % kBlockOps == kMlpCProj;
+      b.x16.push_back(d.op_dtype[i] == DType::kBF16 ? static_cast<void*>(k.take(mlp_proj ? 4 * nc : nc)) : nullptr);
+    }
+    if (d.head_dtype() == DType::kBF16) b.dlogits16 = k.take(d.rows * d.padded_vocab);
+    b.dy16 = k.take(4 * nc);
     b.w16 = k.take(4 * d.channels * d.channels);
   }
   *numel = k.used();
@@ -199,7 +207,7 @@ void matmul_forward(const GptDims& d, const GptBuffers<T>& b, size_t op, const U
   const T* bias = w.p + bias_off;
   if constexpr (std::is_same_v<T, float>) {
     if (d.op_dtype[op] == DType::kBF16) {
-      const GptGemmInput x16 = gpt_round_to_bf16(x, d.rows * in, d.bf16_storage, b.x16, d.threads);
+      const GptGemmInput x16 = gpt_round_to_bf16(x, d.rows * in, d.bf16_storage, b.x16[op], d.threads);
       gpt_matmul_forward(x16, bf16_weight(d, b, w, w_off, in * out), bias, d.rows, in, out, y, d.threads);
       return;
     }
@@ -213,7 +221,7 @@ void matmul_backward(const GptDims& d, const GptBuffers<T>& b, size_t op, const 
                      const T* x, const T* dy, int64_t in, int64_t out, T* dx, T* dw, T* db) {
   if constexpr (std::is_same_v<T, float>) {
     if (d.op_dtype[op] == DType::kBF16) {
-      const GptGemmInput x16 = gpt_round_to_bf16(x, d.rows * in, d.bf16_storage, b.x16, d.threads);
+      const GptGemmInput x16{b.x16[op], d.bf16_storage};  // the forward's rounding of x
       const GptGemmInput dy16 = gpt_round_to_bf16(dy, d.rows * out, d.bf16_storage, b.dy16, d.threads);
       gpt_matmul_backward(x16, bf16_weight(d, b, w, w_off, in * out), dy16, d.rows, in, out, dx, dw, d.threads);
       gpt_bias_backward(dy, d.rows, out, db, d.threads);
@@ -228,7 +236,8 @@ template <class T>
 void logits_forward(const GptDims& d, const GptBuffers<T>& b) {
   if constexpr (std::is_same_v<T, float>) {
     if (d.head_dtype() == DType::kBF16) {
-      const GptGemmInput x16 = gpt_round_to_bf16(b.lnf, d.rows * d.channels, d.bf16_storage, b.x16, d.threads);
+      const GptGemmInput x16 =
+          gpt_round_to_bf16(b.lnf, d.rows * d.channels, d.bf16_storage, b.x16.back(), d.threads);
       gpt_logits_forward(x16, GptGemmInput{b.wte, d.bf16_storage}, d.rows, d.channels, d.padded_vocab, b.logits,
                          d.threads);
       return;
@@ -237,20 +246,21 @@ void logits_forward(const GptDims& d, const GptBuffers<T>& b) {
   gpt_logits_forward(b.lnf, b.wte, d.rows, d.channels, d.padded_vocab, b.logits, d.threads);
 }
 
-// dln = dlogits wte, dwte_head = dlogits^T lnf.
+// The head's backward products (Note [Tied head]): dln = dlogits wte when
+// dln is given (the head's backward), dwte = dlogits^T lnf when dwte is
+// (unit 0's, into its gradients). dlogits as the loss left it.
 template <class T>
-void logits_backward(const GptDims& d, const GptBuffers<T>& b) {
+void logits_backward(const GptDims& d, const GptBuffers<T>& b, T* dln, T* dwte) {
   if constexpr (std::is_same_v<T, float>) {
     if (d.head_dtype() == DType::kBF16) {
-      const GptGemmInput x16 = gpt_round_to_bf16(b.lnf, d.rows * d.channels, d.bf16_storage, b.x16, d.threads);
-      const GptGemmInput dlogits16 =
-          gpt_round_to_bf16(b.dlogits, d.rows * d.padded_vocab, d.bf16_storage, b.dy16, d.threads);
+      const GptGemmInput x16{b.x16.back(), d.bf16_storage};        // the forward's rounding of lnf
+      const GptGemmInput dlogits16{b.dlogits16, d.bf16_storage};  // the loss wrote it (unit_forward)
       gpt_logits_backward(x16, GptGemmInput{b.wte, d.bf16_storage}, dlogits16, d.rows, d.channels, d.padded_vocab,
-                          b.dln, b.dwte_head, d.threads);
+                          dln, dwte, d.threads);
       return;
     }
   }
-  gpt_logits_backward(b.lnf, b.wte, b.dlogits, d.rows, d.channels, d.padded_vocab, b.dln, b.dwte_head, d.threads);
+  gpt_logits_backward(b.lnf, b.wte, b.dlogits, d.rows, d.channels, d.padded_vocab, dln, dwte, d.threads);
 }
 
 // Whether unit 0 reads wte from the engine's bf16 parameters themselves:
@@ -327,7 +337,14 @@ double unit_forward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitL
   gpt_layernorm_forward(b.residual.back(), p + offset(unit, kLnfW), p + offset(unit, kLnfB), rows, c, b.lnf,
                         b.lnf_mean, b.lnf_rstd, th);
   logits_forward(d, b);
-  // d loss / d logits lands in b.dlogits, where the head's backward reads it.
+  // d loss / d logits lands where the backward reads it: b.dlogits, or for
+  // a bf16 head only its bf16 rounding, in b.dlogits16.
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.head_dtype() == DType::kBF16) {
+      return gpt_softmax_xent_bf16(b.logits, targets, rows, d.vocab, d.padded_vocab, b.row_loss, b.dlogits,
+                                   d.bf16_storage, b.dlogits16, th);
+    }
+  }
   return gpt_softmax_xent(b.logits, targets, rows, d.vocab, d.padded_vocab, b.row_loss, b.dlogits, th);
 }
 
@@ -342,11 +359,9 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
     // Note [Tied head]: the head's d wte, then the embedding's added in.
     T* dwte = g + offset(unit, kWte);
     T* dwpe = g + offset(unit, kWpe);
+    logits_backward(d, b, static_cast<T*>(nullptr), dwte);
     {
-      ScopedOp op(OpFamily::kElementwise);  // the head's d wte copied, d wpe zeroed
-      parallel_for(d.padded_vocab * c, th, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
-        std::copy(b.dwte_head + i0, b.dwte_head + i1, dwte + i0);
-      });
+      ScopedOp op(OpFamily::kElementwise);
       std::fill(dwpe, dwpe + d.seq * c, T(0));
     }
     gpt_embedding_backward(inputs, b.dres, d.batch, d.seq, c, dwte, dwpe, th);
@@ -374,7 +389,7 @@ void unit_backward(const GptDims& d, const GptBuffers<T>& b, int u, const UnitLa
                            grad(kLn1B), th);
     return;
   }
-  logits_backward(d, b);
+  logits_backward(d, b, b.dln, static_cast<T*>(nullptr));
   {
     ScopedOp op(OpFamily::kElementwise);
     std::fill(b.dres, b.dres + rows * c, T(0));

@@ -33,12 +33,16 @@
 //                   values for a bf16 head: Note [GPT autocast]), into a
 //                   model workspace;
 //   forward(last)   computes the logits from that copy;
-//   backward(last)  computes the head's d loss / d wte into another fp32
-//                   model workspace;
-//   backward(0)     writes d wte = (head's contribution) + (the embedding's,
-//                   added row by row in position order) into unit 0's grads.
-// Both workspaces are activation memory, allocated once with the model. So
-// unit 0's grads carry the whole tied gradient and no other unit's do.
+//   backward(last)  computes d loss / d (final LayerNorm output) only;
+//   backward(0)     writes d wte = (the head's contribution, d logits^T
+//                   times the final LayerNorm output, computed there from
+//                   the loss's d logits and the forward's activations) +
+//                   (the embedding's, added row by row in position order)
+//                   straight into unit 0's grads.
+// The wte copy is activation memory, allocated once with the model, as are
+// the d logits and activations unit 0 reads. So unit 0's grads carry the
+// whole tied gradient and no other unit's do, with no [vocab, C] gradient
+// buffer or copy of one in the model.
 //
 // Note [GPT data]
 // A first-order Markov chain over the vocabulary, a pure function of

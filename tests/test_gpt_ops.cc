@@ -277,6 +277,37 @@ TEST(GptOps, RoundToBf16StoresBf16OrItsFp32) {
   EXPECT_THROW(gpt_round_to_bf16(x.data(), 1, DType::kF16, f.data(), 1), EnforceError);
 }
 
+// The loss with the head's bf16 gradient written directly: the bits of the
+// fp32 loss then the rounding, for both storages and any thread count (each
+// part computes its rows in its own scratch row).
+TEST(GptOps, SoftmaxCrossEntropyBf16EqualsTheLossThenTheRounding) {
+  const int64_t rows = 7, vocab = 300, padded = 320;
+  std::vector<float> logits(rows * padded);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 6);
+  const std::vector<int32_t> targets = {0, 299, 5, 17, 250, 1, 100};
+  std::vector<float> want_loss(rows), want_grad(rows * padded);
+  const double want = gpt_softmax_xent(logits.data(), targets.data(), rows, vocab, padded, want_loss.data(),
+                                       want_grad.data(), 1);
+  for (DType storage : {DType::kBF16, DType::kF32}) {
+    for (int threads : {1, 3}) {
+      std::vector<float> loss(rows), scratch(rows * padded), out(rows * padded), want_out(rows * padded);
+      gpt_round_to_bf16(want_grad.data(), rows * padded, storage, want_out.data(), 1);
+      const double got = gpt_softmax_xent_bf16(logits.data(), targets.data(), rows, vocab, padded, loss.data(),
+                                               scratch.data(), storage, out.data(), threads);
+      const size_t bytes = static_cast<size_t>(rows * padded) * (storage == DType::kBF16 ? 2 : 4);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(std::memcmp(loss.data(), want_loss.data(), loss.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(out.data(), want_out.data(), bytes), 0) << dtype_name(storage) << " " << threads;
+    }
+  }
+  std::vector<float> loss(rows), scratch(rows * padded), out(rows * padded);
+  std::vector<int32_t> bad = targets;
+  bad[3] = vocab;
+  EXPECT_THROW(gpt_softmax_xent_bf16(logits.data(), bad.data(), rows, vocab, padded, loss.data(), scratch.data(),
+                                     DType::kBF16, out.data(), 1),
+               EnforceError);
+}
+
 // ---- the whole model ---------------------------------------------------------
 
 }  // namespace

@@ -59,7 +59,10 @@ struct AttentionLoopArgs {
   T* dqkv;     // backward
 };
 
-// Targets are checked by the caller before the loop runs.
+// Targets are checked by the caller before the loop runs. With dlogits16
+// (float only) the gradient is written only rounded to bf16, in `storage`
+// (kBF16, or kF32 holding bf16 values), each part computing its rows in
+// dlogits' row `row_begin` (a scratch row that stays in cache).
 template <class T>
 struct SoftmaxXentLoopArgs {
   const T* logits;
@@ -69,6 +72,8 @@ struct SoftmaxXentLoopArgs {
   T inv_rows;
   T* row_loss;
   T* dlogits;
+  void* dlogits16 = nullptr;
+  DType storage = DType::kBF16;
 };
 
 // Each loop runs indices [begin, end) of its op.

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gpt_loops.h"
@@ -170,22 +171,30 @@ template <class T>
   }
 }
 
-template <class T>
-[[gnu::flatten]] void softmax_xent_loop(const SoftmaxXentLoopArgs<T>& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const T* z = a.logits + n * a.padded_vocab;
-    T* dz = a.dlogits + n * a.padded_vocab;
-    a.row_loss[n] = softmax_xent_row(z, a.vocab, a.targets[n], a.inv_rows, dz, [](T v) { return math::gpt_exp(v); });
-    std::fill(dz + a.vocab, dz + a.padded_vocab, T(0));
-  }
-}
-
 [[gnu::flatten]] void round_to_bf16_loop(const float* x, bf16* out, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; ++j) out[j] = math::from_f32<bf16>(x[j]);
 }
 
 [[gnu::flatten]] void round_through_bf16_loop(const float* x, float* out, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; ++j) out[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+}
+
+template <class T>
+[[gnu::flatten]] void softmax_xent_loop(const SoftmaxXentLoopArgs<T>& a, int64_t n0, int64_t n1) {
+  const int64_t pv = a.padded_vocab;
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* z = a.logits + n * pv;
+    T* dz = a.dlogits + (a.dlogits16 != nullptr ? n0 : n) * pv;
+    a.row_loss[n] = softmax_xent_row(z, a.vocab, a.targets[n], a.inv_rows, dz, [](T v) { return math::gpt_exp(v); });
+    std::fill(dz + a.vocab, dz + pv, T(0));
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.storage == DType::kBF16 && a.dlogits16 != nullptr) {
+        round_to_bf16_loop(dz, static_cast<bf16*>(a.dlogits16) + n * pv, 0, pv);
+      } else if (a.dlogits16 != nullptr) {
+        round_through_bf16_loop(dz, static_cast<float*>(a.dlogits16) + n * pv, 0, pv);
+      }
+    }
+  }
 }
 
 template <class T>

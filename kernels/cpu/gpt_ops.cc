@@ -39,6 +39,14 @@ void check_token(int32_t token, int64_t vocab, int64_t row, const char* what) {
   MP_ENFORCE(token >= 0 && token < vocab, what, " ", token, " at row ", row, " outside [0, ", vocab, ")");
 }
 
+// The mean of the rows' losses, summed in double in row order.
+template <class T>
+double mean_row_loss(const T* row_loss, int64_t rows) {
+  double total = 0.0;
+  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
+  return total / static_cast<double>(rows);
+}
+
 // The loops of T: float's picked for this CPU (kernels/cpu/gpt_loops.h),
 // double's the same templates at baseline.
 template <class T>
@@ -220,27 +228,31 @@ template <class T>
 void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t rows, int64_t channels,
                          int64_t vocab_rows, T* dx, T* dwte, int threads) {
   // dx[n, :] = sum over v in order of dlogits[n, v] wte[v, :].
-  parallel_for(rows, threads, part_align(channels * vocab_rows, kRowBlock), [&](int64_t n0, int64_t n1) {
-    for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
-      const int64_t re = std::min(n1, rb + kRowBlock);
-      std::fill(dx + rb * channels, dx + re * channels, T(0));
-      for (int64_t v = 0; v < vocab_rows; ++v) {
-        const T* e = wte + v * channels;
-        for (int64_t n = rb; n < re; ++n) axpy(dlogits[n * vocab_rows + v], e, dx + n * channels, channels);
+  if (dx != nullptr) {
+    parallel_for(rows, threads, part_align(channels * vocab_rows, kRowBlock), [&](int64_t n0, int64_t n1) {
+      for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
+        const int64_t re = std::min(n1, rb + kRowBlock);
+        std::fill(dx + rb * channels, dx + re * channels, T(0));
+        for (int64_t v = 0; v < vocab_rows; ++v) {
+          const T* e = wte + v * channels;
+          for (int64_t n = rb; n < re; ++n) axpy(dlogits[n * vocab_rows + v], e, dx + n * channels, channels);
+        }
       }
-    }
-  });
+    });
+  }
   // dwte[v, :] = sum over n in order of dlogits[n, v] x[n, :].
-  parallel_for(vocab_rows, threads, part_align(channels * rows, kRowBlock), [&](int64_t v0, int64_t v1) {
-    for (int64_t vb = v0; vb < v1; vb += kRowBlock) {
-      const int64_t ve = std::min(v1, vb + kRowBlock);
-      std::fill(dwte + vb * channels, dwte + ve * channels, T(0));
-      for (int64_t n = 0; n < rows; ++n) {
-        const T* xr = x + n * channels;
-        for (int64_t v = vb; v < ve; ++v) axpy(dlogits[n * vocab_rows + v], xr, dwte + v * channels, channels);
+  if (dwte != nullptr) {
+    parallel_for(vocab_rows, threads, part_align(channels * rows, kRowBlock), [&](int64_t v0, int64_t v1) {
+      for (int64_t vb = v0; vb < v1; vb += kRowBlock) {
+        const int64_t ve = std::min(v1, vb + kRowBlock);
+        std::fill(dwte + vb * channels, dwte + ve * channels, T(0));
+        for (int64_t n = 0; n < rows; ++n) {
+          const T* xr = x + n * channels;
+          for (int64_t v = vb; v < ve; ++v) axpy(dlogits[n * vocab_rows + v], xr, dwte + v * channels, channels);
+        }
       }
-    }
-  });
+    });
+  }
 }
 
 // ---- GEMM ops (float path) --------------------------------------------------------
@@ -296,11 +308,15 @@ void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t 
 void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
                          int64_t vocab_rows, float* dx, float* dwte, int threads) {
   // dx[rows, C] = dlogits[rows, V] wte[V, C].
-  gemm(rows, channels, vocab_rows, stored(dlogits, vocab_rows, false), stored(wte, channels, false), nullptr, dx,
-       threads);
+  if (dx != nullptr) {
+    gemm(rows, channels, vocab_rows, stored(dlogits, vocab_rows, false), stored(wte, channels, false), nullptr, dx,
+         threads);
+  }
   // dwte[V, C] = dlogits^T (stored [rows, V]) x[rows, C].
-  gemm(vocab_rows, channels, rows, stored(dlogits, vocab_rows, true), stored(x, channels, false), nullptr, dwte,
-       threads);
+  if (dwte != nullptr) {
+    gemm(vocab_rows, channels, rows, stored(dlogits, vocab_rows, true), stored(x, channels, false), nullptr, dwte,
+         threads);
+  }
 }
 
 template <>
@@ -393,9 +409,21 @@ double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, i
                                  dlogits};
   parallel_for(rows, threads, part_align(8 * vocab, 1),
                [&](int64_t n0, int64_t n1) { loops<T>().softmax_xent(a, n0, n1); });
-  double total = 0.0;
-  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
-  return total / static_cast<double>(rows);
+  return mean_row_loss(row_loss, rows);
+}
+
+double gpt_softmax_xent_bf16(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                             int64_t padded_vocab, float* row_loss, float* dlogits, DType storage, void* dlogits16,
+                             int threads) {
+  ScopedOp op(OpFamily::kSoftmaxXent);
+  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
+  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
+  const SoftmaxXentLoopArgs<float> a{logits,   targets, vocab,     padded_vocab, 1.0f / static_cast<float>(rows),
+                                     row_loss, dlogits, dlogits16, storage};
+  parallel_for(rows, threads, part_align(8 * vocab, 1),
+               [&](int64_t n0, int64_t n1) { gpt_loops().softmax_xent(a, n0, n1); });
+  return mean_row_loss(row_loss, rows);
 }
 
 // ---- residual -------------------------------------------------------------------

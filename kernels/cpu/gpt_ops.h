@@ -82,7 +82,8 @@ template <class T>
 void gpt_logits_forward(const T* x, const T* wte, int64_t rows, int64_t channels, int64_t vocab_rows, T* logits,
                         int threads);
 
-// Overwrites dx = dlogits wte and dwte = dlogits^T x.
+// Overwrites dx = dlogits wte and dwte = dlogits^T x; either may be null
+// (skipped).
 template <class T>
 void gpt_logits_backward(const T* x, const T* wte, const T* dlogits, int64_t rows, int64_t channels,
                          int64_t vocab_rows, T* dx, T* dwte, int threads);
@@ -123,7 +124,7 @@ void gpt_bias_backward(const float* dy, int64_t rows, int64_t out, float* db, in
 // logits = x wte^T.
 void gpt_logits_forward(GptGemmInput x, GptGemmInput wte, int64_t rows, int64_t channels, int64_t vocab_rows,
                         float* logits, int threads);
-// dx = dlogits wte and dwte = dlogits^T x.
+// dx = dlogits wte and dwte = dlogits^T x; either may be null (skipped).
 void gpt_logits_backward(GptGemmInput x, GptGemmInput wte, GptGemmInput dlogits, int64_t rows, int64_t channels,
                          int64_t vocab_rows, float* dx, float* dwte, int threads);
 
@@ -167,6 +168,16 @@ void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t b
 template <class T>
 double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                         int64_t padded_vocab, T* row_loss, T* dlogits, int threads);
+
+// The float loss with the bf16 GEMM input of the head's backward: the same
+// loss, row_loss and gradient values, the gradient written only rounded to
+// bf16 into dlogits16 (storage kBF16, or kF32 holding the bf16 values):
+// the bits of gpt_softmax_xent then gpt_round_to_bf16, without the fp32
+// gradient's round trip through memory. dlogits [rows, padded_vocab] is
+// scratch (left unspecified). Returns the mean loss.
+double gpt_softmax_xent_bf16(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                             int64_t padded_vocab, float* row_loss, float* dlogits, DType storage, void* dlogits16,
+                             int threads);
 
 // ---- residual -------------------------------------------------------------------
 // out = a + b elementwise; out may alias a or b.
