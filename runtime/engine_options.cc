@@ -73,6 +73,11 @@ bool EngineOptions::wire_staging() const {
   return source != precision.reduce_dtype || precision.loss_scaling != LossScalingMode::kNone;
 }
 
+bool EngineOptions::local_reduction() const {
+  return !deterministic && shard_size == 1 && replicate_size == 1 && micro_batches == 1 &&
+         strategy != SC::NO_SHARD && !full_grad_accumulators() && grad_shard_dtype() == DType::kF32;
+}
+
 EngineOptions resolve_engine_options(const proto::EngineConfig& config, int world_size) {
   if (world_size < 1) MP_THROW(ConfigError, "world size ", world_size, ": must be at least 1");
   EngineOptions o;

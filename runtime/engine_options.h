@@ -56,6 +56,10 @@ struct EngineOptions {
   // The wire staging buffer: gradients are cast or scaled on their way
   // into the reduction.
   bool wire_staging() const;
+  // One rank, one micro-batch, an fp32 gradient shard, not deterministic:
+  // nothing to communicate; the backward writes the gradient shard itself
+  // and needs no gradient or wire buffers (Note [Gradient reduction]).
+  bool local_reduction() const;
 };
 
 // Throws ConfigError naming the field: "sharding.hybrid_shard_size = 3 does

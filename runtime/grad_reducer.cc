@@ -28,10 +28,13 @@ GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::
   if (!o.comm_hook.empty()) hook_ = CommHookRegistry().make(o.comm_hook, alloc);
   auto tensor = [&](DType t, int64_t n, MemCategory c) { return Tensor::zeros(alloc, t, {n}, c); };
   const int64_t p_max = layout.max_padded_numel(), n_max = layout.max_shard_numel();
-  for (auto& g : grad_in_) g = tensor(DType::kF32, p_max, MemCategory::kGradient);
+  local_ = o.local_reduction();
+  if (!local_) {
+    for (auto& g : grad_in_) g = tensor(DType::kF32, p_max, MemCategory::kGradient);
+  }
   const bool no_shard_cast = o.strategy == SC::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
                              (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone);
-  if (o.wire_staging() || no_shard_cast) wire_ = tensor(p.reduce_dtype, p_max, MemCategory::kCommScratch);
+  if ((o.wire_staging() && !local_) || no_shard_cast) wire_ = tensor(p.reduce_dtype, p_max, MemCategory::kCommScratch);
   if (!o.deterministic && o.sharded_accumulation && o.micro_batches > 1 && !o.full_grad_accumulators()) {
     rs_scratch_ = tensor(o.reduce_out_dtype(), n_max, MemCategory::kCommScratch);
   }
@@ -40,8 +43,7 @@ GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::
   if (o.deterministic && o.replicate_size > 1) {
     gathered_ = tensor(DType::kF32, o.replicate_size * p_max, MemCategory::kCommScratch);
   }
-  local_ = !o.deterministic && mesh.shard->size() == 1 && o.replicate_size == 1 && o.micro_batches == 1 &&
-           o.strategy != SC::NO_SHARD && !o.full_grad_accumulators() && o.grad_shard_dtype() == DType::kF32;
+  MP_ENFORCE(!local_ || mesh.shard->size() == 1, "local reduction with a shard group of ", mesh.shard->size());
 }
 
 double GradReducer::divisor() const {

@@ -18,10 +18,10 @@
 // - sharded: reduce-scatter every micro-batch, added into the shard in
 //   grad_accum_dtype.
 // HYBRID_SHARD then all-reduces the shard across replicas.
-// - local: one rank (a one-member shard group, no replicas, one
-//   micro-batch, an fp32 shard) has nothing to communicate. The backward
-//   writes straight into the unit's gradient shard (take_buffer hands it
-//   out). With a 16-bit wire or a loss scale the shard must then get the
+// - local (EngineOptions::local_reduction: one rank, one micro-batch, an
+//   fp32 shard) has nothing to communicate. The backward writes straight
+//   into the unit's gradient shard (take_buffer hands it out; no gradient
+//   or wire buffers are allocated). With a 16-bit wire or a loss scale the shard must then get the
 //   bits the one-rank reduce-scatter would leave: rounded through the wire
 //   dtype (the loss scale divided out), widened back. That rounding is done
 //   in place by the statistics pass, which reads the shard anyway

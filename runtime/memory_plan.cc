@@ -74,10 +74,10 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
     }
   }
   // Shared buffers, sized by the largest unit.
-  add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
+  if (!o.local_reduction()) add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
   add(MemCategory::kGatheredParams, o.gather_slots(layout.num_units()) * p_max, ps);
   if (p.param_cast == ParamCast::kAtGather) add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : p_max, ps);
-  if (o.wire_staging()) add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));
+  if (o.wire_staging() && !o.local_reduction()) add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));
   if (o.strategy == proto::ShardingConfig::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
       (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone)) {
     add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));  // NO_SHARD's cast of the bucket
