@@ -8,6 +8,13 @@
 #include <cstdint>
 
 namespace mp {
+// In a per-ISA object (kernels/cpu/gpt_loops_<isa>.cc defines
+// MP_LOOPS_PRIVATE) these helpers are private to the object, so no
+// out-of-line copy compiled for a wider ISA can be picked by the linker for
+// callers on CPUs without it (tests/check_isa_objects.cmake).
+#if defined(MP_LOOPS_PRIVATE)
+namespace {
+#endif
 
 // The sum of term(j) for j in [0, n) with eight fixed partial sums: the order
 // depends only on n, and the lanes vectorize without reassociation.
@@ -62,4 +69,7 @@ T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz, 
   return std::log(sum) + m - z[target];
 }
 
+#if defined(MP_LOOPS_PRIVATE)
+}  // namespace
+#endif
 }  // namespace mp
