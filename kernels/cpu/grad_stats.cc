@@ -1,6 +1,8 @@
 #include "kernels/cpu/grad_stats.h"
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/convert_loop.h"
@@ -17,26 +19,77 @@ namespace {
 constexpr int64_t kBlock = int64_t{1} << 16;
 
 // One block: value(i) is element i (the rounding variant also writes it
-// back). Four fp64 partial sums and a NaN/Inf check by arithmetic (x - x is
-// NaN for NaN and Inf, 0 otherwise), so the loop vectorizes.
+// back). kLanes fp64 partial sums (independent chains, so the adds
+// pipeline) and a NaN/Inf check by arithmetic (x - x is NaN for NaN and Inf,
+// 0 otherwise), so the loop vectorizes; the lanes, not the vector width, fix
+// the order, so every ISA clone below gives the same bits.
+constexpr int kLanes = 16;
+
+// Explicit vectors (GCC and clang vector extensions, lowered to whatever
+// the ISA has), so the lanes are vector lanes in every build and clone.
+typedef float F8 __attribute__((vector_size(32)));
+typedef double D8 __attribute__((vector_size(64)));
+
 template <class Value>
 GradStats block_stats(int64_t n, float multiplier, Value value) {
-  double acc[4] = {0, 0, 0, 0};
-  float bad = 0.0f;
+  static_assert(kLanes == 16);
+  D8 acc_lo = {}, acc_hi = {};  // lanes 0-7, 8-15
+  F8 bad_lo = {}, bad_hi = {};  // 0, or NaN once a lane saw a NaN or Inf: any order gives the same answer
+  const F8 m = {multiplier, multiplier, multiplier, multiplier, multiplier, multiplier, multiplier, multiplier};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      const float x = value(i + k) * multiplier;
-      bad += x - x;
-      acc[k] += static_cast<double>(x) * x;
-    }
+  for (; i + kLanes <= n; i += kLanes) {
+    float xs[kLanes];
+    for (int k = 0; k < kLanes; ++k) xs[k] = value(i + k);
+    F8 lo, hi;
+    std::memcpy(&lo, xs, sizeof(lo));
+    std::memcpy(&hi, xs + 8, sizeof(hi));
+    lo *= m;
+    hi *= m;
+    bad_lo += lo - lo;
+    bad_hi += hi - hi;
+    const D8 dlo = __builtin_convertvector(lo, D8), dhi = __builtin_convertvector(hi, D8);
+    acc_lo += dlo * dlo;
+    acc_hi += dhi * dhi;
   }
+  double acc[kLanes];
+  float bad[kLanes];
+  std::memcpy(acc, &acc_lo, sizeof(acc_lo));
+  std::memcpy(acc + 8, &acc_hi, sizeof(acc_hi));
+  std::memcpy(bad, &bad_lo, sizeof(bad_lo));
+  std::memcpy(bad + 8, &bad_hi, sizeof(bad_hi));
   for (; i < n; ++i) {
     const float x = value(i) * multiplier;
-    bad += x - x;
+    bad[0] += x - x;
     acc[0] += static_cast<double>(x) * x;
   }
-  return GradStats{(acc[0] + acc[1]) + (acc[2] + acc[3]), bad != 0.0f};
+  for (int w = kLanes / 2; w >= 1; w /= 2) {  // pairwise, in a fixed order
+    for (int k = 0; k < w; ++k) {
+      acc[k] += acc[k + w];
+      bad[k] += bad[k + w];
+    }
+  }
+  return GradStats{acc[0], bad[0] != 0.0f};
+}
+
+// The hot blocks (fp32 and bf16 gradients; fp32 rounded through bf16 with
+// no divisor, the one-rank bf16 path) compiled for AVX-512, AVX2 and the
+// baseline and picked by the loader (GCC's target_clones, the loop inlined
+// into each clone); -ffp-contract=off (kernels/CMakeLists.txt) keeps their
+// bits the same. Other compilers build the baseline only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define MP_STATS_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
+#else
+#define MP_STATS_CLONES
+#endif
+
+MP_STATS_CLONES GradStats f32_block(const float* b, int64_t n, float multiplier) {
+  return block_stats(n, multiplier, [b](int64_t i) { return b[i]; });
+}
+MP_STATS_CLONES GradStats bf16_block(const bf16* b, int64_t n, float multiplier) {
+  return block_stats(n, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });
+}
+MP_STATS_CLONES GradStats f32_through_bf16_block(float* b, int64_t n, float multiplier) {
+  return block_stats(n, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<bf16>(b[i])); });
 }
 
 // block(begin, count) for every block, in parallel; the sums added in order.
@@ -62,7 +115,13 @@ template <class T>
 GradStats stats_loop(const T* g, int64_t n, float multiplier) {
   return blocked(n, [&](int64_t begin, int64_t count) {
     const T* b = g + begin;
-    return block_stats(count, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });
+    if constexpr (std::is_same_v<T, float>) {
+      return f32_block(b, count, multiplier);
+    } else if constexpr (std::is_same_v<T, bf16>) {
+      return bf16_block(b, count, multiplier);
+    } else {
+      return block_stats(count, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });
+    }
   });
 }
 
@@ -73,7 +132,11 @@ GradStats round_stats_loop(float* g, int64_t n, float multiplier, double divisor
   return blocked(n, [&](int64_t begin, int64_t count) {
     float* b = g + begin;
     if (divisor == 1.0) {  // convert_element's own path for it, as a loop that vectorizes
-      return block_stats(count, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<W>(b[i])); });
+      if constexpr (std::is_same_v<W, bf16>) {
+        return f32_through_bf16_block(b, count, multiplier);
+      } else {
+        return block_stats(count, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<W>(b[i])); });
+      }
     }
     return block_stats(count, multiplier,
                        [b, &p](int64_t i) { return b[i] = math::round_through_element<W>(b[i], p); });
