@@ -217,7 +217,10 @@ void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* 
       [&](auto cs) {
 #if MP_WITH_CUDA
         static_assert(sizeof(GradStatsSlot) == sizeof(DeviceGradStats));
-        if (round) round_through_cuda(static_cast<float*>(g), static_cast<float*>(g), round->through, round->divisor, n, cs);
+        if (round) {
+          float* f = static_cast<float*>(g);
+          round_through_cuda(f, f, round->through, round->divisor, n, cs);
+        }
         grad_stats_cuda(g, dtype, n, multiplier, reinterpret_cast<DeviceGradStats*>(out), workspace, cs);
 #else
         (void)cs;

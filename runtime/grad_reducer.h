@@ -16,17 +16,18 @@
 //   reduce-scatter otherwise), the cast into the wire dtype carrying the
 //   mean over micro-batches and the loss scale (mean_at_cast);
 // - sharded: reduce-scatter every micro-batch, added into the shard in
-//   grad_accum_dtype.
-// HYBRID_SHARD then all-reduces the shard across replicas.
+//   grad_accum_dtype; HYBRID_SHARD then all-reduces the shard across
+//   replicas (after the full accumulators' reduce-scatter too);
 // - local (EngineOptions::local_reduction: one rank, one micro-batch, an
 //   fp32 shard) has nothing to communicate. The backward writes straight
 //   into the unit's gradient shard (take_buffer hands it out; no gradient
-//   or wire buffers are allocated). With a 16-bit wire or a loss scale the shard must then get the
-//   bits the one-rank reduce-scatter would leave: rounded through the wire
-//   dtype (the loss scale divided out), widened back. That rounding is done
-//   in place by the statistics pass, which reads the shard anyway
-//   (local_rounding(): the engine hands it to GradStatistics::take_shard),
-//   so the gradients are read once after the backward, not twice.
+//   or wire buffers are allocated). With a 16-bit wire or a loss scale the
+//   shard must then get the bits the one-rank reduce-scatter would leave:
+//   rounded through the wire dtype (the loss scale divided out), widened
+//   back. The statistics pass, which reads the shard anyway, rounds it in
+//   place (local_rounding(): the engine hands it to
+//   GradStatistics::take_shard), so the gradients are read once after the
+//   backward, not twice.
 // Invariants:
 // - A unit's reduction starts on the communication stream only after the
 //   compute that wrote its gradients (the `computed` event of reduce()).

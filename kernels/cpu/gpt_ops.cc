@@ -365,7 +365,8 @@ GptGemmInput gpt_round_to_bf16(const float* x, int64_t n, DType storage, void* o
 template <class T>
 void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
   ScopedOp op(OpFamily::kGelu);
-  parallel_for(n, threads, part_align(32, 16), [&](int64_t j0, int64_t j1) { loops<T>().gelu_forward(x, out, j0, j1); });
+  parallel_for(n, threads, part_align(32, 16),
+               [&](int64_t j0, int64_t j1) { loops<T>().gelu_forward(x, out, j0, j1); });
 }
 
 template <class T>
