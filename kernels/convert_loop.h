@@ -60,7 +60,7 @@ MP_HD void convert_element(const Src* src, Dst* dst, int64_t i, const ConvertPar
 
 // convert_element into Wire (nearest-even), widened back to fp32 exactly:
 // the value a one-rank reduction in the Wire dtype with fp32 accumulation
-// leaves (ops::round_through).
+// leaves (the one-rank path's rounding: ops::grad_stats with RoundThrough).
 template <class Wire>
 MP_HD float round_through_element(float x, const ConvertParams& p) {
   Wire w;

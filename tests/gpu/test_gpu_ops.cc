@@ -228,6 +228,36 @@ TEST_F(GpuElementOps, GradStatsMatchTheCpuBodyInSumAndFlag) {
   }
 }
 
+// The one-rank path's rounding inside the statistics pass: the rounded
+// gradient bit for bit as the CPU body leaves it, the statistics as above.
+TEST_F(GpuElementOps, GradStatsRoundingMatchesTheCpuBody) {
+  Buffer slot_d = device_.allocate(sizeof(ops::GradStatsSlot), MemCategory::kOther);
+  Buffer workspace = device_.allocate(static_cast<size_t>(ops::grad_stats_workspace_bytes(Device::cuda(0))),
+                                      MemCategory::kOther);
+  auto* slot = static_cast<ops::GradStatsSlot*>(slot_d.data());
+  const int64_t n = (int64_t{1} << 20) + 7;
+  for (DType wire : kFloatTypes) {
+    for (double divisor : {1.0, 1.0 / 3.0}) {
+      const std::string what = std::string(dtype_name(wire)) + " divisor " + std::to_string(divisor);
+      std::vector<float> values = awkward_floats(n, 11);
+      for (float& v : values) {
+        if (!std::isfinite(v) || std::fabs(v) > 6e4f) v = 0.75f;  // finite in every wire
+      }
+      Tensor g = host_tensor(host_, DType::kF32, values);
+      Tensor g_d = to_device(g);
+      ops::GradStatsSlot want;
+      ops::grad_stats(g, n, 0.5f, &want, nullptr, cpu_, ops::RoundThrough{wire, divisor});
+      ops::grad_stats(g_d, n, 0.5f, slot, workspace.data(), *stream(), ops::RoundThrough{wire, divisor});
+      ops::GradStatsSlot got;
+      ops::copy_bytes(&got, Device::cpu(), slot, Device::cuda(0), sizeof(got), *stream());
+      cpu_.synchronize();
+      EXPECT_TRUE(same_bits(to_host(g_d), g, what));
+      EXPECT_EQ(got.non_finite, want.non_finite) << what;
+      EXPECT_NEAR(got.sum_sq, want.sum_sq, 1e-12 * want.sum_sq) << what;
+    }
+  }
+}
+
 // One shard in every array the update touches, on the host and the device.
 struct UpdateCase {
   int64_t n = 0;
