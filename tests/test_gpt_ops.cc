@@ -283,7 +283,9 @@ TEST(GptOps, RoundToBf16StoresBf16OrItsFp32) {
 TEST(GptOps, SoftmaxCrossEntropyBf16EqualsTheLossThenTheRounding) {
   const int64_t rows = 7, vocab = 300, padded = 320;
   std::vector<float> logits(rows * padded);
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 6);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 6);
+  }
   const std::vector<int32_t> targets = {0, 299, 5, 17, 250, 1, 100};
   std::vector<float> want_loss(rows), want_grad(rows * padded);
   const double want = gpt_softmax_xent(logits.data(), targets.data(), rows, vocab, padded, want_loss.data(),

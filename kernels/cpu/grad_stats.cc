@@ -125,7 +125,8 @@ GradStats stats_loop(const T* g, int64_t n, float multiplier) {
   });
 }
 
-// round_through_cpu's element math, then the statistics of what it wrote.
+// convert()'s rounding through W (math::round_through_element), written back,
+// then the statistics of what it wrote.
 template <class W>
 GradStats round_stats_loop(float* g, int64_t n, float multiplier, double divisor) {
   const math::ConvertParams p = math::make_convert_params(0, 0, 0, divisor);

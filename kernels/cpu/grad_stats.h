@@ -17,12 +17,14 @@ struct GradStats {
 
 // A NaN or Inf anywhere sets non_finite (sum_sq is then meaningless).
 // Multi-threaded (parallel_for) over fixed blocks of elements whose sums
-// are added in order: the same bits for any thread count.
+// are added in order: the same bits for any thread count and ISA.
 GradStats grad_stats_cpu(const void* grad, DType dtype, int64_t n, float multiplier);
 
 // The same statistics after grad is rounded in place through `through`
-// (fp32, bf16, fp16) with `divisor` (round_through_cpu's bits), in one
-// pass: the bits of round_through_cpu then grad_stats_cpu.
+// (fp32, bf16, fp16) with `divisor`, in one pass: grad[i] becomes
+// convert()'s rounding of grad[i] / divisor into `through`, widened back
+// (math::round_through_element), and the statistics are those of
+// grad_stats_cpu on the rounded values.
 GradStats grad_stats_round_cpu(float* grad, int64_t n, float multiplier, DType through, double divisor);
 
 }  // namespace mp
