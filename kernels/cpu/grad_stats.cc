@@ -9,6 +9,7 @@
 #include "kernels/convert_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace mp {
 namespace {
@@ -72,24 +73,47 @@ GradStats block_stats(int64_t n, float multiplier, Value value) {
 }
 
 // The hot blocks (fp32 and bf16 gradients; fp32 rounded through bf16 with
-// no divisor, the one-rank bf16 path) compiled for AVX-512, AVX2 and the
-// baseline and picked by the loader (GCC's target_clones, the loop inlined
-// into each clone); -ffp-contract=off (kernels/CMakeLists.txt) keeps their
-// bits the same. Other compilers build the baseline only.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MP_STATS_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
-#else
-#define MP_STATS_CLONES
-#endif
+// no divisor, the one-rank bf16 path), compiled also for AVX2 and AVX-512
+// (GCC and clang `target` attributes, the loop inlined into each) and
+// picked at run time by cpu_isa_best(); -ffp-contract=off
+// (kernels/CMakeLists.txt) keeps their bits the same. No ifunc: the loader
+// resolves nothing (ifunc resolvers crash under the sanitizers).
+struct StatsBlocks {
+  GradStats (*f32)(const float* b, int64_t n, float multiplier);
+  GradStats (*bf16_grad)(const bf16* b, int64_t n, float multiplier);
+  GradStats (*f32_through_bf16)(float* b, int64_t n, float multiplier);
+};
 
-MP_STATS_CLONES GradStats f32_block(const float* b, int64_t n, float multiplier) {
-  return block_stats(n, multiplier, [b](int64_t i) { return b[i]; });
-}
-MP_STATS_CLONES GradStats bf16_block(const bf16* b, int64_t n, float multiplier) {
-  return block_stats(n, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });
-}
-MP_STATS_CLONES GradStats f32_through_bf16_block(float* b, int64_t n, float multiplier) {
-  return block_stats(n, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<bf16>(b[i])); });
+#define MP_STATS_BLOCKS(isa, attributes)                                                                    \
+  attributes GradStats f32_block_##isa(const float* b, int64_t n, float multiplier) {                      \
+    return block_stats(n, multiplier, [b](int64_t i) { return b[i]; });                                    \
+  }                                                                                                         \
+  attributes GradStats bf16_block_##isa(const bf16* b, int64_t n, float multiplier) {                      \
+    return block_stats(n, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });                      \
+  }                                                                                                         \
+  attributes GradStats f32_through_bf16_block_##isa(float* b, int64_t n, float multiplier) {               \
+    return block_stats(n, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<bf16>(b[i])); }); \
+  }                                                                                                         \
+  constexpr StatsBlocks kStatsBlocks_##isa{&f32_block_##isa, &bf16_block_##isa, &f32_through_bf16_block_##isa};
+
+MP_STATS_BLOCKS(baseline, __attribute__((flatten)))
+#if MP_CPU_HAVE_X86
+MP_STATS_BLOCKS(avx2, __attribute__((target("avx2"), flatten)))
+MP_STATS_BLOCKS(avx512, __attribute__((target("avx512f"), flatten)))
+#endif
+#undef MP_STATS_BLOCKS
+
+const StatsBlocks& stats_blocks() {
+  static const StatsBlocks& picked = [] () -> const StatsBlocks& {
+    switch (cpu_isa_best()) {
+#if MP_CPU_HAVE_X86
+      case CpuIsa::kAvx512: return kStatsBlocks_avx512;
+      case CpuIsa::kAvx2: return kStatsBlocks_avx2;
+#endif
+      default: return kStatsBlocks_baseline;
+    }
+  }();
+  return picked;
 }
 
 // block(begin, count) for every block, in parallel; the sums added in order.
@@ -116,9 +140,9 @@ GradStats stats_loop(const T* g, int64_t n, float multiplier) {
   return blocked(n, [&](int64_t begin, int64_t count) {
     const T* b = g + begin;
     if constexpr (std::is_same_v<T, float>) {
-      return f32_block(b, count, multiplier);
+      return stats_blocks().f32(b, count, multiplier);
     } else if constexpr (std::is_same_v<T, bf16>) {
-      return bf16_block(b, count, multiplier);
+      return stats_blocks().bf16_grad(b, count, multiplier);
     } else {
       return block_stats(count, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });
     }
@@ -134,7 +158,7 @@ GradStats round_stats_loop(float* g, int64_t n, float multiplier, double divisor
     float* b = g + begin;
     if (divisor == 1.0) {  // convert_element's own path for it, as a loop that vectorizes
       if constexpr (std::is_same_v<W, bf16>) {
-        return f32_through_bf16_block(b, count, multiplier);
+        return stats_blocks().f32_through_bf16(b, count, multiplier);
       } else {
         return block_stats(count, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<W>(b[i])); });
       }
