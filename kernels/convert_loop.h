@@ -58,6 +58,13 @@ MP_HD void convert_element(const Src* src, Dst* dst, int64_t i, const ConvertPar
   }
 }
 
+// x rounded to Wire (nearest-even) and widened back exactly: convert_element's
+// path without a divisor, as one expression, so loops of it vectorize.
+template <class Wire>
+MP_HD float round_through_unit(float x) {
+  return to_f32(from_f32<Wire>(x));
+}
+
 // convert_element into Wire (nearest-even), widened back to fp32 exactly:
 // the value a one-rank reduction in the Wire dtype with fp32 accumulation
 // leaves (the one-rank path's rounding: ops::grad_stats with RoundThrough).

@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gpt_loops.h"
 #include "kernels/cpu/loops.h"
@@ -176,7 +177,7 @@ template <class T>
 }
 
 [[gnu::flatten]] void round_through_bf16_loop(const float* x, float* out, int64_t j0, int64_t j1) {
-  for (int64_t j = j0; j < j1; ++j) out[j] = math::to_f32(math::from_f32<bf16>(x[j]));
+  for (int64_t j = j0; j < j1; ++j) out[j] = math::round_through_unit<bf16>(x[j]);
 }
 
 template <class T>

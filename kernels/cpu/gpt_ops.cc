@@ -3,8 +3,6 @@
 #include "kernels/cpu/op_profile.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "kernels/convert_math.h"

@@ -92,7 +92,7 @@ struct StatsBlocks {
     return block_stats(n, multiplier, [b](int64_t i) { return math::to_f32(b[i]); });                      \
   }                                                                                                         \
   attributes GradStats f32_through_bf16_block_##isa(float* b, int64_t n, float multiplier) {               \
-    return block_stats(n, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<bf16>(b[i])); }); \
+    return block_stats(n, multiplier, [b](int64_t i) { return b[i] = math::round_through_unit<bf16>(b[i]); }); \
   }                                                                                                         \
   constexpr StatsBlocks kStatsBlocks_##isa{&f32_block_##isa, &bf16_block_##isa, &f32_through_bf16_block_##isa};
 
@@ -160,7 +160,7 @@ GradStats round_stats_loop(float* g, int64_t n, float multiplier, double divisor
       if constexpr (std::is_same_v<W, bf16>) {
         return stats_blocks().f32_through_bf16(b, count, multiplier);
       } else {
-        return block_stats(count, multiplier, [b](int64_t i) { return b[i] = math::to_f32(math::from_f32<W>(b[i])); });
+        return block_stats(count, multiplier, [b](int64_t i) { return b[i] = math::round_through_unit<W>(b[i]); });
       }
     }
     return block_stats(count, multiplier,
