@@ -232,6 +232,10 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
   const MPI_Datatype type = ctx_->datatype(input.dtype());
   std::vector<MPI_Request> reqs;
   reqs.reserve(2 * static_cast<size_t>(size_));
+  // Rank j's piece: scratch, or this rank's own input read in place. An
+  // in-place all-reduce writes `out` over that input; the accumulation reads
+  // every element before it writes it (kernels/cpu/reduce.h).
+  std::vector<const void*> pieces(static_cast<size_t>(size_));
   // Every rank loops over the longest chunk so the rounds match everywhere.
   for (int64_t begin = 0; begin < longest; begin += piece) {
     const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
@@ -239,10 +243,8 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
     for (int j = 0; j < size_; ++j) {
       const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
       char* dst = element_ptr(scratch_, j * piece);
-      if (j == rank_) {
-        if (recv > 0) std::memcpy(dst, element_ptr(input, offsets[rank_] + begin), recv * elem);
-        continue;
-      }
+      pieces[static_cast<size_t>(j)] = j == rank_ ? element_ptr(input, offsets[rank_] + begin) : dst;
+      if (j == rank_) continue;
       if (recv > 0) {
         reqs.emplace_back();
         MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type, j, kChunkTag, comm_, &reqs.back()));
@@ -255,8 +257,8 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<i
     }
     MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
     if (recv > 0) {
-      accumulate_rank_chunks_cpu(scratch_.data(), input.dtype(), size_, piece, recv,
-                                 element_ptr(out, begin), out.dtype(), op, divisor);
+      accumulate_rank_pieces_cpu(pieces.data(), input.dtype(), size_, recv, element_ptr(out, begin), out.dtype(),
+                                 op, divisor);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/convert_loop.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "core/stream.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
@@ -15,15 +16,80 @@
 namespace mp {
 namespace {
 
+// d = s rounded to Dst.
+template <class Src, class Dst>
+inline void plain_loop(const Src* s, Dst* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = math::from_f32<Dst>(math::to_f32(s[i]));
+}
+
+// d = s * inv rounded to Dst (Dst narrower than fp32, inv = 1 / a power of
+// two). Returns nonzero when a product may be inexact in fp32 (zero or
+// subnormal from a nonzero x, conservative), computed in integer operations
+// so the loop vectorizes; then convert_cpu redoes the tensor element by
+// element (convert_element).
+template <class Src, class Dst>
+inline uint32_t scaled_loop(const Src* s, Dst* d, int64_t n, float inv) {
+  uint32_t inexact = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = math::to_f32(s[i]);
+    const float q = x * inv;
+    d[i] = math::from_f32<Dst>(q);
+    const uint32_t bq = math::f32_bits(q), bx = math::f32_bits(x);
+    inexact |= static_cast<uint32_t>((bq & 0x7f800000u) == 0u) & static_cast<uint32_t>((bx & 0x7fffffffu) != 0u);
+  }
+  return inexact;
+}
+
+// fp32 -> bf16, the gradients' cast to the wire every step, compiled also
+// for AVX2 and AVX-512 (target attributes, picked by cpu_isa_best()); the
+// loops are integer operations and one exact product: the same bits in
+// every variant.
+struct Bf16Loops {
+  void (*plain)(const float* s, bf16* d, int64_t n);
+  uint32_t (*scaled)(const float* s, bf16* d, int64_t n, float inv);
+};
+
+#define MP_BF16_LOOPS(isa, attributes)                                                                              \
+  attributes void to_bf16_##isa(const float* s, bf16* d, int64_t n) { plain_loop(s, d, n); }                       \
+  attributes uint32_t to_bf16_scaled_##isa(const float* s, bf16* d, int64_t n, float inv) {                        \
+    return scaled_loop(s, d, n, inv);                                                                               \
+  }                                                                                                                 \
+  constexpr Bf16Loops kBf16Loops_##isa{&to_bf16_##isa, &to_bf16_scaled_##isa};
+
+MP_BF16_LOOPS(baseline, __attribute__((flatten)))
+#if MP_CPU_HAVE_X86
+MP_BF16_LOOPS(avx2, __attribute__((target("avx2"), flatten)))
+MP_BF16_LOOPS(avx512, __attribute__((target("avx512f,avx512bw"), flatten)))
+#endif
+#undef MP_BF16_LOOPS
+
+const Bf16Loops& bf16_loops() {
+  static const Bf16Loops& picked = []() -> const Bf16Loops& {
+    switch (cpu_isa_best()) {
+#if MP_CPU_HAVE_X86
+      case CpuIsa::kAvx512: return kBf16Loops_avx512;
+      case CpuIsa::kAvx2: return kBf16Loops_avx2;
+#endif
+      default: return kBf16Loops_baseline;
+    }
+  }();
+  return picked;
+}
+
 template <class Src, class Dst, bool kStochastic>
 void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) {
   const Src* s = static_cast<const Src*>(src.data());
   Dst* d = static_cast<Dst*>(dst.data());
   const int64_t n = src.numel();
   const math::ConvertParams p = math::make_convert_params(o.seed, o.step, o.index_offset, o.divisor);
+  constexpr bool kToBf16 = std::is_same_v<Src, float> && std::is_same_v<Dst, bf16>;
   // The common cases get loops of their own, so that they vectorize.
   if (p.divisor == 1.0 && !kStochastic) {
-    for (int64_t i = 0; i < n; ++i) d[i] = math::from_f32<Dst>(math::to_f32(s[i]));
+    if constexpr (kToBf16) {
+      bf16_loops().plain(s, d, n);
+    } else {
+      plain_loop(s, d, n);
+    }
     return;
   }
   if (!kStochastic && p.exact_inverse != 0.0f) {
@@ -33,17 +99,12 @@ void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) 
       for (int64_t i = 0; i < n; ++i) d[i] = math::to_f32(s[i]) * inv;
       return;
     } else if (static_cast<const void*>(s) != static_cast<const void*>(d)) {
-      // Narrow outputs: exact unless a product is subnormal in fp32; then
-      // the whole tensor is redone element by element (convert_element).
+      // Narrow outputs: exact unless a product is subnormal in fp32.
       uint32_t inexact = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float x = math::to_f32(s[i]);
-        const float q = x * inv;
-        d[i] = math::from_f32<Dst>(q);
-        // Zero or subnormal product of a nonzero x (conservative), in integer
-        // operations so the loop vectorizes.
-        const uint32_t bq = math::f32_bits(q), bx = math::f32_bits(x);
-        inexact |= static_cast<uint32_t>((bq & 0x7f800000u) == 0u) & static_cast<uint32_t>((bx & 0x7fffffffu) != 0u);
+      if constexpr (kToBf16) {
+        inexact = bf16_loops().scaled(s, d, n, inv);
+      } else {
+        inexact = scaled_loop(s, d, n, inv);
       }
       if (inexact == 0) return;
     }

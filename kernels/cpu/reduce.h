@@ -14,6 +14,14 @@ namespace mp {
 void accumulate_rank_chunks_cpu(const void* chunks, DType in, int n, int64_t stride, int64_t count,
                                 void* out, DType out_dtype, math::ElementOp op, double divisor);
 
+// The same over n pieces anywhere in memory: pieces[k] is chunk k. A sum
+// into fp32 from fp32 or bf16 (the gradients' case) runs a blocked vector
+// loop, compiled for AVX2 and AVX-512 too and picked at run time; every
+// path gives accumulate_element's bits. `out` may be one of the pieces
+// (each element is read before it is written), not partly overlap one.
+void accumulate_rank_pieces_cpu(const void* const* pieces, DType in, int n, int64_t count, void* out,
+                                DType out_dtype, math::ElementOp op, double divisor);
+
 // inout[i] = inout[i] (op) in[i] for i < n in dtype t (fp32, bf16, fp16):
 // the wire-dtype reduction step (MPI user ops call it).
 void reduce_pair_cpu(const void* in, void* inout, int64_t n, DType t, math::ElementOp op);
