@@ -21,6 +21,7 @@ FlatLayout::FlatLayout(const ModelSpec& spec, int group_size) : group_size_(grou
     const UnitSpec& us = spec.units[u];
     UnitLayout unit;
     unit.name = us.name.empty() ? "unit" + std::to_string(u) : us.name;
+    unit.backward_reads_params = us.backward_reads_params;
     if (us.params.empty()) MP_THROW(ConfigError, "unit '", unit.name, "' has no parameters");
     int64_t offset = 0;
     for (size_t i = 0; i < us.params.size(); ++i) {

@@ -41,6 +41,10 @@ struct ParamSpec {
 struct UnitSpec {
   std::string name;  // e.g. "layer0"
   std::vector<ParamSpec> params;
+  // False when the unit's backward reads none of its parameters (the GPT's
+  // embedding: Note [Tied head] in models/gpt.h): the engine then gathers
+  // nothing for it and passes an undefined `params` to backward_on.
+  bool backward_reads_params = true;
 };
 
 struct ModelSpec {
@@ -65,6 +69,7 @@ struct UnitLayout {
   int64_t numel = 0;         // end of the last parameter (alignment gaps included)
   int64_t padded_numel = 0;  // numel rounded up to a multiple of the group size
   int64_t shard_numel = 0;   // padded_numel / group size
+  bool backward_reads_params = true;  // UnitSpec's
 };
 
 class FlatLayout {

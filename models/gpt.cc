@@ -458,7 +458,8 @@ ModelSpec Gpt::spec_for(const GptConfig& config) {
   ModelSpec spec;
   spec.units.push_back(UnitSpec{"embed",
                                 {ParamSpec{"wte", {gpt_padded_vocab(config.vocab), c}, normal},
-                                 ParamSpec{"wpe", {config.context, c}, normal}}});
+                                 ParamSpec{"wpe", {config.context, c}, normal}},
+                                /*backward_reads_params=*/false});  // Note [Tied head]
   for (int64_t l = 0; l < config.layers; ++l) {
     const std::string h = "h" + std::to_string(l);
     // Declaration order is the BlockParam order.

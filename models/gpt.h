@@ -39,6 +39,8 @@
 //                   the loss's d logits and the forward's activations) +
 //                   (the embedding's, added row by row in position order)
 //                   straight into unit 0's grads.
+// backward(0) reads no parameters, and the spec says so
+// (UnitSpec::backward_reads_params): the engine gathers nothing for it.
 // The wte copy is activation memory, allocated once with the model, as are
 // the d logits and activations unit 0 reads. So unit 0's grads carry the
 // whole tied gradient and no other unit's do, with no [vocab, C] gradient

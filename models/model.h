@@ -13,7 +13,9 @@
 //   backward_on(u, params, grads, s)  for u = U-1 .. 0, in order
 // `params` is the unit's flat buffer (FlatLayout: padded_numel elements, in
 // the precision policy's param dtype, on the engine's device); a parameter
-// sits at its ParamPlacement::offset. `grads` is an fp32 buffer of the same
+// sits at its ParamPlacement::offset; backward_on gets an undefined
+// `params` for a unit whose UnitSpec::backward_reads_params is false (no
+// gather is spent on it). `grads` is an fp32 buffer of the same
 // layout: backward overwrites every parameter's range with d loss / d param
 // of this micro-batch (not accumulated; the engine accumulates) and leaves
 // the gaps alone. Both are valid until the work enqueued by the call has run

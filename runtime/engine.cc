@@ -173,9 +173,11 @@ void Engine::Impl::forward(Model& model) {
 // to its reduction while the next unit's backward runs.
 void Engine::Impl::backward(Model& model, int micro_batch) {
   for (int u = layout_.num_units() - 1; u >= 0; --u) {
-    const Tensor params = gathers_->params_for(u, -1, *compute_);
+    const bool reads = layout_.unit(u).backward_reads_params;  // else nothing to gather
+    const Tensor params = reads ? gathers_->params_for(u, -1, *compute_) : Tensor();
     const GradBuffer grads = reducer_->take_buffer(u, *compute_);
-    gathers_->release(u, on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); }));
+    const Event done = on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); });
+    if (reads) gathers_->release(u, done);
     const int64_t numel = layout_.unit(u).numel;
     if (const Fault* f = find_fault(FaultKind::kNan, steps_run_, world_.rank()); f != nullptr && f->unit == u) {
       ops::fill_nan(grads.grads, numel, *compute_);

@@ -43,9 +43,10 @@ GatherRing::Slot& GatherRing::free_slot(const std::vector<int>& wanted) {
 Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
   const int num_units = layout_.num_units();
   std::vector<int> wanted{u};
-  for (int d = 1; d <= prefetch_depth_; ++d) {
-    const int v = u + d * direction;
-    if (v >= 0 && v < num_units) wanted.push_back(v);
+  for (int v = u + direction; v >= 0 && v < num_units && static_cast<int>(wanted.size()) <= prefetch_depth_;
+       v += direction) {
+    if (direction < 0 && !layout_.unit(v).backward_reads_params) continue;  // never acquired in the backward
+    wanted.push_back(v);
   }
   for (int v : wanted) {  // u first, then the prefetches in order of use
     if (!find(v)) issue(v, free_slot(wanted));

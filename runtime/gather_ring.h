@@ -7,7 +7,8 @@
 // param-dtype buffer of the largest padded unit. acquire(u, direction)
 // returns unit u's full parameters, first making sure that u and its next k
 // units in `direction` (+1 forward, -1 backward) are in slots, issuing the
-// missing gathers in order of use (u first), and orders the compute stream
+// missing gathers in order of use (u first; in the backward, units whose
+// backward reads no parameters are skipped), and orders the compute stream
 // after u's gather. A missing unit takes the least recently used slot among
 // those holding no unit wanted now. release(u, e) notes the event after the
 // compute that read u's slot.

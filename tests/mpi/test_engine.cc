@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "mp/config.h"
 #include "tests/mpi/engine_test_util.h"
@@ -357,6 +360,78 @@ TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
       EXPECT_EQ(r.param_cast_elements, expected);
     }
   }
+}
+
+// The MLP with its first unit marked as reading no parameters in the
+// backward (as the GPT's embedding is): the engine must pass it undefined
+// params there; it computes from its own copy of the forward's.
+class ParamlessFirstBackwardMlp final : public HostModel {
+ public:
+  ParamlessFirstBackwardMlp() : inner_(small_mlp()), spec_(inner_.spec()) {
+    spec_.units.front().backward_reads_params = false;
+  }
+  const ModelSpec& spec() const override { return spec_; }
+  void begin_micro_batch(int64_t g) override { inner_.begin_micro_batch(g); }
+  void forward(int unit, const Tensor& params) override {
+    if (unit == 0) {
+      bytes_.assign(static_cast<const uint8_t*>(params.data()),
+                    static_cast<const uint8_t*>(params.data()) + params.size_bytes());
+      copy_ = Tensor::wrap(bytes_.data(), Device::cpu(), params.dtype(), params.shape());
+    }
+    inner_.forward(unit, params);
+  }
+  double loss() const override { return inner_.loss(); }
+  void backward(int unit, const Tensor& params, const Tensor& grads) override {
+    if (unit == 0) {
+      undefined_params_ += params.defined() ? 0 : 1;
+      return inner_.backward(unit, copy_, grads);
+    }
+    inner_.backward(unit, params, grads);
+  }
+  int undefined_params() const { return undefined_params_; }
+
+ private:
+  Mlp inner_;
+  ModelSpec spec_;
+  std::vector<uint8_t> bytes_;
+  Tensor copy_;
+  int undefined_params_ = 0;
+};
+
+// A unit whose backward reads no parameters is not gathered (nor cast) for
+// it, and the run is otherwise the same, bit for bit.
+TEST_F(EngineTest, AUnitWhoseBackwardReadsNoParamsIsNotGatheredForIt) {
+  const int n = size();
+  for (Strategy s : all_strategies()) {
+    for (int depth : {0, 1, 2}) {
+      SCOPED_TRACE(std::string(strategy_name(s)) + " prefetch_depth " + std::to_string(depth));
+      proto::EngineConfig c = engine_config(s, "amp_bf16", n, 2);
+      c.mutable_sharding()->set_prefetch_depth(depth);
+      const TrainRun ref = train(*world_, c, small_mlp(), 4);
+      ParamlessFirstBackwardMlp model;
+      const TrainRun r = train(*world_, c, model, 4);
+      EXPECT_EQ(model.undefined_params(), 4 * 2);  // every micro-batch's backward of unit 0
+      EXPECT_EQ(r.losses, ref.losses);
+      EXPECT_EQ(r.norms, ref.norms);
+      EXPECT_TRUE(same_bits(r.weights, ref.weights));
+    }
+  }
+  // Fewer casts (FULL_SHARD, one slot): with a shard group, the first
+  // unit's backward gathered it, then the next micro-batch's forward did
+  // again; on one rank, every backward cast the whole unit.
+  proto::EngineConfig c = engine_config(SC::FULL_SHARD, "amp_bf16", n, 2);
+  c.mutable_sharding()->set_prefetch_depth(0);
+  int64_t casts[2] = {0, 0}, saved = 0;
+  for (int paramless = 0; paramless < 2; ++paramless) {
+    std::unique_ptr<Model> model = paramless ? std::unique_ptr<Model>(new ParamlessFirstBackwardMlp())
+                                             : std::unique_ptr<Model>(new Mlp(small_mlp()));
+    Engine engine(model->spec(), c, *world_);
+    engine.step(*model);
+    casts[paramless] = engine.step(*model).param_cast_elements;
+    const UnitLayout& first = engine.layout().unit(0);
+    saved = engine.options().gathers_per_unit() ? first.shard_numel : 2 * first.padded_numel;
+  }
+  EXPECT_EQ(casts[0] - casts[1], saved);
 }
 
 // The MLP, except that one micro-batch's gradients get a NaN (with
