@@ -91,5 +91,46 @@ TEST(RankSums, TheStridedFormAndTheGenericLoopAgreeWithTheElementMath) {
   }
 }
 
+// Wire accumulation: reduce_pair_element folded in rank order (the MPI user
+// op's bits), out of place and in place, for every op and 16/32-bit dtype.
+template <class T>
+void check_wire(DType t, int n, int64_t count, math::ElementOp op) {
+  std::vector<std::vector<T>> chunks(static_cast<size_t>(n), std::vector<T>(static_cast<size_t>(count)));
+  for (int k = 0; k < n; ++k) {
+    for (int64_t i = 0; i < count; ++i) chunks[static_cast<size_t>(k)][static_cast<size_t>(i)] = math::from_f32<T>(value(i, k));
+  }
+  std::vector<T> want = chunks[0];
+  for (int k = 1; k < n; ++k) {
+    for (int64_t i = 0; i < count; ++i) math::reduce_pair_element(chunks[static_cast<size_t>(k)].data(), want.data(), i, op);
+  }
+  std::vector<const void*> pieces;
+  for (const auto& c : chunks) pieces.push_back(c.data());
+  auto bad_in = [&](const std::vector<T>& got) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      bad += same(math::to_f32(got[static_cast<size_t>(i)]), math::to_f32(want[static_cast<size_t>(i)])) ? 0 : 1;
+    }
+    return bad;
+  };
+  std::vector<T> out(static_cast<size_t>(count));
+  accumulate_rank_pieces_wire_cpu(pieces.data(), t, n, count, out.data(), op);
+  EXPECT_EQ(bad_in(out), 0) << dtype_name(t) << ", " << n << " ranks, " << count << " elements, op " << static_cast<int>(op);
+  const int mine = n / 2;  // in place over a middle rank's chunk, as an in-place reduce-scatter
+  accumulate_rank_pieces_wire_cpu(pieces.data(), t, n, count, chunks[static_cast<size_t>(mine)].data(), op);
+  EXPECT_EQ(bad_in(chunks[static_cast<size_t>(mine)]), 0) << "in place, " << dtype_name(t) << ", " << n << " ranks";
+}
+
+TEST(RankSums, WireAccumulationIsThePairwiseOpFoldedInRankOrder) {
+  for (int n : {1, 2, 3, 5}) {
+    for (int64_t count : {int64_t{1}, int64_t{513}, int64_t{20001}}) {
+      for (math::ElementOp op : {math::ElementOp::kSum, math::ElementOp::kMax, math::ElementOp::kMin}) {
+        check_wire<float>(DType::kF32, n, count, op);
+        check_wire<bf16>(DType::kBF16, n, count, op);
+        check_wire<fp16>(DType::kF16, n, count, op);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mp

@@ -56,11 +56,14 @@ class MpiCommunicator final : public Communicator {
   void check_fingerprint(const CollectiveInfo& info);
   Work::Diagnose diagnoser() const;
 
-  // fp64 accumulation of rank chunks: rank r reduces the elements
-  // [offsets[r], offsets[r] + counts[r]) of every rank's input into out.
+  // Rank r reduces the elements [offsets[r], offsets[r] + counts[r]) of
+  // every rank's input into out, in rank order: in fp64, divided by
+  // `divisor` and rounded once (kFp32), or with `wire`, in the wire dtype
+  // (kWire: reduce_pair_element at every step; out has the input's dtype and
+  // `divisor` must be 1).
   void accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
                          const std::vector<int64_t>& counts, const Tensor& out,
-                         math::ElementOp op, double divisor);
+                         math::ElementOp op, double divisor, bool wire = false);
   void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o, bool in_place);
 
   std::shared_ptr<MpiContext> ctx_;

@@ -49,9 +49,29 @@ inline void sum_blocks(const In* const* p, int n, int64_t count, float* out, dou
   }
 }
 
+// The wire accumulation: reduce_pair_element (MPI's user op: in (op) inout,
+// in fp32, rounded to T) folded over the pieces in rank order, a block at a
+// time (the block is read in full before it is written).
+template <class T, math::ElementOp kOp>
+inline void wire_blocks(const T* const* p, int n, int64_t count, T* out) {
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t len = std::min(kBlock, count - b);
+    T acc[kBlock];
+    const T* p0 = p[0] + b;
+    for (int64_t j = 0; j < len; ++j) acc[j] = p0[j];
+    for (int k = 1; k < n; ++k) {
+      const T* pk = p[k] + b;
+      for (int64_t j = 0; j < len; ++j) math::reduce_pair_element(pk, acc, j, kOp);
+    }
+    std::copy(acc, acc + len, out + b);
+  }
+}
+
 struct SumLoops {
   void (*f32)(const float* const* p, int n, int64_t count, float* out, double divisor);
   void (*bf16_in)(const bf16* const* p, int n, int64_t count, float* out, double divisor);
+  void (*wire_f32)(const float* const* p, int n, int64_t count, float* out);
+  void (*wire_bf16)(const bf16* const* p, int n, int64_t count, bf16* out);
 };
 
 #define MP_SUM_LOOPS(isa, attributes)                                                                   \
@@ -61,7 +81,13 @@ struct SumLoops {
   attributes void sum_bf16_##isa(const bf16* const* p, int n, int64_t count, float* out, double d) {   \
     sum_blocks(p, n, count, out, d);                                                                    \
   }                                                                                                     \
-  constexpr SumLoops kSumLoops_##isa{&sum_f32_##isa, &sum_bf16_##isa};
+  attributes void wire_f32_##isa(const float* const* p, int n, int64_t count, float* out) {            \
+    wire_blocks<float, math::ElementOp::kSum>(p, n, count, out);                                        \
+  }                                                                                                     \
+  attributes void wire_bf16_##isa(const bf16* const* p, int n, int64_t count, bf16* out) {             \
+    wire_blocks<bf16, math::ElementOp::kSum>(p, n, count, out);                                         \
+  }                                                                                                     \
+  constexpr SumLoops kSumLoops_##isa{&sum_f32_##isa, &sum_bf16_##isa, &wire_f32_##isa, &wire_bf16_##isa};
 
 MP_SUM_LOOPS(baseline, __attribute__((flatten)))
 #if MP_CPU_HAVE_X86
@@ -101,6 +127,28 @@ void accumulate_rank_pieces_cpu(const void* const* pieces, DType in, int n, int6
     dispatch_dtype(out_dtype, [&](auto out_tag) {
       accumulate_generic<decltype(in_tag), decltype(out_tag)>(pieces, n, count, out, op, divisor);
     });
+  });
+}
+
+void accumulate_rank_pieces_wire_cpu(const void* const* pieces, DType t, int n, int64_t count, void* out,
+                                     math::ElementOp op) {
+  MP_ENFORCE(!is_fp8(t), "reductions on ", dtype_name(t), " are not supported");
+  MP_ENFORCE(n >= 1, "accumulation of ", n, " pieces");
+  if (op == math::ElementOp::kSum && t == DType::kF32) {
+    return sum_loops().wire_f32(reinterpret_cast<const float* const*>(pieces), n, count, static_cast<float*>(out));
+  }
+  if (op == math::ElementOp::kSum && t == DType::kBF16) {
+    return sum_loops().wire_bf16(reinterpret_cast<const bf16* const*>(pieces), n, count, static_cast<bf16*>(out));
+  }
+  dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* const* p = reinterpret_cast<const T* const*>(pieces);
+    T* o = static_cast<T*>(out);
+    switch (op) {
+      case math::ElementOp::kSum: return wire_blocks<T, math::ElementOp::kSum>(p, n, count, o);
+      case math::ElementOp::kMax: return wire_blocks<T, math::ElementOp::kMax>(p, n, count, o);
+      case math::ElementOp::kMin: return wire_blocks<T, math::ElementOp::kMin>(p, n, count, o);
+    }
   });
 }
 

@@ -22,6 +22,14 @@ void accumulate_rank_chunks_cpu(const void* chunks, DType in, int n, int64_t str
 void accumulate_rank_pieces_cpu(const void* const* pieces, DType in, int n, int64_t count, void* out,
                                 DType out_dtype, math::ElementOp op, double divisor);
 
+// Wire accumulation (ReduceAccumulate::kWire) over n pieces in rank order:
+// out[i] = p_{n-1}[i] (op) (... (p_1[i] (op) p_0[i])), every step
+// reduce_pair_element's (in fp32, rounded to t), t the output's dtype too.
+// Sums of fp32 and bf16 run a blocked vector loop per ISA. `out` may be one
+// of the pieces.
+void accumulate_rank_pieces_wire_cpu(const void* const* pieces, DType t, int n, int64_t count, void* out,
+                                     math::ElementOp op);
+
 // inout[i] = inout[i] (op) in[i] for i < n in dtype t (fp32, bf16, fp16):
 // the wire-dtype reduction step (MPI user ops call it).
 void reduce_pair_cpu(const void* in, void* inout, int64_t n, DType t, math::ElementOp op);
