@@ -170,11 +170,26 @@ void Engine::Impl::forward(Model& model) {
 }
 
 // Backward of one micro-batch, last unit first: each unit's gradients go
-// to its reduction while the next unit's backward runs.
+// to its reduction while the next unit's backward runs. A unit's reduction
+// is issued one unit late, after the next unit's acquire has issued its
+// prefetch gather: on the communication stream the gather the compute will
+// wait for next comes before the reduction nothing waits for until the
+// step's end (on one core per rank, the backward's gather waits went from
+// 2-4 ms a unit to nearly none; docs/benchmarks.md).
 void Engine::Impl::backward(Model& model, int micro_batch) {
+  struct Pending {
+    int unit = -1;
+    GradBuffer grads;
+    Event computed;
+  } pending;
+  auto issue_pending = [&] {
+    if (pending.unit >= 0) reduce(pending.unit, micro_batch, pending.grads, pending.computed);
+    pending.unit = -1;
+  };
   for (int u = layout_.num_units() - 1; u >= 0; --u) {
     const bool reads = layout_.unit(u).backward_reads_params;  // else nothing to gather
     const Tensor params = reads ? gathers_->params_for(u, -1, *compute_) : Tensor();
+    issue_pending();
     const GradBuffer grads = reducer_->take_buffer(u, *compute_);
     const Event done = on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); });
     if (reads) gathers_->release(u, done);
@@ -183,8 +198,9 @@ void Engine::Impl::backward(Model& model, int micro_batch) {
       ops::fill_nan(grads.grads, numel, *compute_);
     }
     stats_.take_local(u, micro_batch, grads.grads, numel, *compute_);
-    reduce(u, micro_batch, grads, compute_->record());
+    pending = Pending{u, grads, compute_->record()};
   }
+  issue_pending();
 }
 
 // Issues unit u's reduction once `computed`; after the last micro-batch's,
