@@ -19,6 +19,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_world.h"
 #include "launch/rank_info.h"
+#include "comm/mpi/link_check.h"
 #include "launch/rank_main.h"
 #include "launch/train_config.h"
 #include "launch/trainer.h"
@@ -108,6 +109,7 @@ void print_ranks(const MpiWorld& world) {
   set_current_device(device);
   auto comm = MpiCommunicator::create_world("ranks", CommOptions{});
   const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
+  const LinkCheck link = check_host_links();  // Note [Link check]
   if (world.rank() != 0) return;
   std::cout << build_string() << ": " << world.size() << " rank(s)\n";
   for (const auto& info : infos) {
@@ -118,6 +120,10 @@ void print_ranks(const MpiWorld& world) {
     }
     std::cout << "\n";
   }
+  if (link.hosts.size() > 1) {
+    std::cout << "links between hosts (best pair, 4 MiB ping-pong): " << link.summary() << "\n";
+  }
+  if (link.slow) std::cout << "warning: " << *link.slow << "\n";
   std::cout.flush();
 }
 

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 
@@ -28,9 +30,22 @@ void print_error_line(std::string line) {
   }
 }
 
+// Seconds MPI_Abort gets to end this process before it ends itself.
+constexpr int kAbortGraceSeconds = 5;
+
 // Ends every process of the job with `code`: the way out when one rank
-// fails and the others may be waiting for it in a collective.
+// fails and the others may be waiting for it in a collective. MPI_Abort
+// asks the launcher to kill the job; where the launcher cannot be reached
+// (this host's link is down) it may never return, so a detached thread
+// ends this rank after kAbortGraceSeconds: no rank outlives its error by
+// more than that.
 [[noreturn]] void abort_job(int code) {
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+    print_error_line("[rank " + std::to_string(error_rank()) + "] MPI_Abort did not end this rank within " +
+                     std::to_string(kAbortGraceSeconds) + " s (the launcher is unreachable?); exiting");
+    std::_Exit(code);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }

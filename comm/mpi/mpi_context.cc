@@ -1,5 +1,6 @@
 #include "comm/mpi/mpi_context.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "kernels/cpu/reduce.h"
@@ -29,12 +30,29 @@ void create_ops(MPI_Op (&ops)[3], bool builtin_sum) {
   MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMin>, 1, &ops[2]));
 }
 
+// Every rank's processor name (its host), in rank order.
+std::vector<std::string> gather_hosts(MPI_Comm comm) {
+  int size = 0, len = 0;
+  MP_CHECK_MPI(MPI_Comm_size(comm, &size));
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  MP_CHECK_MPI(MPI_Get_processor_name(mine, &len));
+  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MP_CHECK_MPI(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
+  std::vector<std::string> hosts(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const char* name = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts[static_cast<size_t>(r)].assign(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return hosts;
+}
+
 }  // namespace
 
 MpiContext::MpiContext() {
   MP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   MP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &side_));
   MP_CHECK_MPI(MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN));
+  hosts_ = gather_hosts(side_);
   // Distinct handles for bf16 and fp16, so a datatype names its format.
   MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_));
   MP_CHECK_MPI(MPI_Type_commit(&bf16_type_));
@@ -155,13 +173,18 @@ std::string MpiContext::diagnose(uint64_t id, uint64_t sequence, const std::vect
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::ostringstream behind, unknown, silent;
-  std::string all_arrived_note;
   int behind_count = 0;
+  std::map<std::string, std::pair<std::vector<int>, bool>> by_host;  // host -> (members, one answered)
+  for (Peer& p : peers) {
+    auto& [members_there, answered_there] = by_host[host_of(p.world)];
+    members_there.push_back(p.member);
+    answered_there = answered_there || p.answered;
+  }
   for (Peer& p : peers) {
     if (!p.answered) {
       MPI_Cancel(&p.req);
       MPI_Wait(&p.req, MPI_STATUS_IGNORE);
-      silent << (silent.tellp() > 0 ? ", " : "") << "rank " << p.member;
+      silent << (silent.tellp() > 0 ? ", " : "") << "rank " << p.member << " on " << host_of(p.world);
       continue;
     }
     const uint64_t issued = p.reply[2], started = p.reply[3];
@@ -182,6 +205,13 @@ std::string MpiContext::diagnose(uint64_t id, uint64_t sequence, const std::vect
   if (silent.tellp() > 0) {
     out << "No answer within " << reply_timeout.count() << " ms (dead, or stuck outside MPI): "
         << silent.str() << ". ";
+  }
+  const std::string& here = host_of(world_rank_);
+  for (const auto& [host, members_there] : by_host) {
+    if (members_there.second || host == here) continue;
+    out << "Host " << host << " unreachable: none of its ranks answered (";
+    for (size_t k = 0; k < members_there.first.size(); ++k) out << (k ? ", " : "") << members_there.first[k];
+    out << "): its link or the host is down. ";
   }
   if (unknown.tellp() > 0) out << "Communicator not (or no longer) present on: " << unknown.str() << ". ";
   if (out.tellp() == 0) out << "Every rank has started it; the transport is stalled.";

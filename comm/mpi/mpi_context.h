@@ -54,16 +54,21 @@ class MpiContext {
   void unregister_comm(uint64_t id);
 
   // Asks each world rank in `members` (except this one) for its progress on
-  // communicator `id`, and describes those not at `sequence` yet.
+  // communicator `id`, and describes those not at `sequence` yet, each with
+  // its host; a host none of whose ranks answered is named unreachable.
   std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
                        std::chrono::milliseconds reply_timeout);
 
   int world_rank() const { return world_rank_; }
+  // The host of every world rank (MPI_Get_processor_name, gathered once).
+  const std::vector<std::string>& hosts() const { return hosts_; }
 
  private:
   void respond_loop();
+  const std::string& host_of(int world_rank) const { return hosts_.at(static_cast<size_t>(world_rank)); }
 
   int world_rank_ = 0;
+  std::vector<std::string> hosts_;
   MPI_Comm side_ = MPI_COMM_NULL;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Datatype fp16_type_ = MPI_DATATYPE_NULL;

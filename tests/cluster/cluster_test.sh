@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# tests/cluster/cluster_test.sh CASE WORKER DIR: mp_worker on an emulated
+# cluster (scripts/cluster: hosts as network namespaces, TCP between them,
+# launched by launch/mp_multinode as on a real cluster). CTest label
+# "cluster"; exit 77 (skipped) where the kernel refuses namespaces.
+#   hybrid: 2 hosts x 2 ranks, deterministic: HYBRID_SHARD (shard inside a
+#           host, replicate across) = FULL_SHARD on the 4 ranks = 1 rank
+#           with 4 micro-batches, bit for bit (losses, norms, weights).
+#   resume: a checkpoint written by 2 hosts x 2 ranks resumes on 1 host x
+#           3 ranks and continues exactly as the uninterrupted run.
+#   cut:    node1's link goes down mid-run: every rank ends within the
+#           communication timeout plus a few seconds, the error names the
+#           host and its ranks, nothing is left behind.
+#   slow:   3 hosts, node1 at a tenth of the others' bandwidth: training
+#           goes on and the log names node1.
+set -u
+case_name=$1 worker=$2 dir=$3
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$root/scripts/cluster
+multinode=$root/launch/mp_multinode
+export MP_WORKER=$worker
+rm -rf "$dir"
+mkdir -p "$dir"
+fail() { echo "FAIL: $*"; exit 1; }
+small=(--set model.gpt.layers=2 --set model.gpt.context=32 --set engine.optimizer.schedule.total_steps=400
+       --set log_interval=1 --set engine.deterministic=true --set engine.precision.reduce_dtype=FP32)
+
+# "step loss norm" per step of a run directory's metrics.jsonl.
+losses() { python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l); print(j["step"], repr(j["loss"]), repr(j["grad_norm"]))' "$1"; }
+
+# run NAME CLUSTER_ARGS... -- WORKER_ARGS...: on the cluster (or with no
+# cluster args and "local N", under mprun on this host), logging to DIR/NAME.log.
+on_cluster() {
+  local name=$1; shift
+  local cargs=()
+  while [[ $1 != -- ]]; do cargs+=("$1"); shift; done
+  shift
+  "$cluster" "${cargs[@]}" -- "$multinode" -- "${small[@]}" --out "$dir/$name" "$@" >"$dir/$name.log" 2>&1
+}
+local_run() {  # NAME NP WORKER_ARGS...
+  local name=$1 np=$2; shift 2
+  "$root/launch/mprun" -np "$np" --bind-to none "$worker" "${small[@]}" --out "$dir/$name" "$@" >"$dir/$name.log" 2>&1
+}
+skip_if_refused() {  # LOG STATUS
+  [[ $2 -eq 77 ]] && { grep "cannot emulate" "$1"; exit 77; }
+  return 0
+}
+
+case $case_name in
+hybrid)
+  on_cluster hybrid --hosts 2 --ranks 2 -- --steps 4 --set engine.sharding.strategy=HYBRID_SHARD \
+    --set engine.sharding.hybrid_shard_size=2 --export-safetensors "$dir/hybrid.hf"
+  status=$?; skip_if_refused "$dir/hybrid.log" $status
+  [[ $status -eq 0 ]] || { cat "$dir/hybrid.log"; fail "HYBRID_SHARD on 2 hosts x 2 ranks"; }
+  grep -q "^  rank 2: node1 " "$dir/hybrid.log" || { cat "$dir/hybrid.log"; fail "rank 2 did not run on node1"; }
+  on_cluster full --hosts 2 --ranks 2 -- --steps 4 --set engine.sharding.strategy=FULL_SHARD \
+    --export-safetensors "$dir/full.hf" || { cat "$dir/full.log"; fail "FULL_SHARD on 2 hosts x 2 ranks"; }
+  local_run one 1 --steps 4 --set engine.micro_batches=4 --export-safetensors "$dir/one.hf" ||
+    { cat "$dir/one.log"; fail "1 rank"; }
+  for r in hybrid full one; do losses "$dir/$r/metrics.jsonl" >"$dir/$r.txt"; done
+  [[ $(wc -l <"$dir/one.txt") -eq 4 ]] || fail "the 1-rank run wrote $(wc -l <"$dir/one.txt") metrics lines"
+  diff "$dir/one.txt" "$dir/hybrid.txt" || fail "HYBRID_SHARD on 2 hosts differs from 1 rank (losses, norms)"
+  diff "$dir/one.txt" "$dir/full.txt" || fail "FULL_SHARD on 2 hosts differs from 1 rank (losses, norms)"
+  cmp "$dir/one.hf/model.safetensors" "$dir/hybrid.hf/model.safetensors" || fail "HYBRID_SHARD weights differ from 1 rank's"
+  cmp "$dir/one.hf/model.safetensors" "$dir/full.hf/model.safetensors" || fail "FULL_SHARD weights differ from 1 rank's"
+  echo "2 hosts x 2 ranks: HYBRID_SHARD = FULL_SHARD = 1 rank x 4 micro-batches, bit for bit (4 steps: losses, norms, weights)"
+  ;;
+resume)
+  # 12 micro-batches a step either way: 4 ranks x 3, then 3 ranks x 4.
+  on_cluster two_hosts --hosts 2 --ranks 2 -- --steps 6 --set engine.micro_batches=3 \
+    --set checkpoint.interval_steps=3
+  status=$?; skip_if_refused "$dir/two_hosts.log" $status
+  [[ $status -eq 0 ]] || { cat "$dir/two_hosts.log"; fail "2 hosts x 2 ranks"; }
+  on_cluster one_host --hosts 1 --ranks 3 -- --steps 6 --set engine.micro_batches=4 \
+    --resume "$dir/two_hosts/checkpoints/step_00000003" || { cat "$dir/one_host.log"; fail "resume on 1 host x 3 ranks"; }
+  grep -q "^resumed from .*step_00000003 at step 3 (saved by 4 rank(s)" "$dir/one_host.log" ||
+    { cat "$dir/one_host.log"; fail "no resume line"; }
+  losses "$dir/two_hosts/metrics.jsonl" | sed -n '4,6p' >"$dir/want.txt"
+  losses "$dir/one_host/metrics.jsonl" >"$dir/got.txt"  # a fresh run directory: steps 4-6 only
+  [[ $(wc -l <"$dir/got.txt") -eq 3 ]] || fail "the resumed run wrote no steps 4-6"
+  diff "$dir/want.txt" "$dir/got.txt" || fail "steps 4-6 on 1 host x 3 ranks differ from the 2 x 2 run's"
+  echo "checkpoint of 2 hosts x 2 ranks at step 3 resumed on 1 host x 3 ranks: steps 4-6 bit for bit"
+  ;;
+cut)
+  timeout_s=6
+  start=$(date +%s)
+  "$cluster" --hosts 2 --ranks 2 --cut 1:4 -- bash -c \
+    'echo "$MP_CLUSTER_NETNS" > "$0/netns"; exec "$@"' "$dir" \
+    "$multinode" -- "${small[@]}" --set engine.deterministic=false --steps 1000000 --out "$dir/run" \
+    --set engine.comm.timeout_s=$timeout_s >"$dir/cut.log" 2>&1
+  status=$? elapsed=$(( $(date +%s) - start ))
+  skip_if_refused "$dir/cut.log" $status
+  [[ $status -ne 0 ]] || { cat "$dir/cut.log"; fail "the run exited 0 after its link was cut"; }
+  grep -q "node1's link is down" "$dir/cut.log" || { cat "$dir/cut.log"; fail "the link was not cut (the run ended first?)"; }
+  grep -Eq "Host node1 unreachable: none of its ranks answered \(2, 3\)" "$dir/cut.log" ||
+    { cat "$dir/cut.log"; fail "no error naming node1 and its ranks"; }
+  grep -Eq "rank 2 on node1, rank 3 on node1" "$dir/cut.log" || { cat "$dir/cut.log"; fail "the error does not name the ranks' host"; }
+  # Cut at 4 s; the ranks' deadline is the timeout plus the 2 s diagnosis and
+  # the 5 s abort grace; mpirun then gives up on node1 within ~10 s.
+  limit=$(( 4 + timeout_s + 2 + 5 + 20 ))
+  (( elapsed <= limit )) || { cat "$dir/cut.log"; fail "the job took ${elapsed} s to end (limit ${limit} s)"; }
+  for ns in $(cat "$dir/netns"); do ip netns list | grep -qw "$ns" && fail "namespace $ns left behind"; done
+  pgrep -f "mp_worker .*$dir/run" && fail "ranks left running"
+  echo "link cut at 4 s: the job ended after ${elapsed} s (timeout ${timeout_s} s), naming node1 and ranks 2, 3; nothing left"
+  ;;
+slow)
+  on_cluster slow --hosts 3 --ranks 1 --link 1gbit --slow-host 1 -- --steps 3 --set engine.deterministic=false
+  status=$?; skip_if_refused "$dir/slow.log" $status
+  [[ $status -eq 0 ]] || { cat "$dir/slow.log"; fail "training on 3 hosts with a slow one"; }
+  grep "^links between hosts" "$dir/slow.log"
+  grep -q "^warning: host node1 (ranks 1) is slow" "$dir/slow.log" || { cat "$dir/slow.log"; fail "the log does not name node1"; }
+  grep -q "^done: 3 steps" "$dir/slow.log" || fail "training did not finish"
+  echo "node1 at a tenth of the bandwidth: named in the log, training finished"
+  ;;
+*) echo "unknown case $case_name"; exit 2 ;;
+esac
