@@ -127,9 +127,9 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   const Precision& p = o.precision;
 
   if (!config.comm().comm_hook().empty()) {
-    if (o.strategy != SC::NO_SHARD) {
-      MP_THROW(ConfigError, "comm.comm_hook = '", config.comm().comm_hook(), "' applies to NO_SHARD; strategy is ",
-               strategy_name(o.strategy));
+    if (o.strategy != SC::NO_SHARD && o.strategy != SC::HYBRID_SHARD) {
+      MP_THROW(ConfigError, "comm.comm_hook = '", config.comm().comm_hook(), "' applies to NO_SHARD and to ",
+               "HYBRID_SHARD's all-reduce across replicas; strategy is ", strategy_name(o.strategy));
     }
     if (p.grad_accum_dtype != DType::kF32) {
       MP_THROW(ConfigError, "comm.comm_hook needs fp32 gradient buckets: precision.grad_accum_dtype must be FP32, is ",

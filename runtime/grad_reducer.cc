@@ -163,10 +163,17 @@ Stream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tenso
   comm_.track(mesh_.shard->reduce_scatter(input, unit.grad_shard(), ro));
   if (o_.replicate_size > 1) {
     replicate_stream_.wait(shard_stream_.record());
-    comm_.track(mesh_.replicate->all_reduce(unit.grad_shard(), unit.grad_shard(), ro));
+    comm_.track(replicate_all_reduce(u, unit.grad_shard(), ro));
     return replicate_stream_;
   }
   return shard_stream_;
+}
+
+// The all-reduce across replicas (HYBRID_SHARD: across hosts), through
+// comm.comm_hook when one is set.
+WorkPtr GradReducer::replicate_all_reduce(int u, const Tensor& shard, const ReduceOptions& ro) {
+  if (hook_) return hook_->run(*mesh_.replicate, GradBucket{u, shard});
+  return mesh_.replicate->all_reduce(shard, shard, ro);
 }
 
 // One rank: nothing to communicate (Note [Gradient reduction]). The
@@ -197,7 +204,7 @@ Stream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, int
   if (!single) ops::accumulate(unit.grad_shard(), out, micro_batch == 0, shard_stream_);
   if (micro_batch == o_.micro_batches - 1 && o_.replicate_size > 1) {
     replicate_stream_.wait(shard_stream_.record());
-    comm_.track(mesh_.replicate->all_reduce(unit.grad_shard(), unit.grad_shard(), ro));
+    comm_.track(replicate_all_reduce(u, unit.grad_shard(), ro));
     return replicate_stream_;
   }
   return shard_stream_;

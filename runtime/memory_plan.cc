@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "comm/hooks.h"
 
 namespace mp {
 
@@ -69,8 +70,12 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
       if (o.strategy != proto::ShardingConfig::NO_SHARD) add(MemCategory::kGradient, n, dtype_size(o.grad_shard_dtype()));
     }
     if (o.keeps_full_params()) add(MemCategory::kGatheredParams, full, ps);
-    if (o.strategy == proto::ShardingConfig::NO_SHARD && (o.comm_hook == "bf16_compress" || o.comm_hook == "fp16_compress")) {
-      add(MemCategory::kCommScratch, full, 2);  // the hook's wire buffer per bucket
+    // The hook's buffers per bucket: the unit (NO_SHARD), or its shard
+    // all-reduced across replicas (HYBRID_SHARD).
+    if (o.strategy == proto::ShardingConfig::NO_SHARD) {
+      add(MemCategory::kCommScratch, 1, comm_hook_scratch_bytes(o.comm_hook, full, o.replicate_size));
+    } else if (o.replicate_size > 1 && !o.comm_hook.empty()) {
+      add(MemCategory::kCommScratch, 1, comm_hook_scratch_bytes(o.comm_hook, n, o.replicate_size));
     }
   }
   // Shared buffers, sized by the largest unit.
