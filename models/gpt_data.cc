@@ -66,39 +66,51 @@ static double uniform_mod_probability(int bits, uint64_t n, uint64_t v) {
   return static_cast<double>((range - 1 - v) / n + 1) / static_cast<double>(range);
 }
 
+// A transition row is noise / 8 everywhere plus 7 / (8 K) for each of v's K
+// successors (a successor drawn twice counts twice), so a row's entropy is
+// the noise row's with at most K terms replaced, and pushing a distribution
+// through the chain is the noise part times its mass plus K scattered adds:
+// O(vocab K) per position, not vocab^2 (GPT-2's vocabulary would need a
+// 20 GB matrix).
 double GptData::entropy_floor() const {
   const auto vocab = static_cast<size_t>(vocab_);
-  std::vector<double> noise(vocab), dist(vocab), next(vocab), row(vocab);
+  const auto K = static_cast<size_t>(kGptSuccessors);
+  const double hop = 7.0 / 8.0 / static_cast<double>(K);
+  std::vector<double> noise(vocab), dist(vocab), next(vocab);
   for (size_t w = 0; w < vocab; ++w) {
-    noise[w] = uniform_mod_probability(24, vocab, w);  // bits 8-31 of the word
-    dist[w] = uniform_mod_probability(32, vocab, w);   // token 0
+    noise[w] = uniform_mod_probability(24, vocab, w) / 8.0;  // bits 8-31 of the word
+    dist[w] = uniform_mod_probability(32, vocab, w);         // token 0
   }
-  // H(next | v) and the transition rows, one token v at a time.
+  auto plogp = [](double p) { return p > 0 ? p * std::log(p) : 0.0; };
+  double noise_entropy = 0;
+  for (size_t w = 0; w < vocab; ++w) noise_entropy -= plogp(noise[w]);
+  // H(next | v): the noise row's entropy with v's successor entries replaced.
   std::vector<double> entropy(vocab);
-  std::vector<std::vector<double>> transition(vocab);
+  std::vector<std::pair<size_t, int>> hits;  // (successor, times drawn)
   for (size_t v = 0; v < vocab; ++v) {
-    for (size_t w = 0; w < vocab; ++w) row[w] = noise[w] / 8.0;
-    for (int64_t j = 0; j < kGptSuccessors; ++j) {
-      row[static_cast<size_t>(successors_[v * kGptSuccessors + static_cast<size_t>(j)])] +=
-          7.0 / 8.0 / static_cast<double>(kGptSuccessors);
+    hits.clear();
+    for (size_t j = 0; j < K; ++j) {
+      const auto w = static_cast<size_t>(successors_[v * K + j]);
+      auto it = std::find_if(hits.begin(), hits.end(), [w](const auto& h) { return h.first == w; });
+      if (it == hits.end()) hits.emplace_back(w, 1); else ++it->second;
     }
-    double h = 0;
-    for (size_t w = 0; w < vocab; ++w) {
-      if (row[w] > 0) h -= row[w] * std::log(row[w]);
-    }
+    double h = noise_entropy;
+    for (const auto& [w, times] : hits) h += plogp(noise[w]) - plogp(noise[w] + hop * times);
     entropy[v] = h;
-    transition[v] = row;
   }
   // Target j (1 .. context) follows token j - 1, whose distribution is
   // token 0's pushed through the chain j - 1 times.
   double total = 0;
   for (int64_t j = 1; j <= context_; ++j) {
-    double expected = 0;
-    for (size_t v = 0; v < vocab; ++v) expected += dist[v] * entropy[v];
-    total += expected;
-    std::fill(next.begin(), next.end(), 0.0);
+    double expected = 0, mass = 0;
     for (size_t v = 0; v < vocab; ++v) {
-      for (size_t w = 0; w < vocab; ++w) next[w] += dist[v] * transition[v][w];
+      expected += dist[v] * entropy[v];
+      mass += dist[v];
+    }
+    total += expected;
+    for (size_t w = 0; w < vocab; ++w) next[w] = noise[w] * mass;
+    for (size_t v = 0; v < vocab; ++v) {
+      for (size_t k = 0; k < K; ++k) next[static_cast<size_t>(successors_[v * K + k])] += dist[v] * hop;
     }
     dist.swap(next);
   }
