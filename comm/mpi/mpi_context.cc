@@ -211,7 +211,7 @@ std::string MpiContext::diagnose(uint64_t id, uint64_t sequence, const std::vect
     if (members_there.second || host == here) continue;
     out << "Host " << host << " unreachable: none of its ranks answered (";
     for (size_t k = 0; k < members_there.first.size(); ++k) out << (k ? ", " : "") << members_there.first[k];
-    out << "): its link or the host is down. ";
+    out << "): its link or the host is down, or every rank there died. ";
   }
   if (unknown.tellp() > 0) out << "Communicator not (or no longer) present on: " << unknown.str() << ". ";
   if (out.tellp() == 0) out << "Every rank has started it; the transport is stalled.";
