@@ -8,6 +8,7 @@
 #include <google/protobuf/stubs/common.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -104,12 +105,14 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   return 0;
 }
 
-void print_ranks(const MpiWorld& world) {
+// The rank table, and the links between hosts (each ping-pong bounded by
+// the communication timeout `timeout`).
+void print_ranks(const MpiWorld& world, std::chrono::milliseconds timeout) {
   const Device device = default_device(world.local_rank());
   set_current_device(device);
   auto comm = MpiCommunicator::create_world("ranks", CommOptions{});
   const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
-  const LinkCheck link = check_host_links();  // Note [Link check]
+  const LinkCheck link = check_host_links(int64_t{4} << 20, timeout);  // Note [Link check]
   if (world.rank() != 0) return;
   std::cout << build_string() << ": " << world.size() << " rank(s)\n";
   for (const auto& info : infos) {
@@ -243,7 +246,7 @@ int main(int argc, char** argv) {
   mp::TrainSettings settings;
   if (const std::optional<int> code = mp::resolve_settings(args, check_size, settings)) return *code;
   return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) {
-    mp::print_ranks(world);
+    mp::print_ranks(world, mp::comm_options_from_config(settings.config.engine().comm()).timeout);
     return mp::train(world, world.size() == check_size ? settings : mp::resolve_train_config(settings.config, world.size()));
   });
 }

@@ -118,6 +118,11 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   o.locate_non_finite = config.locate_non_finite();
   o.optimizer_in_backward = sc.optimizer_in_backward();
   o.serialize_communication = sc.serialize_communication();
+  o.int8_param_gather = sc.int8_param_gather();
+  if (o.int8_param_gather && o.strategy != SC::FULL_SHARD && o.strategy != SC::HYBRID_SHARD) {
+    MP_THROW(ConfigError, "sharding.int8_param_gather applies to FULL_SHARD and HYBRID_SHARD (their per-unit ",
+             "gathers); strategy is ", strategy_name(o.strategy));
+  }
   o.seed = config.seed();
   o.accumulate_chunk_bytes = comm_options_from_config(config.comm()).accumulate_chunk_bytes;
 
@@ -143,6 +148,7 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
                "is summed in fp64); it is ", dtype_name(p.reduce_dtype));
     }
     if (!o.comm_hook.empty()) MP_THROW(ConfigError, "deterministic reduction does not go through comm.comm_hook");
+    if (o.int8_param_gather) MP_THROW(ConfigError, "deterministic runs gather exact parameters: turn off sharding.int8_param_gather");
   }
   if (o.optimizer_in_backward) {
     if (config.optimizer().grad_clip() != 0) {

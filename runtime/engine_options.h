@@ -28,6 +28,7 @@ struct EngineOptions {
   bool deterministic = false;
   bool optimizer_in_backward = false;
   bool serialize_communication = false;
+  bool int8_param_gather = false;  // sharding.int8_param_gather (qwZ)
   bool stop_on_non_finite = false;  // non_finite = NON_FINITE_STOP, without loss scaling
   int max_consecutive_skips = 50;
   bool locate_non_finite = false;

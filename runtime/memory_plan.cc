@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "comm/hooks.h"
+#include "kernels/cpu/quant.h"
+#include "runtime/param_gathers.h"
 
 namespace mp {
 
@@ -82,6 +84,11 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
   if (!o.local_reduction()) add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
   add(MemCategory::kGatheredParams, o.gather_slots(layout.num_units()) * p_max, ps);
   if (p.param_cast == ParamCast::kAtGather) add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : p_max, ps);
+  if (o.int8_param_gather && o.gathers_per_unit()) {  // ParamGathers' int8 staging
+    const int64_t nq = int8_gather_elements(n_max);
+    add(MemCategory::kCommScratch, 1 + o.shard_size, int8_span_bytes(nq));
+    add(MemCategory::kCommScratch, nq, 4);
+  }
   if (o.wire_staging() && !o.local_reduction()) add(MemCategory::kCommScratch, p_max, dtype_size(p.reduce_dtype));
   if (o.strategy == proto::ShardingConfig::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
       (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone)) {

@@ -1,6 +1,10 @@
 #include "runtime/param_gathers.h"
 
+#include <algorithm>
+#include <string>
+
 #include "kernels/convert.h"
+#include "kernels/cpu/quant.h"
 
 namespace mp {
 
@@ -19,6 +23,21 @@ ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std
     const int64_t n = o.shard_size > 1 ? layout.max_shard_numel() : layout.max_padded_numel();
     cast_staging_ = Tensor::zeros(alloc, o.precision.param_dtype, {n}, MemCategory::kCommScratch);
   }
+  if (o.int8_param_gather && o.gathers_per_unit()) {
+    if (!alloc.device().is_cpu()) {
+      MP_THROW(ConfigError, "sharding.int8_param_gather runs on CPU engines only for now; this engine is on ",
+               alloc.device());
+    }
+    const int64_t nq = int8_gather_elements(layout.max_shard_numel());
+    const auto span = static_cast<int64_t>(int8_span_bytes(nq));
+    int8_send_ = Tensor::zeros(alloc, kByteCarrier, {span}, MemCategory::kCommScratch);
+    int8_recv_ = Tensor::zeros(alloc, kByteCarrier, {o.shard_size * span}, MemCategory::kCommScratch);
+    int8_f32_ = Tensor::zeros(alloc, DType::kF32, {nq}, MemCategory::kCommScratch);
+  }
+}
+
+int64_t int8_gather_elements(int64_t shard_numel) {
+  return (shard_numel + math::kQuantBlock - 1) / math::kQuantBlock * math::kQuantBlock;
 }
 
 // The all-gather's source: this rank's shard in param dtype, once unit u's
@@ -35,7 +54,34 @@ Tensor ParamGathers::gather_source(int u) {
 }
 
 WorkPtr ParamGathers::issue_gather(int u, const Tensor& dst) {
+  if (int8_send_.defined()) return issue_int8_gather(u, dst);
   WorkPtr w = shard_.all_gather(gather_source(u), dst);
+  comm_.track(w);
+  return w;
+}
+
+// qwZ: this rank's shard quantized (Note [Int8 blocks]), the codes and
+// scales all-gathered, each rank's part decoded into dst, all on the
+// communication stream; the Work returned completes after the decoding.
+WorkPtr ParamGathers::issue_int8_gather(int u, const Tensor& dst) {
+  const Tensor src = gather_source(u);
+  const int64_t n = units_[static_cast<size_t>(u)].n(), nq = int8_gather_elements(n);
+  const auto span = static_cast<int64_t>(int8_span_bytes(nq));
+  const int S = o_.shard_size;
+  const Tensor send = int8_send_.flat(0, span), recv = int8_recv_.flat(0, S * span), f32 = int8_f32_;
+  shard_stream_.host_task([src, send, f32, n, nq] {
+    convert(src, f32.flat(0, n), {});
+    std::fill(f32.data_as<float>() + n, f32.data_as<float>() + nq, 0.0f);
+    quantize_int8(f32.data_as<float>(), nq, send.data());
+  });
+  comm_.track(shard_.all_gather(send, recv));
+  shard_stream_.host_task([recv, dst, f32, n, nq, span, S] {
+    for (int j = 0; j < S; ++j) {
+      dequantize_int8(static_cast<const char*>(recv.data()) + j * span, nq, f32.data_as<float>(), false);
+      convert(f32.flat(0, n), dst.flat(j * n, n), {});
+    }
+  });
+  WorkPtr w = shard_.fence("int8 gather of unit " + std::to_string(u));
   comm_.track(w);
   return w;
 }

@@ -35,6 +35,10 @@
 
 namespace mp {
 
+// Elements each rank quantizes for an int8 gather of a shard of
+// `shard_numel` (whole blocks).
+int64_t int8_gather_elements(int64_t shard_numel);
+
 class ParamGathers {
  public:
   ParamGathers(const EngineOptions& o, const FlatLayout& layout, std::vector<UnitState>& units, Communicator& shard,
@@ -68,6 +72,7 @@ class ParamGathers {
  private:
   Tensor gather_source(int u);
   WorkPtr issue_gather(int u, const Tensor& dst);
+  WorkPtr issue_int8_gather(int u, const Tensor& dst);  // sharding.int8_param_gather
   void issue_full_gather(int u);
 
   struct FullCopy {        // SHARD_OPTIMIZER, SHARD_GRAD_OP: units[u].full_params
@@ -83,6 +88,8 @@ class ParamGathers {
   CommWatch& comm_;
   GatherRing ring_;        // no slots unless the strategy gathers per unit
   Tensor cast_staging_;    // param dtype (CAST_AT_GATHER)
+  static constexpr DType kByteCarrier = DType::kF8E4M3;  // raw bytes travel as a 1-byte dtype
+  Tensor int8_send_, int8_recv_, int8_f32_;  // int8_param_gather: this shard and all, quantized; fp32 staging
   std::vector<FullCopy> full_;
   std::vector<Event> updated_;  // per unit: its latest update
   int64_t cast_elements_ = 0;

@@ -52,6 +52,14 @@ TEST(EngineOptions, BadConfigsNameTheField) {
   proto::EngineConfig hook;
   hook.mutable_comm()->set_comm_hook("bf16_compress");
   EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(hook, 2); }), "applies to NO_SHARD"));
+  proto::EngineConfig q;
+  q.mutable_sharding()->set_strategy(proto::ShardingConfig::SHARD_GRAD_OP);
+  q.mutable_sharding()->set_int8_param_gather(true);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(q, 2); }), "int8_param_gather applies to FULL_SHARD"));
+  q.mutable_sharding()->set_strategy(proto::ShardingConfig::FULL_SHARD);
+  q.set_deterministic(true);
+  q.mutable_precision()->set_reduce_dtype(proto::FP32);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(q, 2); }), "turn off sharding.int8_param_gather"));
   proto::EngineConfig mb;
   mb.set_micro_batches(-2);
   EXPECT_EQ(error_of([&] { resolve_engine_options(mb, 2); }), "micro_batches = -2: must be positive");

@@ -35,7 +35,7 @@ struct LinkCheck {
 };
 
 // Collective over MPI_COMM_WORLD; every rank returns the same result.
-LinkCheck check_host_links(int64_t bytes = int64_t{4} << 20,
-                           std::chrono::milliseconds deadline = std::chrono::seconds(60));
+// `deadline` bounds each ping-pong (mp_worker passes comm.timeout_s).
+LinkCheck check_host_links(int64_t bytes, std::chrono::milliseconds deadline);
 
 }  // namespace mp

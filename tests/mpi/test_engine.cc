@@ -366,6 +366,30 @@ TEST_F(EngineTest, ParamCastsHappenWhereTheRecipeSays) {
   }
 }
 
+// sharding.int8_param_gather (qwZ): the per-unit gathers carry int8 codes
+// and scales; training stays close to exact gathers, the staging is in the
+// memory plan, and where units are gathered the run does change.
+TEST_F(EngineTest, Int8ParamGatherTrainsCloseToExactGathers) {
+  const int n = size();
+  for (Strategy s : {SC::FULL_SHARD, SC::HYBRID_SHARD}) {
+    SCOPED_TRACE(strategy_name(s));
+    const proto::EngineConfig exact = engine_config(s, "bf16_master", n, 1);
+    proto::EngineConfig c = exact;
+    c.mutable_sharding()->set_int8_param_gather(true);
+    const TrainRun ref = train(*world_, exact, small_mlp(), 10);
+    const TrainRun r = train(*world_, c, small_mlp(), 10);
+    for (int k = 0; k < kNumMemCategories; ++k) {
+      const auto cat = static_cast<MemCategory>(k);
+      if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+      EXPECT_EQ(r.memory.current(cat), r.plan.at(cat)) << mem_category_name(cat);
+    }
+    EXPECT_LT(loss_distance(r, ref), 2e-2);
+    EXPECT_LT(weight_distance(r, ref), 5e-2);
+    const bool gathers = resolve_engine_options(c, n).gathers_per_unit();
+    EXPECT_EQ(r.losses != ref.losses, gathers) << "int8 gathers change the run exactly where units are gathered";
+  }
+}
+
 // The MLP with its first unit marked as reading no parameters in the
 // backward (as the GPT's embedding is): the engine must pass it undefined
 // params there; it computes from its own copy of the forward's.
