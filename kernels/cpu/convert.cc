@@ -64,15 +64,7 @@ MP_BF16_LOOPS(avx512, __attribute__((target("avx512f,avx512bw"), flatten)))
 #undef MP_BF16_LOOPS
 
 const Bf16Loops& bf16_loops() {
-  static const Bf16Loops& picked = []() -> const Bf16Loops& {
-    switch (cpu_isa_best()) {
-#if MP_CPU_HAVE_X86
-      case CpuIsa::kAvx512: return kBf16Loops_avx512;
-      case CpuIsa::kAvx2: return kBf16Loops_avx2;
-#endif
-      default: return kBf16Loops_baseline;
-    }
-  }();
+  static const Bf16Loops& picked = MP_ISA_TABLE(kBf16Loops);
   return picked;
 }
 

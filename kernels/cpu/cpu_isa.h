@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace mp {
 
@@ -20,4 +21,23 @@ bool cpu_isa_available(CpuIsa isa);
 // What kAuto resolves to here: the widest available.
 CpuIsa cpu_isa_best();
 
+// Files that compile their loops once per ISA with target attributes
+// (grad_stats.cc, reduce.cc, convert.cc) keep a table of function pointers
+// per variant, name_baseline, name_avx2 and name_avx512 (the last two on x86
+// only), and pick one with MP_ISA_TABLE(name): the widest this CPU runs.
+template <class Table>
+const Table& isa_table(const Table& baseline, const Table* avx2, const Table* avx512) {
+  const CpuIsa best = cpu_isa_best();
+  if (best == CpuIsa::kAvx512 && avx512 != nullptr) return *avx512;
+  if ((best == CpuIsa::kAvx512 || best == CpuIsa::kAvx2) && avx2 != nullptr) return *avx2;
+  return baseline;
+}
+
 }  // namespace mp
+
+#if defined(MP_CPU_HAVE_X86) && MP_CPU_HAVE_X86
+#define MP_ISA_TABLE(name) ::mp::isa_table(name##_baseline, &name##_avx2, &name##_avx512)
+#else
+#define MP_ISA_TABLE(name) \
+  ::mp::isa_table<std::remove_cvref_t<decltype(name##_baseline)>>(name##_baseline, nullptr, nullptr)
+#endif

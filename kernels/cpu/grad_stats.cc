@@ -104,15 +104,7 @@ MP_STATS_BLOCKS(avx512, __attribute__((target("avx512f"), flatten)))
 #undef MP_STATS_BLOCKS
 
 const StatsBlocks& stats_blocks() {
-  static const StatsBlocks& picked = [] () -> const StatsBlocks& {
-    switch (cpu_isa_best()) {
-#if MP_CPU_HAVE_X86
-      case CpuIsa::kAvx512: return kStatsBlocks_avx512;
-      case CpuIsa::kAvx2: return kStatsBlocks_avx2;
-#endif
-      default: return kStatsBlocks_baseline;
-    }
-  }();
+  static const StatsBlocks& picked = MP_ISA_TABLE(kStatsBlocks);
   return picked;
 }
 

@@ -97,15 +97,7 @@ MP_SUM_LOOPS(avx512, __attribute__((target("avx512f"), flatten)))
 #undef MP_SUM_LOOPS
 
 const SumLoops& sum_loops() {
-  static const SumLoops& picked = []() -> const SumLoops& {
-    switch (cpu_isa_best()) {
-#if MP_CPU_HAVE_X86
-      case CpuIsa::kAvx512: return kSumLoops_avx512;
-      case CpuIsa::kAvx2: return kSumLoops_avx2;
-#endif
-      default: return kSumLoops_baseline;
-    }
-  }();
+  static const SumLoops& picked = MP_ISA_TABLE(kSumLoops);
   return picked;
 }
 
