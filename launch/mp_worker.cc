@@ -18,9 +18,9 @@
 
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/link_check.h"
 #include "comm/mpi/mpi_world.h"
 #include "launch/rank_info.h"
-#include "comm/mpi/link_check.h"
 #include "launch/rank_main.h"
 #include "launch/train_config.h"
 #include "launch/trainer.h"
