@@ -64,7 +64,7 @@ int64_t int8_hook_chunk(int64_t numel, int world);
 // bucket of `numel` fp32 elements on `world` ranks; 0 for unknown names.
 size_t comm_hook_scratch_bytes(const std::string& name, int64_t numel, int world);
 
-// Named hook factories. The three built-ins are present from construction.
+// Named hook factories. The five built-ins are present from construction.
 class CommHookRegistry {
  public:
   // Makes a hook; `scratch` provides its reusable low-precision buffers
