@@ -3,11 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <thread>
 
+#include "comm/mpi/mpi_context.h"
 #include "comm/mpi/mpi_error.h"
 #include "core/error.h"
 
@@ -51,22 +51,13 @@ double ping_pong(std::vector<char>& buf, int peer, bool first, std::chrono::mill
 }
 
 std::vector<HostLink> group_by_host() {
-  int rank = 0, size = 0, len = 0;
-  MP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MP_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  char mine[MPI_MAX_PROCESSOR_NAME] = {};
-  MP_CHECK_MPI(MPI_Get_processor_name(mine, &len));
-  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MP_CHECK_MPI(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                             MPI_COMM_WORLD));
+  const std::vector<std::string> names = gather_processor_names(MPI_COMM_WORLD);
   std::vector<HostLink> hosts;
   std::map<std::string, size_t> index;
-  for (int r = 0; r < size; ++r) {
-    const char* p = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
-    const std::string name(p, strnlen(p, MPI_MAX_PROCESSOR_NAME));
-    auto [it, fresh] = index.emplace(name, hosts.size());
-    if (fresh) hosts.push_back(HostLink{name, {}, 0});
-    hosts[it->second].ranks.push_back(r);
+  for (size_t r = 0; r < names.size(); ++r) {
+    auto [it, fresh] = index.emplace(names[r], hosts.size());
+    if (fresh) hosts.push_back(HostLink{names[r], {}, 0});
+    hosts[it->second].ranks.push_back(static_cast<int>(r));
   }
   return hosts;
 }

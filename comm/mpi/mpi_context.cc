@@ -30,8 +30,9 @@ void create_ops(MPI_Op (&ops)[3], bool builtin_sum) {
   MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMin>, 1, &ops[2]));
 }
 
-// Every rank's processor name (its host), in rank order.
-std::vector<std::string> gather_hosts(MPI_Comm comm) {
+}  // namespace
+
+std::vector<std::string> gather_processor_names(MPI_Comm comm) {
   int size = 0, len = 0;
   MP_CHECK_MPI(MPI_Comm_size(comm, &size));
   char mine[MPI_MAX_PROCESSOR_NAME] = {};
@@ -46,13 +47,11 @@ std::vector<std::string> gather_hosts(MPI_Comm comm) {
   return hosts;
 }
 
-}  // namespace
-
 MpiContext::MpiContext() {
   MP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   MP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &side_));
   MP_CHECK_MPI(MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN));
-  hosts_ = gather_hosts(side_);
+  hosts_ = gather_processor_names(side_);
   // Distinct handles for bf16 and fp16, so a datatype names its format.
   MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_));
   MP_CHECK_MPI(MPI_Type_commit(&bf16_type_));

@@ -38,6 +38,10 @@ struct CommProgress {
   std::atomic<uint64_t> started{0};  // last sequence number its comm thread started
 };
 
+// Every rank's processor name (its host), in rank order. Collective over
+// `comm`.
+std::vector<std::string> gather_processor_names(MPI_Comm comm);
+
 class MpiContext {
  public:
   // Collective over MPI_COMM_WORLD (duplicates it for the side channel).

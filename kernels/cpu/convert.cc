@@ -56,11 +56,7 @@ struct Bf16Loops {
   }                                                                                                                 \
   constexpr Bf16Loops kBf16Loops_##isa{&to_bf16_##isa, &to_bf16_scaled_##isa};
 
-MP_BF16_LOOPS(baseline, __attribute__((flatten)))
-#if MP_CPU_HAVE_X86
-MP_BF16_LOOPS(avx2, __attribute__((target("avx2"), flatten)))
-MP_BF16_LOOPS(avx512, __attribute__((target("avx512f,avx512bw"), flatten)))
-#endif
+MP_ISA_VARIANTS(MP_BF16_LOOPS)
 #undef MP_BF16_LOOPS
 
 const Bf16Loops& bf16_loops() {

@@ -35,9 +35,17 @@ const Table& isa_table(const Table& baseline, const Table* avx2, const Table* av
 
 }  // namespace mp
 
+// MP_ISA_VARIANTS(M) expands M(isa, attributes) once per variant such a
+// file compiles: baseline, and on x86 avx2 and avx512 (the features
+// cpu_isa_best() requires for them).
 #if defined(MP_CPU_HAVE_X86) && MP_CPU_HAVE_X86
+#define MP_ISA_VARIANTS(M)                                  \
+  M(baseline, __attribute__((flatten)))                     \
+  M(avx2, __attribute__((target("avx2"), flatten)))         \
+  M(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"), flatten)))
 #define MP_ISA_TABLE(name) ::mp::isa_table(name##_baseline, &name##_avx2, &name##_avx512)
 #else
+#define MP_ISA_VARIANTS(M) M(baseline, __attribute__((flatten)))
 #define MP_ISA_TABLE(name) \
   ::mp::isa_table<std::remove_cvref_t<decltype(name##_baseline)>>(name##_baseline, nullptr, nullptr)
 #endif

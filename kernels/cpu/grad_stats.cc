@@ -96,11 +96,7 @@ struct StatsBlocks {
   }                                                                                                         \
   constexpr StatsBlocks kStatsBlocks_##isa{&f32_block_##isa, &bf16_block_##isa, &f32_through_bf16_block_##isa};
 
-MP_STATS_BLOCKS(baseline, __attribute__((flatten)))
-#if MP_CPU_HAVE_X86
-MP_STATS_BLOCKS(avx2, __attribute__((target("avx2"), flatten)))
-MP_STATS_BLOCKS(avx512, __attribute__((target("avx512f"), flatten)))
-#endif
+MP_ISA_VARIANTS(MP_STATS_BLOCKS)
 #undef MP_STATS_BLOCKS
 
 const StatsBlocks& stats_blocks() {

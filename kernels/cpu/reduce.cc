@@ -89,11 +89,7 @@ struct SumLoops {
   }                                                                                                     \
   constexpr SumLoops kSumLoops_##isa{&sum_f32_##isa, &sum_bf16_##isa, &wire_f32_##isa, &wire_bf16_##isa};
 
-MP_SUM_LOOPS(baseline, __attribute__((flatten)))
-#if MP_CPU_HAVE_X86
-MP_SUM_LOOPS(avx2, __attribute__((target("avx2"), flatten)))
-MP_SUM_LOOPS(avx512, __attribute__((target("avx512f"), flatten)))
-#endif
+MP_ISA_VARIANTS(MP_SUM_LOOPS)
 #undef MP_SUM_LOOPS
 
 const SumLoops& sum_loops() {
