@@ -12,9 +12,12 @@ CudaInfo cuda_probe() {
   if (err != cudaSuccess) {
     // Clear the sticky "last error" so later unrelated checks do not see it.
     (void)cudaGetLastError();
-    return CudaInfo{0, str(cudaGetErrorName(err), ": ", cudaGetErrorString(err))};
+    const char* what = err == cudaErrorInsufficientDriver ? "no usable CUDA driver"
+                       : err == cudaErrorNoDevice         ? "no CUDA device"
+                                                          : "CUDA cannot start";
+    return CudaInfo{0, str(what, " (", cudaGetErrorName(err), ": ", cudaGetErrorString(err), ")")};
   }
-  if (count == 0) return CudaInfo{0, "no CUDA devices visible"};
+  if (count == 0) return CudaInfo{0, "no CUDA device visible"};
   return CudaInfo{count, ""};
 }
 

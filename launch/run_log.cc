@@ -54,7 +54,8 @@ RunLog::RunLog(const TrainSettings& settings, const RunModel& model, const Engin
       tty_(lead && live_progress()),
       items_per_step_(model.items_per_micro_batch * engine.options().micro_batches * world_size) {}
 
-void RunLog::begin(int threads, int64_t start, const std::string& start_note, const std::string& checkpoints) {
+void RunLog::begin(int threads, int64_t start, const std::string& start_note, const std::string& checkpoints,
+                   const std::string& device) {
   start_ = start;
   if (!lead_) return;
   dir_ = RunDir::open(settings_, start);
@@ -63,6 +64,7 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
   std::printf("engine: %s, %s; %d rank(s) x %d thread(s), %d micro-batch(es) per rank per step, %s per step\n",
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
+  if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
   std::printf("memory per rank (planned): %s", engine_.plan().to_string().c_str());
   if (model_.floor) {
     const int64_t vocab = settings_.gpt.vocab;

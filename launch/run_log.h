@@ -48,7 +48,9 @@ class RunLog {
   // data, engine, memory plan, entropy floor, run directory, `start_note`
   // and `checkpoints` (each when not empty). `start`: the step the run goes
   // on from (0: a fresh run).
-  void begin(int threads, int64_t start, const std::string& start_note, const std::string& checkpoints);
+  // `device`: the line on rank 0's device and data plane (empty: none).
+  void begin(int threads, int64_t start, const std::string& start_note, const std::string& checkpoints,
+             const std::string& device = {});
   // The step's progress line (Note [Run log]), metrics.jsonl and TensorBoard
   // record, and the lines of a skipped step, a straggler and a sample.
   void step(const StepReport& report);

@@ -1,14 +1,29 @@
 #include "launch/run_model.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "formats/token_file.h"
 #include "models/gpt_sample.h"
 #include "models/mlp.h"
+#include "mp/config.h"
+#if MP_WITH_CUDA
+#include "models/gpt_cuda.h"
+#endif
 
 namespace mp {
 namespace {
+
+// MP_CUDA_SYNC=1: synchronise after every op of the CUDA GPT (Note [GPT on
+// CUDA] in models/gpt_cuda.h), so a device fault names its op.
+[[maybe_unused]] bool cuda_sync_each_op() {
+  const char* env = std::getenv("MP_CUDA_SYNC");
+  if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
+  if (std::string(env) == "1") return true;
+  MP_THROW(ConfigError, "MP_CUDA_SYNC = '", env, "': use 1 (synchronise after every op of the CUDA GPT) or 0");
+}
 
 RunModel make_mlp(const TrainSettings& s, int threads, Allocator allocator) {
   RunModel m;
@@ -53,9 +68,22 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(c.compute().fp32_ops().begin(), c.compute().fp32_ops().end());
   open_gpt_data(c.data(), g, m);
-  auto gpt = std::make_unique<Gpt>(g, allocator, m.train);
-  m.gpt = gpt.get();
-  m.model = std::move(gpt);
+  if (allocator.device().is_cuda()) {
+#if MP_WITH_CUDA
+    GptCudaOptions o;
+    o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+    o.sync_each_op = cuda_sync_each_op();
+    auto gpt = std::make_unique<GptCuda>(g, allocator, m.train, o);
+    m.gpt = gpt.get();
+    m.model = std::move(gpt);
+#else
+    MP_THROW(ConfigError, "the GPT on ", allocator.device(), ": mp was built without CUDA");
+#endif
+  } else {
+    auto gpt = std::make_unique<Gpt>(g, allocator, m.train);
+    m.gpt = gpt.get();
+    m.model = std::move(gpt);
+  }
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
   m.description = gpt_describe(g);

@@ -7,12 +7,15 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
 #include "launch/checkpoint_policy.h"
+#include "launch/data_plane.h"
+#include "launch/device_choice.h"
 #include "launch/run_log.h"
 #include "launch/run_model.h"
 #include "launch/step_agreement.h"
@@ -35,6 +38,21 @@ int default_threads_per_rank(int local_size) {
 
 namespace {
 
+// Every rank computes on the same kind of device (their data planes must
+// match); ConfigError on every rank otherwise, naming the odd ones.
+void check_same_device_kind(Communicator& control, Device device) {
+  const std::vector<std::string> all = control.all_gather_bytes(to_string(device));
+  const bool cpu0 = all.front() == "cpu";
+  std::string odd;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if ((all[r] == "cpu") != cpu0) odd += detail::str(odd.empty() ? "" : ", ", "rank ", r, " on ", all[r]);
+  }
+  if (!odd.empty()) {
+    MP_THROW_AGREED(ConfigError, "the ranks chose different kinds of device (compute.device): rank 0 on ",
+                    all.front(), "; ", odd, ". Set compute.device to CPU or CUDA for every rank");
+  }
+}
+
 // Whether step `step` of `steps` is one of every `interval` (> 0), or the last.
 bool every(int64_t interval, int64_t step, int64_t steps) {
   return interval > 0 && (step % interval == 0 || step == steps);
@@ -46,15 +64,27 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const proto::TrainConfig& c = s.config;
   const bool lead = world.rank() == 0;
   const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
-  Allocator allocator;
-  auto comm = MpiCommunicator::create_world("world", comm_options_from_config(c.engine().comm()));
+  // Note [Device choice] in launch/device_choice.h.
+  const DeviceChoice device =
+      choose_device(c.compute().device(), s.model == ModelKind::kGpt, world.rank(), world.local_rank(),
+                    world.local_size(), cuda_info());
+  set_current_device(device.device);
+  const CommOptions comm_options = comm_options_from_config(c.engine().comm());
+  auto comm = MpiCommunicator::create_world("control", comm_options);  // the control plane
+  check_same_device_kind(*comm, device.device);
+  std::string data_plane_name = "MPI";
+  std::unique_ptr<Communicator> data_plane;
+  if (!device.device.is_cpu()) data_plane = make_data_plane(device.device, comm_options, &data_plane_name);
+  Allocator allocator(device.device);
   RunModel m = make_model(s, threads, allocator);
-  Engine engine(m.model->spec(), c.engine(), *comm, allocator);
+  Engine engine(m.model->spec(), c.engine(), data_plane ? *data_plane : *comm, allocator);
 
   CheckpointPolicy checkpoints(engine, s, lead);
   const int64_t start = checkpoints.restore();  // a checkpoint, imported weights, or the init
   RunLog log(s, m, engine, allocator, world.size(), lead);
-  log.begin(threads, start, checkpoints.note(), checkpoints.describe());
+  log.begin(threads, start, checkpoints.note(), checkpoints.describe(),
+            describe_device(device.device) + ", data plane " + data_plane_name +
+                (device.note.empty() ? "" : "; " + device.note));
   // Note [Signals and oneDNN]: recorded by the watcher thread, acted on at
   // the next step boundary (every rank agrees there).
   std::optional<StopSignalScope> signals;

@@ -591,6 +591,19 @@ const float* Gpt::logits() const {
   return ws_->buffers.logits;
 }
 
+void Gpt::keep_logits_row(int64_t row) {
+  MP_ENFORCE(row >= -1 && row < config_.micro_batch_size * config_.context, "logits row ", row, " of ",
+             config_.micro_batch_size * config_.context);
+  kept_row_ = row;
+}
+
+std::vector<float> Gpt::kept_logits() const {
+  MP_ENFORCE(kept_row_ >= 0, "Gpt::kept_logits without keep_logits_row");
+  const int64_t padded = gpt_padded_vocab(config_.vocab);
+  const float* row = logits() + kept_row_ * padded;
+  return std::vector<float>(row, row + padded);
+}
+
 double Gpt::loss() const {
   MP_ENFORCE(micro_batch_ >= 0 && forwarded_ == static_cast<int>(layout_.size()),
              "Gpt::loss before the forward of every unit");

@@ -219,11 +219,32 @@ double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const 
 
 // ---- the model ----------------------------------------------------------------
 
+// What a trainer needs of a GPT beyond Model, on any device: the host Gpt
+// below and GptCuda (models/gpt_cuda.h).
+class GptControl {
+ public:
+  virtual ~GptControl() = default;
+  virtual const GptConfig& config() const = 0;
+  // Switches the token source (e.g. to validation data and back); its batch
+  // and context must equal the config's (EnforceError otherwise).
+  virtual void set_source(std::shared_ptr<const TokenBatchSource> source) = 0;
+  virtual const std::shared_ptr<const TokenBatchSource>& shared_source() const = 0;
+  // Keeps logits row `row` (0 .. micro_batch_size * context - 1; -1: none)
+  // of every later forward, for kept_logits() after it: sampling reads one
+  // row per forward, and a model that never holds all the logits (GptCuda)
+  // copies only that one.
+  virtual void keep_logits_row(int64_t row) = 0;
+  // The kept row's gpt_padded_vocab(vocab) logits from the last whole
+  // forward, on the host; call once the forward has run (after the engine's
+  // evaluate returned). EnforceError without a kept row or forward.
+  virtual std::vector<float> kept_logits() const = 0;
+};
+
 namespace detail {
 struct GptWorkspace;  // activations and scratch, carved from one buffer (gpt.cc)
 }
 
-class Gpt final : public HostModel {
+class Gpt final : public HostModel, public GptControl {
  public:
   // Validates config; allocates every workspace (MemCategory::kActivations)
   // here, so forward and backward never allocate. source: the tokens
@@ -236,15 +257,15 @@ class Gpt final : public HostModel {
 
   static ModelSpec spec_for(const GptConfig& config);  // validates config
 
-  const GptConfig& config() const { return config_; }
+  const GptConfig& config() const override { return config_; }
   const ModelSpec& spec() const override { return spec_; }
   // Loads micro-batch global_index of the current source.
   void begin_micro_batch(int64_t global_index) override;
-  // Switches the token source (e.g. to validation data and back); its batch
-  // and context must equal the config's (EnforceError otherwise).
-  void set_source(std::shared_ptr<const TokenBatchSource> source);
+  void set_source(std::shared_ptr<const TokenBatchSource> source) override;
   const TokenBatchSource& source() const { return *source_; }
-  const std::shared_ptr<const TokenBatchSource>& shared_source() const { return source_; }
+  const std::shared_ptr<const TokenBatchSource>& shared_source() const override { return source_; }
+  void keep_logits_row(int64_t row) override;
+  std::vector<float> kept_logits() const override;
   // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
   // (non-fp32 parameters are converted to an fp32 workspace first).
   void forward(int unit, const Tensor& params) override;
@@ -278,6 +299,7 @@ class Gpt final : public HostModel {
   int forwarded_ = 0;         // units forwarded in the current micro-batch
   int next_backward_ = -1;    // the unit backward expects next; -1: none
   double loss_ = 0.0;
+  int64_t kept_row_ = -1;
 };
 
 }  // namespace mp

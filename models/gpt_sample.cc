@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/error.h"
 #include "kernels/philox_math.h"
 
 namespace mp {
@@ -44,19 +45,22 @@ int32_t draw(const float* row, int64_t vocab, double u, std::vector<double>& p) 
 // Puts the model's own source back when sampling ends, also by an error.
 class SourceRestore {
  public:
-  explicit SourceRestore(Gpt& gpt) : gpt_(gpt), source_(gpt.shared_source()) {}
-  ~SourceRestore() { gpt_.set_source(source_); }
+  explicit SourceRestore(GptControl& gpt) : gpt_(gpt), source_(gpt.shared_source()) {}
+  ~SourceRestore() {
+    gpt_.set_source(source_);
+    gpt_.keep_logits_row(-1);
+  }
   SourceRestore(const SourceRestore&) = delete;
   SourceRestore& operator=(const SourceRestore&) = delete;
 
  private:
-  Gpt& gpt_;
+  GptControl& gpt_;
   std::shared_ptr<const TokenBatchSource> source_;
 };
 
 }  // namespace
 
-std::vector<int32_t> gpt_sample(Gpt& gpt, const std::function<void()>& forward, int count, uint64_t seed,
+std::vector<int32_t> gpt_sample(GptControl& gpt, const std::function<void()>& forward, int count, uint64_t seed,
                                 int64_t step) {
   const GptConfig& g = gpt.config();
   auto prompt = std::make_shared<PromptSource>(g.micro_batch_size, g.context);
@@ -68,8 +72,11 @@ std::vector<int32_t> gpt_sample(Gpt& gpt, const std::function<void()>& forward, 
   std::vector<double> p(static_cast<size_t>(g.vocab));
   std::vector<int32_t> text{start};
   for (int t = 0; t + 1 < count && t + 1 < g.context; ++t) {
+    gpt.keep_logits_row(t);
     forward();
-    const float* row = gpt.logits() + static_cast<int64_t>(t) * padded;
+    const std::vector<float> logits = gpt.kept_logits();
+    MP_ENFORCE_EQ(static_cast<int64_t>(logits.size()), padded, "kept logits");
+    const float* row = logits.data();
     const double u = (math::philox_u32(seed, static_cast<uint64_t>(step), static_cast<uint64_t>(t)) + 0.5) / 4294967296.0;
     const int32_t next = draw(row, g.vocab, u, p);
     prompt->tokens()[static_cast<size_t>(t + 1)] = next;

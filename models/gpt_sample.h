@@ -22,9 +22,9 @@ namespace mp {
 // `count` tokens from `gpt` (Note [GPT sampling]). `forward` runs the model
 // on micro-batch 0 of its source, e.g. engine.evaluate(model, 0, 1) (then
 // collective: every rank samples together); the next token comes from
-// gpt.logits() after it. The model reads the prompt meanwhile and its own
-// source again after.
-std::vector<int32_t> gpt_sample(Gpt& gpt, const std::function<void()>& forward, int count, uint64_t seed,
+// gpt.kept_logits() after it. The model reads the prompt meanwhile and its
+// own source (and no kept row) again after.
+std::vector<int32_t> gpt_sample(GptControl& gpt, const std::function<void()>& forward, int count, uint64_t seed,
                                 int64_t step);
 
 // Tokens as text: for vocabularies up to 256 bytes as characters (10 as

@@ -388,6 +388,9 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   float local_max = -INFINITY;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_max = fmaxf(local_max, z[c]);
   const float m = block_reduce(local_max, Max{}, -INFINITY);
+  // Read before the block reduction below: every write to dz comes after
+  // its barrier, so dlogits may alias logits.
+  const float z_target = valid ? z[target] : 0.0f;
   float local_sum = 0.0f;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_sum += math::exp_approx(z[c] - m);
   const float sum = block_reduce(local_sum, Sum{}, 0.0f);
@@ -401,7 +404,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
     }
     dz[c] = d;
   }
-  if (threadIdx.x == 0) row_loss[n] = valid ? logf(sum) + m - z[target] : nan;
+  if (threadIdx.x == 0) row_loss[n] = valid ? logf(sum) + m - z_target : nan;
 }
 
 __global__ void mean_loss_kernel(const float* row_loss, int64_t rows, double* mean_loss) {
@@ -578,17 +581,27 @@ void gpt_attention_backward_cuda(const float* qkv, const float* att, const float
 void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                            int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
                            cudaStream_t stream) {
+  gpt_softmax_xent_rows_cuda(logits, targets, rows, vocab, padded_vocab, rows, row_loss, dlogits, stream);
+  if (mean_loss != nullptr) gpt_mean_loss_cuda(row_loss, rows, mean_loss, stream);
+}
+
+void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits,
+                                cudaStream_t stream) {
   MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
-  MP_ENFORCE(rows >= 0 && rows <= INT32_MAX, "cross-entropy of ", rows, " rows");
+  MP_ENFORCE(rows >= 0 && rows <= INT32_MAX && loss_rows >= rows, "cross-entropy of ", rows, " rows of ",
+             loss_rows);
   if (rows == 0) return;
   MP_ENFORCE(logits && targets && row_loss && dlogits, "cross-entropy of null memory");
   softmax_xent_kernel<<<static_cast<unsigned>(rows), kXentThreads, 0, stream>>>(
-      logits, targets, vocab, padded_vocab, 1.0f / static_cast<float>(rows), row_loss, dlogits);
+      logits, targets, vocab, padded_vocab, 1.0f / static_cast<float>(loss_rows), row_loss, dlogits);
   MP_CHECK_CUDA(cudaGetLastError());
-  if (mean_loss != nullptr) {
-    mean_loss_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, mean_loss);
-    MP_CHECK_CUDA(cudaGetLastError());
-  }
+}
+
+void gpt_mean_loss_cuda(const float* row_loss, int64_t rows, double* mean_loss, cudaStream_t stream) {
+  MP_ENFORCE(rows > 0 && row_loss && mean_loss, "mean loss of ", rows, " rows");
+  mean_loss_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, mean_loss);
+  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {

@@ -119,6 +119,16 @@ void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t 
                            int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
                            cudaStream_t stream);
 
+// The same for `rows` rows of a loss over `loss_rows` >= rows rows (a chunk
+// of them): dlogits := (softmax - onehot) / loss_rows. dlogits may alias
+// logits (in place).
+void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits,
+                                cudaStream_t stream);
+
+// mean_loss (device) := the mean of row_loss [rows > 0], summed in double.
+void gpt_mean_loss_cuda(const float* row_loss, int64_t rows, double* mean_loss, cudaStream_t stream);
+
 // ---- residual -------------------------------------------------------------------
 // out = a + b elementwise; out may alias a or b.
 void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);

@@ -8,6 +8,10 @@
 // CUDA: per-block partials), so they agree to 1e-12 relative.
 // - gpu_engine_np1: the data plane is NCCL on one GPU, then the staged MPI
 //   backend on the same GPU.
+// - The CUDA GPT (models/gpt_cuda.h) trained by the CUDA engine against
+//   the host GPT trained by the CPU engine, fp32 and bf16_master: the same
+//   model and data, so the losses agree to fp32 rounding (fp32) or to the
+//   bf16 band (bf16_master) over several steps.
 // - gpu_engine_np2: two ranks share the GPU (the staged MPI backend, as on
 //   any one-GPU machine); NCCL runs only where every rank has its own GPU.
 #include <gtest/gtest.h>
@@ -15,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +28,11 @@
 #include "core/device.h"
 #include "mp/config.h"
 #include "runtime/engine.h"
+#include "runtime/precision.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/quadratic_model.h"
+#include "models/gpt.h"
+#include "models/gpt_cuda.h"
 #if MP_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"
 #endif
@@ -111,6 +119,48 @@ TEST_F(GpuEngine, NcclStepsEqualTheCpuSteps) {
 #else
   GTEST_SKIP() << "built without NCCL";
 #endif
+}
+
+// Five steps of a small GPT: the losses, on `world`'s device.
+std::vector<double> gpt_losses(Communicator& world, Device device, const std::string& recipe) {
+  GptConfig g;
+  g.vocab = 70;
+  g.context = 40;
+  g.channels = 64;
+  g.heads = 2;
+  g.layers = 2;
+  g.micro_batch_size = 3;
+  g.threads = 1;
+  proto::EngineConfig c = engine_config(proto::ShardingConfig::FULL_SHARD, recipe, world.size(), 2);
+  c.set_deterministic(true);
+  const Precision precision = resolve_precision(c.precision(), true);
+  g.matmul_dtype = gpt_matmul_dtype(std::nullopt, precision.param_dtype);
+  Allocator alloc(device);
+  std::unique_ptr<Model> model;
+  if (device.is_cpu()) {
+    model = std::make_unique<Gpt>(g, alloc);
+  } else {
+    model = std::make_unique<GptCuda>(g, alloc);
+  }
+  Engine engine(model->spec(), c, world, alloc);
+  std::vector<double> losses;
+  for (int s = 0; s < 5; ++s) losses.push_back(engine.step(*model).loss);
+  return losses;
+}
+
+TEST_F(GpuEngine, GptTrainsAsOnTheCpu) {
+  for (const char* recipe : {"fp32", "bf16_master"}) {
+    SCOPED_TRACE(recipe);
+    auto cpu_world = MpiCommunicator::create_world("cpu gpt", {});
+    const std::vector<double> cpu = gpt_losses(*cpu_world, Device::cpu(), recipe);
+    auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged gpt", {}), device_);
+    const std::vector<double> gpu = gpt_losses(*staged, device_, recipe);
+    const double tol = std::string(recipe) == "fp32" ? 1e-4 : 2e-2;
+    for (size_t s = 0; s < cpu.size(); ++s) {
+      EXPECT_NEAR(gpu[s], cpu[s], tol * cpu[s]) << "step " << s + 1;
+    }
+    EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+// launch/data_plane.h: the communicator that carries the engine's tensors
+// (the data plane, docs/comm.md) for the device a rank computes on.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/device.h"
+
+namespace mp {
+
+// Collective over MPI_COMM_WORLD. The CPU: the MPI world communicator. A
+// CUDA device: NCCL (builds with MP_WITH_NCCL; every rank on its own device,
+// as choose_device ensures), with the job's peer monitor so that a timeout
+// names the ranks that have not arrived; else the staged MPI backend.
+// `*description` (when given) := "MPI", "NCCL 2.x.y" or "MPI staged
+// through host memory".
+std::unique_ptr<Communicator> make_data_plane(Device device, const CommOptions& options,
+                                              std::string* description = nullptr);
+
+}  // namespace mp

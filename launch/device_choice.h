@@ -1,0 +1,38 @@
+// launch/device_choice.h: where a rank computes (compute.device).
+//
+// Note [Device choice]
+// - AUTO takes CUDA device `local rank` when the model has device kernels
+//   (the GPT) and the node shows at least one CUDA device per local rank;
+//   otherwise the CPU, and the choice's note says why in one line for the
+//   run log ("compute.device AUTO: the CPU (no CUDA device visible)").
+//   Sharing a GPU between ranks is never chosen silently.
+// - CUDA demands the same and throws ConfigError naming the rank and the
+//   reason otherwise: built without CUDA, no usable driver, no device, fewer
+//   devices than local ranks, or a model that computes on the host only.
+// - CPU is the CPU, whatever the node has.
+// Each rank decides from its own node's facts; the trainer then checks that
+// every rank chose the same kind of device (a job does not mix CPU and CUDA
+// ranks: their data planes differ).
+#pragma once
+
+#include <string>
+
+#include "core/device.h"
+#include "proto/mp.pb.h"
+
+namespace mp {
+
+struct DeviceChoice {
+  Device device;
+  std::string note;  // one line for the run log; empty when CUDA was requested and taken
+};
+
+// `cuda`: the node's CUDA facts (cuda_info()). `device_kernels`: whether the
+// model computes on a CUDA device (the GPT) or only on the host (the MLP).
+DeviceChoice choose_device(proto::ComputeConfig::Device requested, bool device_kernels, int rank, int local_rank,
+                           int local_size, const CudaInfo& cuda);
+
+// "AUTO", "CPU", "CUDA".
+std::string device_request_name(proto::ComputeConfig::Device requested);
+
+}  // namespace mp

@@ -1,0 +1,260 @@
+// GPU tests (label "gpu") of the CUDA GPT (models/gpt_cuda.h) and its flash
+// attention kernels (kernels/cuda/flash_attention_cuda.h):
+// - the flash kernels against the probability-keeping reference kernel
+//   (itself checked against the CPU op in double, test_gpu_gpt_ops.cc) on
+//   head sizes 8 .. 128 and sequence lengths that are not multiples of the
+//   tile, forward and backward, and bitwise repeatable;
+// - GptCuda against the host Gpt on the same parameters and micro-batch:
+//   the loss, every unit's gradients and a kept logits row, with fp32 and
+//   with bf16 GEMM inputs, the loss in several chunks;
+// - bf16 parameters give the same bits as fp32 parameters holding the same
+//   values, and a second run gives the same bits as the first.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cuda_stream.h"
+#include "core/error_cuda.h"
+#include "core/tensor.h"
+#include "kernels/convert_math.h"
+#include "kernels/cuda/flash_attention_cuda.h"
+#include "kernels/cuda/gpt_ops_cuda.h"
+#include "models/flat_layout.h"
+#include "models/gpt.h"
+#include "models/gpt_cuda.h"
+#include "tests/gpu/gpu_test.h"
+
+namespace mp {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+template <class T>
+T* to_device(const std::vector<T>& host) {
+  void* p = nullptr;
+  MP_CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(host.size(), 1) * sizeof(T)));
+  MP_CHECK_CUDA(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return static_cast<T*>(p);
+}
+
+template <class T>
+std::vector<T> to_host(const T* p, size_t n) {
+  MP_CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<T> out(n);
+  MP_CHECK_CUDA(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// max |a - b| / max(max |b|, floor): one number per tensor.
+double rel_err(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6) {
+  double diff = 0.0, scale = floor;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// ---- flash attention ------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t batch, seq, channels, heads;
+};
+
+class GpuFlashAttention : public testing::GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(GpuFlashAttention, MatchesTheReferenceKernelAndRepeats) {
+  const AttentionCase c = GetParam();
+  const int64_t rows = c.batch * c.seq, nc = rows * c.channels;
+  const std::vector<float> qkv_h = random_floats(static_cast<size_t>(3 * nc), 1, 1.0f);
+  const std::vector<float> dout_h = random_floats(static_cast<size_t>(nc), 2, 1.0f);
+  float* qkv = to_device(qkv_h);
+  float* dout = to_device(dout_h);
+  float* att = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq * c.seq)));
+  float* ref_out = to_device(std::vector<float>(static_cast<size_t>(nc)));
+  float* ref_dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc)));
+  float* ref_scratch = to_device(
+      std::vector<float>(static_cast<size_t>(gpt_attention_backward_cuda_scratch_elements(c.batch, c.seq, c.heads))));
+  gpt_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, att, ref_out, nullptr);
+  gpt_attention_backward_cuda(qkv, att, dout, c.batch, c.seq, c.channels, c.heads, ref_scratch, ref_dqkv, nullptr);
+
+  std::vector<std::vector<float>> outs, dqkvs;
+  for (int run = 0; run < 2; ++run) {
+    float* out = to_device(std::vector<float>(static_cast<size_t>(nc)));
+    float* lse = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq)));
+    float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc), NAN));
+    float* scratch = to_device(
+        std::vector<float>(static_cast<size_t>(flash_attention_backward_scratch_elements(c.batch, c.seq, c.heads))));
+    flash_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, out, lse, nullptr);
+    flash_attention_backward_cuda(qkv, out, lse, dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
+    outs.push_back(to_host(out, static_cast<size_t>(nc)));
+    dqkvs.push_back(to_host(dqkv, static_cast<size_t>(3 * nc)));
+    for (float* p : {out, lse, dqkv, scratch}) cudaFree(p);
+  }
+  const std::vector<float> want_out = to_host(ref_out, static_cast<size_t>(nc));
+  const std::vector<float> want_dqkv = to_host(ref_dqkv, static_cast<size_t>(3 * nc));
+  EXPECT_LT(rel_err(outs[0], want_out), 2e-5);
+  EXPECT_LT(rel_err(dqkvs[0], want_dqkv), 1e-4);
+  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "forward not repeatable";
+  EXPECT_EQ(std::memcmp(dqkvs[0].data(), dqkvs[1].data(), dqkvs[0].size() * 4), 0) << "backward not repeatable";
+  for (float* p : {qkv, dout, att, ref_out, ref_dqkv, ref_scratch}) cudaFree(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuFlashAttention,
+                         ::testing::Values(AttentionCase{2, 37, 16, 2}, AttentionCase{1, 70, 64, 2},
+                                           AttentionCase{2, 65, 128, 2}, AttentionCase{1, 33, 384, 3},
+                                           AttentionCase{1, 1, 64, 1}, AttentionCase{3, 96, 256, 2}));
+
+// ---- the model --------------------------------------------------------------------
+
+GptConfig small_gpt(DType matmul) {
+  GptConfig c;
+  c.vocab = 70;  // padded to 128
+  c.context = 40;
+  c.channels = 64;
+  c.heads = 2;  // head size 32
+  c.layers = 2;
+  c.micro_batch_size = 3;
+  c.matmul_dtype = matmul;
+  c.threads = 1;
+  return c;
+}
+
+struct Pass {
+  double loss = 0.0;
+  std::vector<std::vector<float>> grads;  // per unit, numel elements
+  std::vector<float> kept;                // logits row kKeptRow
+};
+
+constexpr int64_t kKeptRow = 45;
+
+std::vector<std::vector<float>> unit_params(const GptConfig& c, bool round_to_bf16) {
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  std::vector<std::vector<float>> params;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> p = random_floats(static_cast<size_t>(layout.unit(u).numel), 100 + u, 0.2f);
+    if (round_to_bf16) {
+      for (float& x : p) x = math::to_f32(math::from_f32<bf16>(x));
+    }
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+Pass host_pass(const GptConfig& c, const std::vector<std::vector<float>>& params) {
+  Gpt gpt(c);
+  Pass pass;
+  gpt.begin_micro_batch(3);
+  for (size_t u = 0; u < params.size(); ++u) {
+    gpt.forward(static_cast<int>(u), Tensor::wrap(const_cast<float*>(params[u].data()), Device::cpu(), DType::kF32,
+                                                  {static_cast<int64_t>(params[u].size())}));
+  }
+  pass.loss = gpt.loss();
+  gpt.keep_logits_row(kKeptRow);
+  pass.kept = gpt.kept_logits();
+  pass.grads.resize(params.size());
+  for (size_t u = params.size(); u-- > 0;) {
+    pass.grads[u].assign(params[u].size(), 0.0f);
+    const auto n = static_cast<int64_t>(params[u].size());
+    gpt.backward(static_cast<int>(u), Tensor::wrap(const_cast<float*>(params[u].data()), Device::cpu(), DType::kF32, {n}),
+                 Tensor::wrap(pass.grads[u].data(), Device::cpu(), DType::kF32, {n}));
+  }
+  return pass;
+}
+
+Pass device_pass(const GptConfig& c, const std::vector<std::vector<float>>& params, DType param_dtype,
+                 int64_t chunk_rows) {
+  const Device dev = Device::cuda(0);
+  Allocator alloc(dev);
+  CudaStream stream(dev, "gpt test");
+  GptCudaOptions o;
+  o.loss_chunk_rows = chunk_rows;
+  GptCuda gpt(c, alloc, nullptr, o);
+  std::vector<Tensor> p, g;
+  for (const auto& host : params) {
+    const auto n = static_cast<int64_t>(host.size());
+    Tensor t = Tensor::empty(alloc, param_dtype, {n}, MemCategory::kOther);
+    if (param_dtype == DType::kF32) {
+      MP_CHECK_CUDA(cudaMemcpy(t.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    } else {
+      std::vector<bf16> narrow(host.size());
+      for (size_t i = 0; i < host.size(); ++i) narrow[i] = math::from_f32<bf16>(host[i]);
+      MP_CHECK_CUDA(cudaMemcpy(t.data(), narrow.data(), narrow.size() * 2, cudaMemcpyHostToDevice));
+    }
+    p.push_back(std::move(t));
+    g.push_back(Tensor::empty(alloc, DType::kF32, {n}, MemCategory::kOther));
+  }
+  gpt.keep_logits_row(kKeptRow);
+  gpt.begin_micro_batch_on(3, stream);
+  for (size_t u = 0; u < p.size(); ++u) gpt.forward_on(static_cast<int>(u), p[u], stream);
+  for (size_t u = p.size(); u-- > 0;) gpt.backward_on(static_cast<int>(u), p[u], g[u], stream);
+  MP_CHECK_CUDA(cudaStreamSynchronize(stream.handle()));
+  Pass pass;
+  pass.loss = gpt.loss();
+  pass.kept = gpt.kept_logits();
+  for (const Tensor& t : g) pass.grads.push_back(to_host(t.data_as<float>(), static_cast<size_t>(t.numel())));
+  return pass;
+}
+
+class GpuGptModel : public testing::GpuTest {};
+
+void expect_close(const Pass& gpu, const Pass& cpu, double loss_tol, double grad_tol) {
+  EXPECT_NEAR(gpu.loss, cpu.loss, loss_tol * std::abs(cpu.loss));
+  EXPECT_LT(rel_err(gpu.kept, cpu.kept), grad_tol) << "kept logits row";
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t u = 0; u < cpu.grads.size(); ++u) {
+    EXPECT_LT(rel_err(gpu.grads[u], cpu.grads[u]), grad_tol) << "unit " << u;
+  }
+}
+
+TEST_F(GpuGptModel, Fp32MatchesTheHostModelWithTheLossInChunks) {
+  const GptConfig c = small_gpt(DType::kF32);
+  const auto params = unit_params(c, false);
+  const Pass cpu = host_pass(c, params);
+  for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{64}}) {
+    SCOPED_TRACE(chunk);
+    expect_close(device_pass(c, params, DType::kF32, chunk), cpu, 1e-5, 1e-4);
+  }
+}
+
+TEST_F(GpuGptModel, Bf16GemmsMatchTheHostModel) {
+  const GptConfig c = small_gpt(DType::kBF16);
+  const auto params = unit_params(c, false);
+  // bf16 rounding of inputs that differ in the last fp32 bits can move a
+  // value by one bf16 step (2^-8 relative): a looser bound.
+  expect_close(device_pass(c, params, DType::kF32, 16), host_pass(c, params), 2e-3, 3e-2);
+}
+
+TEST_F(GpuGptModel, Bf16ParametersGiveTheBitsOfTheirFp32ValuesAndRunsRepeat) {
+  const GptConfig c = small_gpt(DType::kBF16);
+  const auto params = unit_params(c, true);
+  const Pass a = device_pass(c, params, DType::kBF16, 16);
+  const Pass b = device_pass(c, params, DType::kF32, 16);
+  const Pass again = device_pass(c, params, DType::kBF16, 16);
+  for (const Pass* other : {&b, &again}) {
+    EXPECT_EQ(a.loss, other->loss);
+    for (size_t u = 0; u < a.grads.size(); ++u) {
+      EXPECT_EQ(std::memcmp(a.grads[u].data(), other->grads[u].data(), a.grads[u].size() * 4), 0) << "unit " << u;
+    }
+  }
+}
+
+TEST_F(GpuGptModel, RefusesAHostAllocator) {
+  EXPECT_THROW(GptCuda(small_gpt(DType::kF32), Allocator(Device::cpu())), ConfigError);
+}
+
+}  // namespace
+}  // namespace mp

@@ -1,0 +1,70 @@
+// compute.device (launch/device_choice.h, Note [Device choice]): AUTO,
+// CPU and CUDA on nodes with no driver, no device, too few devices and
+// enough, and for a model with and without device kernels.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "launch/device_choice.h"
+
+namespace mp {
+namespace {
+
+// `f` throws ConfigError whose message contains `part`.
+template <class F>
+void expect_config_error(F f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected: " << part;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find(part), std::string::npos) << e.message();
+  }
+}
+
+using proto::ComputeConfig;
+
+const CudaInfo kNoDriver{0, "no usable CUDA driver (cudaErrorInsufficientDriver: CUDA driver version is insufficient)"};
+const CudaInfo kTwoGpus{2, ""};
+
+TEST(DeviceChoice, AutoTakesTheLocalRanksGpu) {
+  const DeviceChoice c = choose_device(ComputeConfig::AUTO, true, 5, 1, 2, kTwoGpus);
+  EXPECT_EQ(c.device, Device::cuda(1));
+  EXPECT_EQ(c.note, "compute.device AUTO: CUDA device 1 of 2");
+}
+
+TEST(DeviceChoice, AutoFallsBackToTheCpuAndSaysWhy) {
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 1, kNoDriver).note,
+            "compute.device AUTO: the CPU (" + kNoDriver.unavailable_reason + ")");
+  const DeviceChoice few = choose_device(ComputeConfig::AUTO, true, 3, 3, 4, kTwoGpus);
+  EXPECT_EQ(few.device, Device::cpu());
+  EXPECT_NE(few.note.find("this node shows 2 CUDA device(s) for 4 local ranks"), std::string::npos) << few.note;
+  const DeviceChoice mlp = choose_device(ComputeConfig::AUTO, false, 0, 0, 1, kTwoGpus);
+  EXPECT_EQ(mlp.device, Device::cpu());
+  EXPECT_EQ(mlp.note, "compute.device AUTO: the CPU (the model (model.mlp) computes on the host only)");
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 1, CudaInfo{}).note,
+            "compute.device AUTO: the CPU (no CUDA device visible)");
+}
+
+TEST(DeviceChoice, CpuIsTheCpu) {
+  EXPECT_EQ(choose_device(ComputeConfig::CPU, true, 0, 0, 1, kTwoGpus).device, Device::cpu());
+}
+
+TEST(DeviceChoice, CudaWithoutAUsableGpuNamesTheRankAndTheReason) {
+  expect_config_error(
+      [] { choose_device(ComputeConfig::CUDA, true, 7, 0, 1, kNoDriver); },
+      "rank 7: compute.device = CUDA, but no usable CUDA driver (cudaErrorInsufficientDriver");
+  expect_config_error([] { choose_device(ComputeConfig::CUDA, true, 3, 2, 3, kTwoGpus); },
+                                          "rank 3: compute.device = CUDA, but this node shows 2 CUDA device(s) for 3 local ranks");
+  expect_config_error([] { choose_device(ComputeConfig::CUDA, false, 0, 0, 1, kTwoGpus); },
+                                          "rank 0: compute.device = CUDA, but the model (model.mlp) computes on the host only");
+  EXPECT_EQ(choose_device(ComputeConfig::CUDA, true, 1, 1, 2, kTwoGpus).device, Device::cuda(1));
+}
+
+TEST(DeviceChoice, RequestNames) {
+  EXPECT_EQ(device_request_name(ComputeConfig::AUTO), "AUTO");
+  EXPECT_EQ(device_request_name(ComputeConfig::CUDA), "CUDA");
+}
+
+}  // namespace
+}  // namespace mp
