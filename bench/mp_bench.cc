@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "bench/suites.h"
+#include "mp/config.h"
 #include "comm/mpi/mpi_world.h"
 #include "launch/rank_main.h"
 #include "core/error.h"
@@ -32,6 +33,9 @@ constexpr Suite kSuites[] = {
     {"reduce_accuracy", run_reduce_accuracy_suite,
      "bf16 reductions: kWire vs kFp32 error against the exact sum, at this world size and simulated rings"},
     {"update", run_update_suite, "the fused AdamW step vs a STREAM triad, 1 and 2 threads (run with -np 1)"},
+#if MP_WITH_CUDA
+    {"update_cuda", run_update_cuda_suite, "the fused AdamW step on the GPU vs a device-to-device copy (run with -np 1)"},
+#endif
     {"step", run_step_suite, "engine step phases, prefetch on/off vs serialized communication (run with -np 2)"},
     {"gemm", run_gemm_suite, "gemm_cpu GFLOP/s on the GPT-2 124M shapes vs the 2048^3 peak (run with -np 1)"},
     {"gpt", run_gpt_suite,

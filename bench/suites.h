@@ -16,6 +16,10 @@ void run_reduce_accuracy_suite(const BenchContext& ctx);
 // update: the fused optimizer step vs a STREAM triad (update_bench.cc).
 void run_update_suite(const BenchContext& ctx);
 
+// update_cuda: the fused optimizer step on a CUDA device vs a device-to-
+// device copy (update_cuda_bench.cc; CUDA builds only).
+void run_update_cuda_suite(const BenchContext& ctx);
+
 // step: one engine step per phase, overlapped vs serialized communication
 // (step_bench.cc).
 void run_step_suite(const BenchContext& ctx);

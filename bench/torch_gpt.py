@@ -16,9 +16,16 @@ fp32 and autocast bf16 (the issue-19 target: >= 1.5 for bf16_master), and
 over PyTorch's same-precision case (bf16_master against autocast bf16, fp32
 against fp32).
 
+On a GPU (--device cuda; scripts/gpu_check runs it so): the same model at
+--seq 1024, modes amp_bf16 (eager torch.autocast("cuda", bfloat16), fused
+AdamW) and amp_bf16_compile (the same under torch.compile, where it works;
+a mode that fails prints a JSON line with "error" instead), timed with
+torch.cuda.synchronize() around each step.
+
 Needs torch (pip install torch); nothing in the build or the tests does.
 Usage:
   python3 bench/torch_gpt.py [--threads N] [--steps 5] [--warmup 2] [--ours gpt.jsonl]
+  python3 bench/torch_gpt.py --device cuda --seq 1024 --batch 4 --modes amp_bf16,amp_bf16_compile
 """
 import argparse
 import json
@@ -71,7 +78,7 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head
@@ -91,22 +98,28 @@ def flops_per_token(model, context):
 
 def run(mode, args):
     torch.manual_seed(0)
-    model = Gpt(context=args.seq)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    dev = torch.device(args.device)
+    model = Gpt(context=args.seq).to(dev)
+    fused = {"fused": True} if dev.type == "cuda" else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, **fused)
+    step_model = torch.compile(model) if mode.endswith("_compile") else model
     gen = torch.Generator().manual_seed(1)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times = []
     for step in range(args.warmup + args.steps):
-        idx = torch.randint(0, 50257, (args.batch, args.seq), generator=gen)
-        targets = torch.randint(0, 50257, (args.batch, args.seq), generator=gen)
+        idx = torch.randint(0, 50257, (args.batch, args.seq), generator=gen).to(dev)
+        targets = torch.randint(0, 50257, (args.batch, args.seq), generator=gen).to(dev)
+        sync()
         t0 = time.perf_counter()
-        if mode == "amp_bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(idx, targets)
+        if mode.startswith("amp_bf16"):
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = step_model(idx, targets)
         else:
-            loss = model(idx, targets)
+            loss = step_model(idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
@@ -122,6 +135,9 @@ def run(mode, args):
         "model_gflops": round(flops_per_token(model, args.seq) * tokens / step_s / 1e9, 2),
         "loss": round(loss.item(), 4),
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "batch": args.batch,
+        "seq": args.seq,
         "steps": args.steps,
         "torch": torch.__version__,
     }
@@ -136,6 +152,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--modes", default="fp32,amp_bf16")
     ap.add_argument("--ours", help="mp_bench gpt output (JSON lines) to compare with")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ours = []
@@ -148,8 +165,15 @@ def main():
                         ours.append(row)
     rows = {}
     for mode in args.modes.split(","):
-        rows[mode] = run(mode, args)
+        try:
+            rows[mode] = run(mode, args)
+        except Exception as e:  # torch.compile may not work everywhere: say so, go on
+            print(json.dumps({"suite": "torch_gpt", "case": f"gpt2_124m_{mode}", "error": f"{type(e).__name__}: {e}"[:500]}),
+                  flush=True)
+            continue
         print(json.dumps(rows[mode]), flush=True)
+    if not rows:
+        return 1
     best_mode = max(rows, key=lambda m: rows[m]["value"])
     same = {"gpt2_124m_fp32": "fp32", "gpt2_124m_bf16_master": "amp_bf16"}
     for mine in ours:

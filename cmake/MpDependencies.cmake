@@ -69,10 +69,12 @@ if(MP_WITH_CUDA)
   if(NOT TARGET CUDA::cublasLt)
     message(FATAL_ERROR "CUDA is on but cuBLASLt was not found next to ${CUDAToolkit_LIBRARY_DIR}")
   endif()
-  # NCCL has no CMake module; it is installed with the toolkit here.
+  # NCCL has no CMake module; it is installed with the toolkit here, or
+  # given by NCCL_HOME (e.g. pip's nvidia-nccl wheel, whose library is only
+  # libnccl.so.2: scripts/gpu_check).
   find_path(MP_NCCL_INCLUDE_DIR nccl.h
             HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
-  find_library(MP_NCCL_LIBRARY nccl
+  find_library(MP_NCCL_LIBRARY NAMES nccl libnccl.so.2
                HINTS ${CUDAToolkit_LIBRARY_DIR} "${CUDAToolkit_LIBRARY_ROOT}/lib" ENV NCCL_HOME
                PATH_SUFFIXES lib lib64)
   if(MP_NCCL_INCLUDE_DIR AND MP_NCCL_LIBRARY)

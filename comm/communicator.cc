@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 
@@ -54,6 +55,17 @@ void Communicator::check_tensor(const Tensor& t, const char* what) const {
              " needs tensors on that device; ", what, " is ", t.describe());
 }
 
+void Communicator::note_issued(const char* op, const Tensor& t) {
+  static std::atomic<uint64_t> order{0};
+  last_ = Issued{op, t.numel(), t.dtype(), last_.number + 1, order.fetch_add(1, std::memory_order_relaxed) + 1};
+}
+
+std::string Communicator::last_issued() const {
+  if (last_.op == nullptr) return std::string();
+  return detail::str(last_.op, " of ", last_.count, " ", dtype_name(last_.dtype), " (data-plane collective ",
+                     last_.number, " of '", name_, "')");
+}
+
 WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output) {
   check_tensor(input, "all_gather input");
   check_tensor(output, "all_gather output");
@@ -61,6 +73,7 @@ WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output) {
   const int64_t n = input.numel();
   MP_ENFORCE_EQ(output.numel(), n * size(), "all_gather output must hold size() x input elements");
   const bool in_place = n > 0 && input.data() == element_ptr(output, rank() * n);
+  note_issued("all_gather", input);
   return do_all_gather(input, output, in_place);
 }
 
@@ -79,6 +92,7 @@ WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, 
     MP_ENFORCE(input.dtype() == output.dtype(), "reduce_scatter (wire accumulation) from ",
                input.describe(), " to ", output.describe(), ": dtypes must be equal");
   }
+  note_issued("reduce_scatter", input);
   return do_reduce_scatter(input, output, o, in_place);
 }
 
@@ -96,12 +110,14 @@ WorkPtr Communicator::all_reduce(const Tensor& input, const Tensor& output, cons
     MP_ENFORCE(!in_place || input.dtype() == output.dtype(),
                "in-place all_reduce needs equal input and output dtypes");
   }
+  note_issued("all_reduce", input);
   return do_all_reduce(input, output, o, in_place);
 }
 
 WorkPtr Communicator::broadcast(const Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast tensor");
   MP_ENFORCE(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
+  note_issued("broadcast", tensor);
   return do_broadcast(tensor, root);
 }
 
@@ -112,6 +128,7 @@ WorkPtr Communicator::all_to_all(const Tensor& input, const Tensor& output) {
   MP_ENFORCE_EQ(input.numel(), output.numel(), "all_to_all input and output element counts");
   MP_ENFORCE_EQ(input.numel() % size(), 0, "all_to_all needs size() equal chunks");
   const bool in_place = input.numel() > 0 && input.data() == output.data();
+  note_issued("all_to_all", input);
   return do_all_to_all(input, output, in_place);
 }
 

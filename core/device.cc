@@ -1,6 +1,8 @@
 #include "core/device.h"
 
+#include <cstdlib>
 #include <ostream>
+#include <string>
 #include <thread>
 
 #include "mp/config.h"
@@ -37,6 +39,16 @@ void set_current_device(Device d) {
 #else
   MP_THROW(ConfigError, "device ", d, " requested but mp was built without CUDA");
 #endif
+}
+
+bool cuda_sync_each_op() {
+  static const bool on = [] {
+    const char* env = std::getenv("MP_CUDA_SYNC");
+    if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
+    if (std::string(env) == "1") return true;
+    MP_THROW(ConfigError, "MP_CUDA_SYNC = '", env, "': use 1 (synchronise after every CUDA op) or 0");
+  }();
+  return on;
 }
 
 std::string describe_device(Device d) {

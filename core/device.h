@@ -41,6 +41,12 @@ Device default_device(int local_rank);
 // Makes `d` current for the calling thread (cudaSetDevice); no-op for CPU.
 void set_current_device(Device d);
 
+// MP_CUDA_SYNC=1: the debug mode in which CUDA ops synchronise after every
+// kernel, so a device fault throws CudaError naming the kernel that caused
+// it rather than a later call (the CUDA GPT's ops, ops::device_fault).
+// Read once; a value other than 0 or 1 is a ConfigError.
+bool cuda_sync_each_op();
+
 // One line for logs: "cpu (2 hardware threads)" or
 // "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB)".
 std::string describe_device(Device d);

@@ -129,6 +129,20 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream) {
       });
 }
 
+void device_fault(Stream& stream) {
+  const Device device = stream.device();
+  if (device.is_cpu()) {
+    MP_THROW(ConfigError, "MP_FAULT device_fault needs a CUDA engine; this one computes on the CPU");
+  }
+  dispatch(device, stream, "device_fault", [] {}, [&](auto s) {
+#if MP_WITH_CUDA
+    device_fault_cuda(s);
+#else
+    (void)s;
+#endif
+  });
+}
+
 void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& stream) {
   MP_ENFORCE(dst.defined() && src.defined() && dst.numel() == src.numel() && dst.device() == src.device() &&
                  accumulable(dst.dtype()) && accumulable(src.dtype()),

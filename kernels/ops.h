@@ -44,6 +44,12 @@ void zero_ranges(const Tensor& t, const std::vector<Range>& ranges, Stream& stre
 // MP_FAULT's nan fault (runtime/fault.h).
 void fill_nan(const Tensor& t, int64_t n, Stream& stream);
 
+// MP_FAULT's device_fault (runtime/fault.h): a kernel on `stream` that
+// writes outside any allocation, so the device reports an illegal memory
+// access (asynchronously; at once with MP_CUDA_SYNC=1, naming this op).
+// ConfigError on a CPU stream: the fault is a device's.
+void device_fault(Stream& stream);
+
 // dst[i] = round(dst[i] + src[i]), or round(src[i]) with overwrite: the sum
 // in fp32, rounded to nearest-even into dst's dtype (fp32, bf16, fp16; src
 // the same or fp32). Same element count and device. accumulate_cpu's math.

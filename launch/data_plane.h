@@ -11,12 +11,13 @@
 namespace mp {
 
 // Collective over MPI_COMM_WORLD. The CPU: the MPI world communicator. A
-// CUDA device: NCCL (builds with MP_WITH_NCCL; every rank on its own device,
-// as choose_device ensures), with the job's peer monitor so that a timeout
-// names the ranks that have not arrived; else the staged MPI backend.
-// `*description` (when given) := "MPI", "NCCL 2.x.y" or "MPI staged
-// through host memory".
-std::unique_ptr<Communicator> make_data_plane(Device device, const CommOptions& options,
+// CUDA device: NCCL (builds with MP_WITH_NCCL, every rank on its own
+// device), with the job's peer monitor so that a timeout names the ranks
+// that have not arrived; else, or when ranks share devices
+// (`shared_devices`, compute.share_gpus), the staged MPI backend.
+// `*description` (when given) := "MPI", "NCCL" or "MPI staged through host
+// memory (...)".
+std::unique_ptr<Communicator> make_data_plane(Device device, const CommOptions& options, bool shared_devices = false,
                                               std::string* description = nullptr);
 
 }  // namespace mp

@@ -9,6 +9,10 @@
 // - CUDA demands the same and throws ConfigError naming the rank and the
 //   reason otherwise: built without CUDA, no usable driver, no device, fewer
 //   devices than local ranks, or a model that computes on the host only.
+// - compute.share_gpus: fewer devices than local ranks is no reason against
+//   CUDA; rank r takes device local_rank % count, and `shared` says so (the
+//   data plane must then be the staged MPI backend: NCCL needs a device per
+//   rank).
 // - CPU is the CPU, whatever the node has.
 // Each rank decides from its own node's facts; the trainer then checks that
 // every rank chose the same kind of device (a job does not mix CPU and CUDA
@@ -24,13 +28,14 @@ namespace mp {
 
 struct DeviceChoice {
   Device device;
-  std::string note;  // one line for the run log; empty when CUDA was requested and taken
+  std::string note;     // one line for the run log; empty when CUDA was requested and taken alone
+  bool shared = false;  // CUDA devices shared between this node's ranks (compute.share_gpus)
 };
 
 // `cuda`: the node's CUDA facts (cuda_info()). `device_kernels`: whether the
 // model computes on a CUDA device (the GPT) or only on the host (the MLP).
 DeviceChoice choose_device(proto::ComputeConfig::Device requested, bool device_kernels, int rank, int local_rank,
-                           int local_size, const CudaInfo& cuda);
+                           int local_size, const CudaInfo& cuda, bool share_gpus = false);
 
 // "AUTO", "CPU", "CUDA".
 std::string device_request_name(proto::ComputeConfig::Device requested);

@@ -1,8 +1,6 @@
 #include "launch/run_model.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "formats/token_file.h"
@@ -16,14 +14,6 @@
 namespace mp {
 namespace {
 
-// MP_CUDA_SYNC=1: synchronise after every op of the CUDA GPT (Note [GPT on
-// CUDA] in models/gpt_cuda.h), so a device fault names its op.
-[[maybe_unused]] bool cuda_sync_each_op() {
-  const char* env = std::getenv("MP_CUDA_SYNC");
-  if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
-  if (std::string(env) == "1") return true;
-  MP_THROW(ConfigError, "MP_CUDA_SYNC = '", env, "': use 1 (synchronise after every op of the CUDA GPT) or 0");
-}
 
 RunModel make_mlp(const TrainSettings& s, int threads, Allocator allocator) {
   RunModel m;
@@ -72,7 +62,7 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
 #if MP_WITH_CUDA
     GptCudaOptions o;
     o.allow_tf32 = s.engine_options.precision.tf32_matmul;
-    o.sync_each_op = cuda_sync_each_op();
+    o.sync_each_op = cuda_sync_each_op();  // MP_CUDA_SYNC (core/device.h)
     auto gpt = std::make_unique<GptCuda>(g, allocator, m.train, o);
     m.gpt = gpt.get();
     m.model = std::move(gpt);

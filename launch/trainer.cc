@@ -39,18 +39,24 @@ int default_threads_per_rank(int local_size) {
 namespace {
 
 // Every rank computes on the same kind of device (their data planes must
-// match); ConfigError on every rank otherwise, naming the odd ones.
-void check_same_device_kind(Communicator& control, Device device) {
-  const std::vector<std::string> all = control.all_gather_bytes(to_string(device));
+// match); ConfigError on every rank otherwise, naming the odd ones. Returns
+// whether any rank shares its GPU (then every rank's data plane is the
+// staged backend).
+bool check_same_device_kind(Communicator& control, const DeviceChoice& choice) {
+  const std::vector<std::string> all =
+      control.all_gather_bytes(to_string(choice.device) + (choice.shared ? " shared" : ""));
   const bool cpu0 = all.front() == "cpu";
   std::string odd;
+  bool shared = false;
   for (size_t r = 0; r < all.size(); ++r) {
     if ((all[r] == "cpu") != cpu0) odd += detail::str(odd.empty() ? "" : ", ", "rank ", r, " on ", all[r]);
+    shared = shared || all[r].ends_with(" shared");
   }
   if (!odd.empty()) {
     MP_THROW_AGREED(ConfigError, "the ranks chose different kinds of device (compute.device): rank 0 on ",
                     all.front(), "; ", odd, ". Set compute.device to CPU or CUDA for every rank");
   }
+  return shared;
 }
 
 // Whether step `step` of `steps` is one of every `interval` (> 0), or the last.
@@ -64,17 +70,18 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const proto::TrainConfig& c = s.config;
   const bool lead = world.rank() == 0;
   const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
+  (void)cuda_sync_each_op();  // checks MP_CUDA_SYNC on every device (core/device.h)
   // Note [Device choice] in launch/device_choice.h.
   const DeviceChoice device =
       choose_device(c.compute().device(), s.model == ModelKind::kGpt, world.rank(), world.local_rank(),
-                    world.local_size(), cuda_info());
+                    world.local_size(), cuda_info(), c.compute().share_gpus());
   set_current_device(device.device);
   const CommOptions comm_options = comm_options_from_config(c.engine().comm());
   auto comm = MpiCommunicator::create_world("control", comm_options);  // the control plane
-  check_same_device_kind(*comm, device.device);
+  const bool shared = check_same_device_kind(*comm, device);
   std::string data_plane_name = "MPI";
   std::unique_ptr<Communicator> data_plane;
-  if (!device.device.is_cpu()) data_plane = make_data_plane(device.device, comm_options, &data_plane_name);
+  if (!device.device.is_cpu()) data_plane = make_data_plane(device.device, comm_options, shared, &data_plane_name);
   Allocator allocator(device.device);
   RunModel m = make_model(s, threads, allocator);
   Engine engine(m.model->spec(), c.engine(), data_plane ? *data_plane : *comm, allocator);

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -157,6 +158,11 @@ void Engine::Impl::begin_step() {
   casts_before_ = gathers_->cast_elements();
   ++steps_run_;
   inject_step_faults(steps_run_, world_.rank());  // MP_FAULT (tests): kill, hang, sleep
+  if (find_fault(FaultKind::kDeviceFault, steps_run_, world_.rank()) != nullptr) {
+    std::fprintf(stderr, "[rank %d] MP_FAULT: device fault on %s at step %lld\n", world_.rank(),
+                 to_string(device_).c_str(), static_cast<long long>(steps_run_));
+    ops::device_fault(*compute_);
+  }
   decision_.begin(reducer_->divisor());
 }
 
@@ -439,7 +445,26 @@ const Optimizer& Engine::optimizer() const { return impl_->optimizer(); }
 int Engine::shard_rank() const { return impl_->mesh().shard->rank(); }
 MemStats Engine::memory() const { return impl_->allocator().stats(); }
 MemoryPlan Engine::plan() const { return plan_memory(impl_->spec(), impl_->options()); }
-StepResult Engine::step(Model& model) { return impl_->step(model); }
+// Where this rank was when a step failed: its device, the step and the last
+// data-plane collective it issued, on whichever of its communicators.
+std::string Engine::Impl::failure_context() const {
+  const Communicator* latest = &world_;
+  for (const Communicator* c : {mesh_.shard.get(), mesh_.replicate.get()}) {
+    if (c != nullptr && c->last_issued_order() > latest->last_issued_order()) latest = c;
+  }
+  const std::string last = latest->last_issued();
+  return detail::str("rank ", world_.rank(), " on ", to_string(device_), ", step ", steps_run_,
+                     "; last collective issued: ", last.empty() ? std::string("none") : last);
+}
+
+StepResult Engine::step(Model& model) {
+  try {
+    return impl_->step(model);
+  } catch (const CudaError& e) {
+    // A device fault surfaces at whatever CUDA call comes next: say where.
+    throw CudaError(e.file(), e.line(), e.message() + " [" + impl_->failure_context() + "]");
+  }
+}
 double Engine::evaluate(Model& model, int64_t first, int count) { return impl_->evaluate(model, first, count); }
 std::vector<float> Engine::master_shard(int unit) const { return impl_->master_shard(unit); }
 std::vector<float> Engine::gather_master(int unit) { return impl_->gather_master(unit); }

@@ -51,6 +51,8 @@ class Engine::Impl {
   const FlatLayout& layout() const { return layout_; }
   Optimizer& optimizer() const { return *opt_; }
   Communicator& world() const { return world_; }
+  // "rank R on DEVICE, step S; last collective issued: ..." for error reports.
+  std::string failure_context() const;
   const MeshGroups& mesh() const { return mesh_; }
   const Allocator& allocator() const { return alloc_; }
   const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }

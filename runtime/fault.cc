@@ -67,9 +67,11 @@ std::vector<Fault> parse_faults(const std::string& text) {
       fault.kind = FaultKind::kNan;
     } else if (kind == "write_fail") {
       fault.kind = FaultKind::kWriteFail;
+    } else if (kind == "device_fault") {
+      fault.kind = FaultKind::kDeviceFault;
     } else {
       MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': unknown kind '", kind,
-               "' (kill, hang, sleep, nan, write_fail)");
+               "' (kill, hang, sleep, nan, write_fail, device_fault)");
     }
     const bool needs_arg = fault.kind == FaultKind::kSleep;
     const bool takes_arg = needs_arg || fault.kind == FaultKind::kNan;

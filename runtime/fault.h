@@ -12,6 +12,9 @@
 //                     step 5 (every micro-batch); nan@5-9:1 for steps 5..9
 //   write_fail@5:1    rank 1's checkpoint write fails in step 5's save, as
 //                     on a full disk
+//   device_fault@5:1  rank 1's compute stream runs a kernel that writes
+//                     outside its memory at the start of step 5 (an illegal
+//                     memory access; CUDA engines only, ConfigError on the CPU)
 // STEP may be a range A-B. Test use only: with MP_FAULT unset each hook is
 // one load of a flag that is false. A malformed MP_FAULT is a ConfigError
 // naming the entry.
@@ -23,7 +26,7 @@
 
 namespace mp {
 
-enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail };
+enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail, kDeviceFault };
 
 struct Fault {
   FaultKind kind = FaultKind::kKill;

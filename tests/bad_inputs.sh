@@ -139,6 +139,18 @@ expect "checkpoint of another model" 2 \
 expect "checkpoint of another precision" 2 "load with the checkpoint's precision settings" "${mlp[@]}" \
   --set engine.precision.recipe=recipe_fp32 --resume "$ck"
 
+# Devices: no device is visible to these (CUDA_VISIBLE_DEVICES empty), so
+# the cases hold on GPU machines too.
+export CUDA_VISIBLE_DEVICES=
+expect "compute.device CUDA without a GPU" 2 "rank 0: compute.device = CUDA, but" "${gpt[@]}" --set compute.device=CUDA
+export MP_FAULT=device_fault@1:0
+expect "MP_FAULT device_fault on the CPU" 2 "MP_FAULT device_fault needs a CUDA engine; this one computes on the CPU" \
+  "${gpt[@]}"
+unset MP_FAULT
+export MP_CUDA_SYNC=2
+expect "MP_CUDA_SYNC neither 0 nor 1" 2 "MP_CUDA_SYNC = '2': use 1 (synchronise after every CUDA op) or 0" "${gpt[@]}"
+unset MP_CUDA_SYNC CUDA_VISIBLE_DEVICES
+
 [[ $mode == --table ]] && exit 0
 for m in "${messages[@]}"; do
   grep -qF -- "$m" "$src/docs/reliability.md" || { echo "FAIL: docs/reliability.md's bad-input table lacks: $m"; failures=$((failures + 1)); }

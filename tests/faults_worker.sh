@@ -16,6 +16,12 @@
 #   write_fail: rank 1's checkpoint write fails at step 4: every rank
 #               prints the error and exits non-zero without MPI_Abort, and
 #               `latest` still names step 2's checkpoint, which verifies.
+#   device_fault (CUDA ranks only: scripts/gpu_check): rank 1's GPU runs an
+#               illegal memory access at step 4: the job ends, the error
+#               names rank 1, its device, the step and the last collective;
+#               with MP_CUDA_SYNC=1 it names the kernel that faulted.
+# MP_FAULT_WORKER_ARGS (words) go to every mp_worker run: scripts/gpu_check
+# runs these cases on GPUs with "--set compute.device=CUDA ...".
 # Prints what it measured (time to detect, steps lost) and PASS.
 set -u
 case_name=$1 mprun=$2 worker=$3 dir=$4
@@ -23,6 +29,8 @@ rm -rf "$dir"
 mkdir -p "$dir"
 fail() { echo "FAIL: $*"; exit 1; }
 small=(--set model.gpt.layers=2 --set model.gpt.context=32 --set log_interval=1 --steps 12)
+read -r -a extra <<< "${MP_FAULT_WORKER_ARGS:-}"
+small+=("${extra[@]}")
 ranks() { pgrep -f "^[^ ]*mp_worker .*$dir" || true; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # run NAME [MP_FAULT] [args...]: the worker on 2 ranks; sets rc and ms.
@@ -112,6 +120,22 @@ write_fail)
   "$worker" --verify-checkpoint "$dir/run/checkpoints" > "$dir/verify.log" 2>&1 || { cat "$dir/verify.log"; fail "verify"; }
   cat "$dir/verify.log"
   echo "write_fail: step 4's save failed on rank 1; every rank stopped with the error; step 2's checkpoint stays latest and verifies"
+  ;;
+device_fault)
+  run device_fault "device_fault@4:1" --set engine.comm.timeout_s=5
+  [[ $rc -ne 0 ]] || fail "exit code 0 after a device fault"
+  expect device_fault "MP_FAULT: device fault on cuda:[0-9]+ at step 4"
+  # The fault surfaces at the rank's next CUDA call: on its compute thread
+  # (Engine::step adds where: rank, device, step, last collective) or on
+  # its communication thread (a CommError naming the collective).
+  expect device_fault "\[rank 1\] .*(illegal memory access|IllegalAddress)"
+  expect device_fault "\[rank 1 on cuda:[0-9]+, step 4; last collective issued: |\[rank 1\] .*CommError|collective"
+  fault_ms=$ms
+  MP_CUDA_SYNC=1 run device_fault_sync "device_fault@4:1" --set engine.comm.timeout_s=5
+  [[ $rc -ne 0 ]] || fail "exit code 0 after a device fault (MP_CUDA_SYNC=1)"
+  expect device_fault_sync "\[rank 1\] .*kernel device_fault \(MP_FAULT\) failed: cudaErrorIllegalAddress"
+  echo "device_fault: rank 1's illegal memory access at step 4 ended the job in $fault_ms ms from start, naming" \
+       "rank 1, its device, the step and the last collective; with MP_CUDA_SYNC=1, the kernel"
   ;;
 *)
   fail "unknown case $case_name"

@@ -46,6 +46,19 @@ TEST(DeviceChoice, AutoFallsBackToTheCpuAndSaysWhy) {
             "compute.device AUTO: the CPU (no CUDA device visible)");
 }
 
+TEST(DeviceChoice, SharedGpusAreTakenInTurn) {
+  const DeviceChoice c = choose_device(ComputeConfig::CUDA, true, 3, 3, 4, kTwoGpus, /*share_gpus=*/true);
+  EXPECT_EQ(c.device, Device::cuda(1));
+  EXPECT_TRUE(c.shared);
+  EXPECT_EQ(c.note, "4 local ranks share 2 CUDA device(s) (compute.share_gpus)");
+  const DeviceChoice a = choose_device(ComputeConfig::AUTO, true, 2, 2, 4, kTwoGpus, true);
+  EXPECT_EQ(a.device, Device::cuda(0));
+  EXPECT_EQ(a.note, "compute.device AUTO: CUDA device 0 of 2; 4 local ranks share 2 CUDA device(s) (compute.share_gpus)");
+  EXPECT_FALSE(choose_device(ComputeConfig::CUDA, true, 1, 1, 2, kTwoGpus, true).shared);
+  // No device is still no device.
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 2, kNoDriver, true).device, Device::cpu());
+}
+
 TEST(DeviceChoice, CpuIsTheCpu) {
   EXPECT_EQ(choose_device(ComputeConfig::CPU, true, 0, 0, 1, kTwoGpus).device, Device::cpu());
 }

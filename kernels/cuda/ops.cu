@@ -2,8 +2,10 @@
 // (kernels/cuda/ops_cuda.h). Grid-stride kernels over the same element math
 // as the CPU loops (kernels/accumulate_math.h), so both give the same bits.
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/accumulate_math.h"
@@ -57,6 +59,22 @@ template <class T>
 constexpr bool kAccumulable = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
 }  // namespace
+
+namespace {
+// Writes far past the end of the address space's first page: no allocation is there.
+__global__ void device_fault_kernel(uint32_t* bad) { bad[threadIdx.x] = 0xdeadbeefu; }
+}  // namespace
+
+void device_fault_cuda(cudaStream_t stream) {
+  device_fault_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<uint32_t*>(uintptr_t{0x10}));
+  MP_CHECK_CUDA(cudaGetLastError());
+  if (!cuda_sync_each_op()) return;
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) {
+    MP_THROW(CudaError, "kernel device_fault (MP_FAULT) failed: ", cudaGetErrorName(err), ": ",
+             cudaGetErrorString(err));
+  }
+}
 
 void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream) {
   MP_ENFORCE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "fill_nan of ",

@@ -16,6 +16,11 @@ namespace mp {
 // The first n elements of `data` (fp32, bf16, fp16) set to a quiet NaN.
 void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream);
 
+// ops::device_fault's kernel: one thread writes to an address no allocation
+// holds. With cuda_sync_each_op() (MP_CUDA_SYNC=1) it synchronises and
+// throws CudaError naming itself.
+void device_fault_cuda(cudaStream_t stream);
+
 // accumulate_cpu (kernels/cpu/accumulate.h): dst = round(dst + src) in fp32,
 // or round(src) with overwrite.
 void accumulate_cuda(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, bool overwrite,
