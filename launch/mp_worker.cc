@@ -20,8 +20,10 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/link_check.h"
 #include "comm/mpi/mpi_world.h"
+#include "launch/device_choice.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
+#include "launch/run_model.h"
 #include "launch/train_config.h"
 #include "launch/trainer.h"
 #include "models/gpt.h"
@@ -97,11 +99,18 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
     }
     return 0;
   }
-  const MemoryPlan plan = plan_memory(spec, s.config.engine(), world_size);
+  MemoryPlan plan = plan_memory(spec, s.config.engine(), world_size);
   const EngineOptions o = resolve_engine_options(s.config.engine(), world_size);
-  std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d\n%s", model,
+  // The model's activations on the device this machine's rank 0 would
+  // compute on (Note [Device choice], one rank per node).
+  const DeviceChoice device = choose_device(s.config.compute().device(), s.model == ModelKind::kGpt, 0, 0, 1,
+                                            cuda_info(), s.config.compute().share_gpus());
+  set_current_device(device.device);
+  plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
+      static_cast<size_t>(model_activation_bytes(s, device.device));
+  std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s\n%s", model,
               static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
-              world_size, plan.to_string().c_str());
+              world_size, to_string(device.device).c_str(), plan.to_string().c_str());
   return 0;
 }
 

@@ -65,7 +65,9 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
-  std::printf("memory per rank (planned): %s", engine_.plan().to_string().c_str());
+  MemoryPlan plan = engine_.plan();
+  plan.bytes[static_cast<size_t>(MemCategory::kActivations)] = static_cast<size_t>(model_.activation_bytes);
+  std::printf("memory per rank (planned): %s", plan.to_string().c_str());
   if (model_.floor) {
     const int64_t vocab = settings_.gpt.vocab;
     std::printf("the synthetic language's entropy floor: %.4f nats (a model that learned nothing: ln %lld = %.4f)\n",

@@ -84,9 +84,24 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
 
 }  // namespace
 
+int64_t model_activation_bytes(const TrainSettings& s, Device device) {
+  if (s.model == ModelKind::kMlp) return Mlp::activation_bytes(s.mlp);
+  GptConfig g = s.gpt;
+  g.matmul_dtype = s.gpt_matmul_dtype();
+  g.fp32_ops.assign(s.config.compute().fp32_ops().begin(), s.config.compute().fp32_ops().end());
+  if (device.is_cpu()) return Gpt::activation_bytes(g);
+#if MP_WITH_CUDA
+  return GptCuda::workspace_bytes(g);
+#else
+  MP_THROW(ConfigError, "the GPT on ", device, ": mp was built without CUDA");
+#endif
+}
+
 RunModel make_model(const TrainSettings& settings, int threads, Allocator allocator) {
-  return settings.model == ModelKind::kMlp ? make_mlp(settings, threads, allocator)
-                                           : make_gpt(settings, threads, allocator);
+  RunModel m = settings.model == ModelKind::kMlp ? make_mlp(settings, threads, allocator)
+                                                 : make_gpt(settings, threads, allocator);
+  m.activation_bytes = model_activation_bytes(settings, allocator.device());
+  return m;
 }
 
 double RunModel::validate(Engine& engine, int batches) {

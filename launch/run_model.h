@@ -29,6 +29,7 @@ struct RunModel {
   std::optional<double> floor;                          // the synthetic language's entropy floor
   double items_per_micro_batch = 0;                     // tokens (GPT) or samples (MLP)
   double flops_per_item = 0;                            // training FLOPs per token or sample
+  int64_t activation_bytes = 0;                         // what the model allocated (model_activation_bytes)
   std::string description;                              // the log's "model: ..." line
   std::string data_description;                         // the log's "data: ..." lines
 
@@ -39,6 +40,11 @@ struct RunModel {
   // text: one forward per token through the engine. Collective.
   std::string sample(Engine& engine, int count, uint64_t seed, int64_t step);
 };
+
+// The bytes of activations and workspace the model of `settings` allocates
+// on `device` (the memory plan's activations row). For a CUDA device, that
+// device must be current (the CUDA GPT asks CUB for its sort's scratch).
+int64_t model_activation_bytes(const TrainSettings& settings, Device device);
 
 // The model of `settings` on `threads` CPU threads (when the config leaves
 // them 0) with its data: the GPT reads data.train_path (and its validation

@@ -481,6 +481,17 @@ ModelSpec Gpt::spec_for(const GptConfig& config) {
   return spec;
 }
 
+int64_t Gpt::activation_bytes(const GptConfig& config) {
+  const GptDims d = dims_for<float>(config);
+  int64_t numel = 0;
+  carve<float>(d, nullptr, &numel);
+  int64_t max_numel = 0;
+  const FlatLayout layout(spec_for(config), 1);
+  for (const UnitLayout& unit : layout.units()) max_numel = std::max(max_numel, unit.numel);
+  return static_cast<int64_t>(sizeof(float)) * (numel + max_numel) +
+         static_cast<int64_t>(sizeof(int32_t)) * 2 * d.rows;
+}
+
 Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const TokenBatchSource> source)
     : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));

@@ -256,6 +256,10 @@ class Gpt final : public HostModel, public GptControl {
   Gpt& operator=(const Gpt&) = delete;
 
   static ModelSpec spec_for(const GptConfig& config);  // validates config
+  // The bytes the constructor allocates (MemCategory::kActivations): the
+  // workspace, the fp32 copy of a unit and the tokens. The memory plan's
+  // activations row.
+  static int64_t activation_bytes(const GptConfig& config);
 
   const GptConfig& config() const override { return config_; }
   const ModelSpec& spec() const override { return spec_; }

@@ -224,6 +224,19 @@ ModelSpec Mlp::spec_for(const MlpConfig& config) {
   return spec;
 }
 
+int64_t Mlp::activation_bytes(const MlpConfig& config) {
+  const ModelSpec spec = spec_for(config);
+  const int64_t batch = config.micro_batch_size;
+  int64_t max_numel = 0;
+  const FlatLayout layout(spec, 1);
+  for (const UnitLayout& unit : layout.units()) max_numel = std::max(max_numel, unit.numel);
+  int64_t acts = 0;
+  for (int64_t d : config.dims) acts += batch * d;
+  const int64_t max_dim = *std::max_element(config.dims.begin(), config.dims.end());
+  return static_cast<int64_t>(sizeof(float)) * (max_numel + acts + 2 * batch * max_dim) +
+         static_cast<int64_t>(sizeof(int32_t)) * batch;
+}
+
 Mlp::Mlp(const MlpConfig& config, Allocator allocator)
     : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), data_(config) {
   const int64_t batch = config_.micro_batch_size;

@@ -98,6 +98,8 @@ class Mlp final : public HostModel {
   explicit Mlp(const MlpConfig& config, Allocator allocator = Allocator());  // validates config
 
   static ModelSpec spec_for(const MlpConfig& config);  // validates config
+  // The bytes the constructor allocates (MemCategory::kActivations).
+  static int64_t activation_bytes(const MlpConfig& config);
 
   const MlpConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }

@@ -35,7 +35,9 @@ std::string MemoryPlan::to_string() const {
   };
   for (int c = 0; c < kNumMemCategories; ++c) {
     const auto cat = static_cast<MemCategory>(c);
-    if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+    // The model's activations are the launcher's to add (the engine's plan
+    // knows only the spec); a plan with none leaves the row out.
+    if (cat == MemCategory::kOther || (cat == MemCategory::kActivations && at(cat) == 0)) continue;
     row(std::string(mem_category_name(cat)).c_str(), at(cat));
   }
   row("total", total());

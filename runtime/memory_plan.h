@@ -5,9 +5,12 @@
 // The engine allocates every long-lived buffer once, through the
 // accounting allocator (core/allocator.h), so its measured bytes per
 // category equal these predictions exactly; tests assert it for every
-// strategy and recipe. Not covered: activations and workspaces of the
-// model, and the communicator's own kFp32 accumulation scratch (at most
-// comm.accumulate_chunk_bytes per communicator, reported separately).
+// strategy and recipe. The model's activations and workspace are not the
+// engine's to know: the launcher puts the model's own figure
+// (Gpt::activation_bytes, GptCuda::workspace_bytes, Mlp::activation_bytes)
+// in bytes[kActivations] before printing. Not covered: the communicator's
+// own kFp32 accumulation scratch (at most comm.accumulate_chunk_bytes per
+// communicator, reported separately).
 #pragma once
 
 #include <array>

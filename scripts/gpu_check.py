@@ -24,6 +24,7 @@ step, the end point is what matters).
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -52,7 +53,9 @@ def agree(gpu_dir, cpu_dir, recipe):
     worst_rel, worst_step = 0.0, 0
     for g, c in zip(gpu, cpu):
         rel = abs(g["loss"] - c["loss"]) / max(abs(c["loss"]), 1e-12)
-        if not rel <= worst_rel:  # NaN counts as worst
+        if math.isnan(worst_rel):
+            break  # the first NaN stays the worst
+        if math.isnan(rel) or rel > worst_rel:
             worst_rel, worst_step = rel, g["step"]
     final_diff = abs(gpu[-1]["loss"] - cpu[-1]["loss"])
     row = {"case": f"agree_{recipe}", "steps": len(gpu), "gpu_final_loss": gpu[-1]["loss"],

@@ -564,3 +564,19 @@ TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {
 
 }  // namespace
 }  // namespace mp
+
+namespace mp::testing {
+namespace {
+
+// The memory plan's activations row is what the constructor allocates.
+TEST(Gpt, ActivationBytesAreWhatTheModelAllocates) {
+  for (const GptConfig& c : {small_gpt(), gpt_config(300, 24, 32, 4, 3, 3)}) {
+    Allocator alloc;
+    const Gpt gpt(c, alloc);
+    EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
+              Gpt::activation_bytes(c));
+  }
+}
+
+}  // namespace
+}  // namespace mp::testing

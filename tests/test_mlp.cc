@@ -218,3 +218,17 @@ TEST(Mlp, SgdOnTeacherLabelsLowersTheLoss) {
 
 }  // namespace
 }  // namespace mp
+
+namespace mp::testing {
+namespace {
+
+TEST(Mlp, ActivationBytesAreWhatTheModelAllocates) {
+  const MlpConfig c = small_mlp(5);
+  Allocator alloc;
+  const Mlp mlp(c, alloc);
+  EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
+            Mlp::activation_bytes(c));
+}
+
+}  // namespace
+}  // namespace mp::testing

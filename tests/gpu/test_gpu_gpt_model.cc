@@ -6,7 +6,8 @@
 //   tile, forward and backward, and bitwise repeatable;
 // - GptCuda against the host Gpt on the same parameters and micro-batch:
 //   the loss, every unit's gradients and a kept logits row, with fp32 and
-//   with bf16 GEMM inputs, the loss in several chunks;
+//   with bf16 GEMM inputs, the loss in several chunks; its workspace is
+//   what workspace_bytes() says (the memory plan's activations);
 // - bf16 parameters give the same bits as fp32 parameters holding the same
 //   values, and a second run gives the same bits as the first.
 #include <cuda_runtime_api.h>
@@ -249,6 +250,16 @@ TEST_F(GpuGptModel, Bf16ParametersGiveTheBitsOfTheirFp32ValuesAndRunsRepeat) {
     for (size_t u = 0; u < a.grads.size(); ++u) {
       EXPECT_EQ(std::memcmp(a.grads[u].data(), other->grads[u].data(), a.grads[u].size() * 4), 0) << "unit " << u;
     }
+  }
+}
+
+TEST_F(GpuGptModel, WorkspaceBytesAreWhatTheModelAllocates) {
+  for (DType matmul : {DType::kF32, DType::kBF16}) {
+    const GptConfig c = small_gpt(matmul);
+    Allocator alloc(Device::cuda(0));
+    const GptCuda gpt(c, alloc);
+    EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
+              GptCuda::workspace_bytes(c));
   }
 }
 
