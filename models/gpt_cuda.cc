@@ -30,7 +30,22 @@ enum HeadParam { kLnfW = 0, kLnfB };
 struct Dims {
   int64_t batch = 0, seq = 0, channels = 0, heads = 0, layers = 0, vocab = 0, padded_vocab = 0, rows = 0;
   int64_t chunk = 0;  // rows of logits at a time
+  bool tc_attention = false;
 };
+
+bool tc_attention_for(const GptConfig& c, const GptCudaOptions& o) {
+  const int64_t hd = c.channels / c.heads;
+  switch (o.attention) {
+    case GptCudaAttention::kFp32: return false;
+    case GptCudaAttention::kTensorCores:
+      if (!flash_attention_tc_supported(hd)) {
+        MP_THROW(ConfigError, "tensor-core attention takes head sizes 64 and 128; this GPT's is ", hd);
+      }
+      return true;
+    case GptCudaAttention::kAuto: break;
+  }
+  return c.matmul_dtype == DType::kBF16 && flash_attention_tc_supported(hd);
+}
 
 Dims dims_of(const GptConfig& c, const GptCudaOptions& o) {
   Dims d;
@@ -44,6 +59,7 @@ Dims dims_of(const GptConfig& c, const GptCudaOptions& o) {
   d.rows = d.batch * d.seq;
   const int64_t by_bytes = std::max<int64_t>(1, kGptCudaLogitsChunkBytes / (d.padded_vocab * 4));
   d.chunk = std::min(d.rows, o.loss_chunk_rows > 0 ? o.loss_chunk_rows : by_bytes);
+  d.tc_attention = tc_attention_for(c, o);
   return d;
 }
 
@@ -359,7 +375,11 @@ void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
   gpt_layernorm_forward_cuda(x, at(kLn1W), at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd, stream);
   st.after("ln_1 forward", u, stream);
   matmul_forward(st, u, op + kCAttn, w, off(kAttnW), off(kAttnB), y.ln1, c, 3 * c, y.qkv, stream);
-  flash_attention_forward_cuda(y.qkv, d.batch, d.seq, c, d.heads, y.atty, y.lse, stream);
+  if (d.tc_attention) {
+    flash_attention_tc_forward_cuda(y.qkv, d.batch, d.seq, c, d.heads, y.atty, y.lse, stream);
+  } else {
+    flash_attention_forward_cuda(y.qkv, d.batch, d.seq, c, d.heads, y.atty, y.lse, stream);
+  }
   st.after("attention forward", u, stream);
   matmul_forward(st, u, op + kAttnCProj, w, off(kAttnProjW), off(kAttnProjB), y.atty, c, c, y.res2, stream);
   gpt_add_cuda(x, y.res2, rows * c, y.res2, stream);
@@ -476,8 +496,13 @@ void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_
   st.after("ln_2 backward", u, stream);
   matmul_backward(st, u, op + kAttnCProj, w, off(kAttnProjW), y.atty, b.dres, c, c, b.datty, grad(kAttnProjW),
                   grad(kAttnProjB), stream);
-  flash_attention_backward_cuda(y.qkv, y.atty, y.lse, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv,
-                                stream);
+  if (d.tc_attention) {
+    flash_attention_tc_backward_cuda(y.qkv, y.atty, y.lse, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv,
+                                     stream);
+  } else {
+    flash_attention_backward_cuda(y.qkv, y.atty, y.lse, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv,
+                                  stream);
+  }
   st.after("attention backward", u, stream);
   matmul_backward(st, u, op + kCAttn, w, off(kAttnW), y.ln1, b.dqkv, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB),
                   stream);
@@ -524,6 +549,11 @@ int64_t GptCuda::workspace_bytes(const GptConfig& config, const GptCudaOptions& 
 
 int64_t GptCuda::loss_chunk_rows(const GptConfig& config, const GptCudaOptions& options) {
   return dims_of(config, options).chunk;
+}
+
+bool GptCuda::tensor_core_attention(const GptConfig& config, const GptCudaOptions& options) {
+  validate(config);
+  return tc_attention_for(config, options);
 }
 
 void GptCuda::set_source(std::shared_ptr<const TokenBatchSource> source) {

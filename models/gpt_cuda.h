@@ -11,6 +11,10 @@
 //   embeddings) is widened to fp32 once per call.
 // - Attention: the flash kernels (kernels/cuda/flash_attention_cuda.h): no
 //   T x T matrix; the forward keeps the output and the row log-sum-exp.
+//   With bf16 GEMMs (matmul_dtype bf16) and head size 64 or 128 the
+//   tensor-core variant (bf16 q, k, v and probabilities, fp32
+//   accumulation, as PyTorch's autocast runs scaled_dot_product_attention);
+//   otherwise the fp32 one (GptCudaOptions::attention overrides).
 // - The loss never holds more than `loss_chunk_rows` rows of logits: the
 //   head's forward(last) runs, per chunk of rows, the logits GEMM, the
 //   softmax cross-entropy in place (d logits), and both backward GEMMs of
@@ -48,8 +52,15 @@
 
 namespace mp {
 
+enum class GptCudaAttention : uint8_t {
+  kAuto = 0,         // tensor cores for bf16 GEMMs and head sizes 64 and 128, else fp32
+  kFp32 = 1,         // flash_attention_*_cuda: CUDA cores, fp32
+  kTensorCores = 2,  // flash_attention_tc_*_cuda: bf16 operands (head sizes 64 and 128)
+};
+
 struct GptCudaOptions {
   bool allow_tf32 = false;      // fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
+  GptCudaAttention attention = GptCudaAttention::kAuto;
   int64_t loss_chunk_rows = 0;  // rows of logits at a time; 0: kGptCudaLogitsChunkBytes of fp32 logits
   bool sync_each_op = false;    // Note [GPT on CUDA]: debugging device faults
 };
@@ -74,6 +85,9 @@ class GptCuda final : public Model, public GptControl {
   static int64_t workspace_bytes(const GptConfig& config, const GptCudaOptions& options = {});
   // The rows of logits the loss computes at once.
   static int64_t loss_chunk_rows(const GptConfig& config, const GptCudaOptions& options = {});
+  // Whether attention runs on tensor cores (kAuto resolved); ConfigError
+  // for kTensorCores with a head size they do not take.
+  static bool tensor_core_attention(const GptConfig& config, const GptCudaOptions& options = {});
 
   const ModelSpec& spec() const override { return spec_; }
   void begin_micro_batch_on(int64_t global_index, Stream& s) override;

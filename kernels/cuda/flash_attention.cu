@@ -302,6 +302,21 @@ int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, in
   return batch * heads * seq;
 }
 
+void flash_attention_delta_cuda(const float* out, const float* dout, int64_t batch, int64_t seq, int64_t channels,
+                                int64_t heads, float* delta, cudaStream_t stream) {
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const int64_t rows = batch * seq;
+  if (rows == 0) return;
+  MP_ENFORCE(out && dout && delta, "flash attention delta of null memory");
+  const Shape sh{seq, channels, heads, static_cast<int>(channels / heads), 1.0f};
+  constexpr int kDeltaThreads = 256;
+  const int64_t warps = rows * heads;
+  const int64_t blocks = (warps * kWarp + kDeltaThreads - 1) / kDeltaThreads;
+  MP_ENFORCE(blocks <= INT32_MAX, "flash attention delta grid of ", blocks, " blocks");
+  flash_delta_kernel<<<static_cast<unsigned>(blocks), kDeltaThreads, 0, stream>>>(out, dout, sh, rows, delta);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
                                    float* dqkv, cudaStream_t stream) {
@@ -309,12 +324,7 @@ void flash_attention_backward_cuda(const float* qkv, const float* out, const flo
   const int64_t rows = batch * seq;
   if (rows == 0) return;
   MP_ENFORCE(qkv && out && lse && dout && scratch && dqkv, "flash attention backward of null memory");
-  constexpr int kDeltaThreads = 256;
-  const int64_t warps = rows * heads;
-  const int64_t blocks = (warps * kWarp + kDeltaThreads - 1) / kDeltaThreads;
-  MP_ENFORCE(blocks <= INT32_MAX, "flash attention delta grid of ", blocks, " blocks");
-  flash_delta_kernel<<<static_cast<unsigned>(blocks), kDeltaThreads, 0, stream>>>(out, dout, sh, rows, scratch);
-  MP_CHECK_CUDA(cudaGetLastError());
+  flash_attention_delta_cuda(out, dout, batch, seq, channels, heads, scratch, stream);
   dispatch_dims<LaunchBackward>(sh.hd, qkv, lse, static_cast<const float*>(scratch), dout, sh,
                                 flash_grid(batch, seq, heads), dqkv, stream);
   MP_CHECK_CUDA(cudaGetLastError());

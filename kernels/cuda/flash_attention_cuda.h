@@ -28,6 +28,13 @@
 //   bits run to run. The bits differ from the reference kernel's (another
 //   summation order, exp of a different argument), within fp32 rounding.
 // - Asynchronous on `stream`; shapes are checked on the host (EnforceError).
+// - Two variants with the same layout, outputs and contracts:
+//   flash_attention_* runs on CUDA cores in fp32 (the fp32 and tf32
+//   recipes, and any head size up to 128); flash_attention_tc_*
+//   (flash_attention_tc.cu) rounds q, k, v, the probabilities and the score
+//   gradients to bf16 and multiplies on tensor cores with fp32
+//   accumulation (WMMA, sm_80+), as PyTorch's bf16 flash attention does:
+//   the attention of the bf16 recipes, head sizes 64 and 128.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -45,9 +52,27 @@ void flash_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, 
 // The scratch of flash_attention_backward_cuda: batch * heads * seq floats (delta).
 int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, int64_t heads);
 
+// delta [batch, heads, seq] := dout . out over each head's columns: the
+// first step of both backward variants.
+void flash_attention_delta_cuda(const float* out, const float* dout, int64_t batch, int64_t seq, int64_t channels,
+                                int64_t heads, float* delta, cudaStream_t stream);
+
 // Overwrites dqkv [batch * seq, 3 channels].
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
                                    float* dqkv, cudaStream_t stream);
+
+// ---- tensor cores (flash_attention_tc.cu) -----------------------------------------
+
+// Whether the tensor-core variant takes this head size (64 or 128).
+bool flash_attention_tc_supported(int64_t head_dim);
+
+// As flash_attention_forward_cuda / flash_attention_backward_cuda, with bf16
+// operands on tensor cores; scratch: flash_attention_backward_scratch_elements.
+void flash_attention_tc_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                     float* out, float* lse, cudaStream_t stream);
+void flash_attention_tc_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
+                                      int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
+                                      float* dqkv, cudaStream_t stream);
 
 }  // namespace mp

@@ -3,7 +3,8 @@
 // - the flash kernels against the probability-keeping reference kernel
 //   (itself checked against the CPU op in double, test_gpu_gpt_ops.cc) on
 //   head sizes 8 .. 128 and sequence lengths that are not multiples of the
-//   tile, forward and backward, and bitwise repeatable;
+//   tile, forward and backward, and bitwise repeatable; the tensor-core
+//   variant within bf16's norm-wise bound, every element written;
 // - GptCuda against the host Gpt on the same parameters and micro-batch:
 //   the loss, every unit's gradients and a kept logits row, with fp32 and
 //   with bf16 GEMM inputs, the loss in several chunks; its workspace is
@@ -114,10 +115,65 @@ TEST_P(GpuFlashAttention, MatchesTheReferenceKernelAndRepeats) {
   for (float* p : {qkv, dout, att, ref_out, ref_dqkv, ref_scratch}) cudaFree(p);
 }
 
+// ||a - b|| / ||b||: for bf16 operands, where single elements may move by
+// a bf16 step.
+double norm_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, ref = 0.0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
+}
+
+// The tensor-core variant: bf16 operands, so a norm-wise bound (METHOD:
+// bf16 operands land between 1e-3 and 1e-2), every element written (the
+// outputs start as NaN), bitwise repeatable.
+TEST_P(GpuFlashAttention, TensorCoresMatchTheReferenceWithinBf16) {
+  const AttentionCase c = GetParam();
+  if (!flash_attention_tc_supported(c.channels / c.heads)) GTEST_SKIP() << "head size " << c.channels / c.heads;
+  const int64_t rows = c.batch * c.seq, nc = rows * c.channels;
+  const std::vector<float> qkv_h = random_floats(static_cast<size_t>(3 * nc), 11, 1.0f);
+  const std::vector<float> dout_h = random_floats(static_cast<size_t>(nc), 12, 1.0f);
+  float* qkv = to_device(qkv_h);
+  float* dout = to_device(dout_h);
+  float* att = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq * c.seq)));
+  float* ref_out = to_device(std::vector<float>(static_cast<size_t>(nc)));
+  float* ref_dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc)));
+  float* ref_scratch = to_device(
+      std::vector<float>(static_cast<size_t>(gpt_attention_backward_cuda_scratch_elements(c.batch, c.seq, c.heads))));
+  gpt_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, att, ref_out, nullptr);
+  gpt_attention_backward_cuda(qkv, att, dout, c.batch, c.seq, c.channels, c.heads, ref_scratch, ref_dqkv, nullptr);
+  std::vector<std::vector<float>> outs, dqkvs;
+  for (int run = 0; run < 2; ++run) {
+    float* out = to_device(std::vector<float>(static_cast<size_t>(nc), NAN));
+    float* lse = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq)));
+    float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc), NAN));
+    float* scratch = to_device(
+        std::vector<float>(static_cast<size_t>(flash_attention_backward_scratch_elements(c.batch, c.seq, c.heads))));
+    flash_attention_tc_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, out, lse, nullptr);
+    flash_attention_tc_backward_cuda(qkv, out, lse, dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
+    outs.push_back(to_host(out, static_cast<size_t>(nc)));
+    dqkvs.push_back(to_host(dqkv, static_cast<size_t>(3 * nc)));
+    for (float* p : {out, lse, dqkv, scratch}) cudaFree(p);
+  }
+  const double out_err = norm_rel_err(outs[0], to_host(ref_out, static_cast<size_t>(nc)));
+  const double dqkv_err = norm_rel_err(dqkvs[0], to_host(ref_dqkv, static_cast<size_t>(3 * nc)));
+  EXPECT_LT(out_err, 1e-2);   // NaN fails too
+  EXPECT_LT(dqkv_err, 2e-2);
+  ::testing::Test::RecordProperty("out_rel_err", std::to_string(out_err));
+  ::testing::Test::RecordProperty("dqkv_rel_err", std::to_string(dqkv_err));
+  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "forward not repeatable";
+  EXPECT_EQ(std::memcmp(dqkvs[0].data(), dqkvs[1].data(), dqkvs[0].size() * 4), 0) << "backward not repeatable";
+  for (float* p : {qkv, dout, att, ref_out, ref_dqkv, ref_scratch}) cudaFree(p);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuFlashAttention,
                          ::testing::Values(AttentionCase{2, 37, 16, 2}, AttentionCase{1, 70, 64, 2},
                                            AttentionCase{2, 65, 128, 2}, AttentionCase{1, 33, 384, 3},
-                                           AttentionCase{1, 1, 64, 1}, AttentionCase{3, 96, 256, 2}));
+                                           AttentionCase{1, 1, 64, 1}, AttentionCase{3, 96, 256, 2},
+                                           AttentionCase{1, 200, 128, 2}, AttentionCase{2, 300, 256, 2}));
 
 // ---- the model --------------------------------------------------------------------
 
@@ -237,6 +293,14 @@ TEST_F(GpuGptModel, Bf16GemmsMatchTheHostModel) {
   // bf16 rounding of inputs that differ in the last fp32 bits can move a
   // value by one bf16 step (2^-8 relative): a looser bound.
   expect_close(device_pass(c, params, DType::kF32, 16), host_pass(c, params), 2e-3, 3e-2);
+}
+
+TEST_F(GpuGptModel, TensorCoreAttentionMatchesTheHostModelWithinBf16) {
+  GptConfig c = small_gpt(DType::kBF16);
+  c.channels = 128;  // head size 64: tensor-core attention
+  ASSERT_TRUE(GptCuda::tensor_core_attention(c));
+  const auto params = unit_params(c, false);
+  expect_close(device_pass(c, params, DType::kF32, 0), host_pass(c, params), 5e-3, 5e-2);
 }
 
 TEST_F(GpuGptModel, Bf16ParametersGiveTheBitsOfTheirFp32ValuesAndRunsRepeat) {
