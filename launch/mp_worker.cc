@@ -114,10 +114,14 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   return 0;
 }
 
-// The rank table, and the links between hosts (each ping-pong bounded by
+// The rank table (each rank on the device compute.device gives it, Note
+// [Device choice]), and the links between hosts (each ping-pong bounded by
 // the communication timeout `timeout`).
-void print_ranks(const MpiWorld& world, std::chrono::milliseconds timeout) {
-  const Device device = default_device(world.local_rank());
+void print_ranks(const MpiWorld& world, const TrainSettings& s, std::chrono::milliseconds timeout) {
+  const Device device = choose_device(s.config.compute().device(), s.model == ModelKind::kGpt, world.rank(),
+                                      world.local_rank(), world.local_size(), cuda_info(),
+                                      s.config.compute().share_gpus())
+                            .device;
   set_current_device(device);
   auto comm = MpiCommunicator::create_world("ranks", CommOptions{});
   const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
@@ -255,7 +259,7 @@ int main(int argc, char** argv) {
   mp::TrainSettings settings;
   if (const std::optional<int> code = mp::resolve_settings(args, check_size, settings)) return *code;
   return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) {
-    mp::print_ranks(world, mp::comm_options_from_config(settings.config.engine().comm()).timeout);
+    mp::print_ranks(world, settings, mp::comm_options_from_config(settings.config.engine().comm()).timeout);
     return mp::train(world, world.size() == check_size ? settings : mp::resolve_train_config(settings.config, world.size()));
   });
 }

@@ -11,11 +11,12 @@
 //   polls ncclCommGetAsyncError until the communicator is ready, at most
 //   CommOptions::timeout; on timeout or error it calls ncclCommAbort and
 //   throws CommError.
-// - The device is the caller's choice. launch/ picks
-//   default_device(local_rank), i.e. cuda(local_rank % device_count), where
+// - The device is the caller's choice. mp_worker picks it with
+//   choose_device (launch/device_choice.h): cuda(local_rank), where
 //   local_rank comes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
 //   (comm/mpi/mpi_world.h). Two ranks of one communicator must not share a
-//   device: NCCL rejects that.
+//   device: NCCL rejects that (compute.share_gpus takes the staged MPI
+//   backend instead).
 //
 // Issue and completion
 // - Every collective is enqueued on the communicator's own CudaStream
