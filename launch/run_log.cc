@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/stop_signals.h"
@@ -76,6 +77,25 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
   if (dir_.is_open()) std::printf("run directory: %s\n", settings_.config.out_dir().c_str());
   if (!start_note.empty()) std::printf("%s\n", start_note.c_str());
   if (!checkpoints.empty()) std::printf("%s\n", checkpoints.c_str());
+  std::fflush(stdout);
+}
+
+void RunLog::op_profile(const OpProfile& profile) {
+  if (!lead_) return;
+  std::vector<int> order(kNumOpFamilies);
+  for (int f = 0; f < kNumOpFamilies; ++f) order[static_cast<size_t>(f)] = f;
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return profile.seconds[static_cast<size_t>(a)] > profile.seconds[static_cast<size_t>(b)];
+  });
+  const double total = std::max(profile.total_s(), 1e-12);
+  std::printf("compute by op family (MP_OP_PROFILE, rank 0, %.1f ms in all):", 1e3 * profile.total_s());
+  for (int f : order) {
+    const auto k = static_cast<size_t>(f);
+    if (profile.calls[k] == 0) continue;
+    std::printf(" %s %.1f%% (%.1f ms, %lld)", std::string(op_family_name(static_cast<OpFamily>(f))).c_str(),
+                100.0 * profile.seconds[k] / total, 1e3 * profile.seconds[k], static_cast<long long>(profile.calls[k]));
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "kernels/cpu/op_profile.h"
 #include "launch/metrics.h"
 #include "launch/run_dir.h"
 #include "launch/run_model.h"
@@ -56,6 +57,8 @@ class RunLog {
   void step(const StepReport& report);
   // The line of a run that stops at `step` on `signal` after its checkpoint.
   void stopped(int signal, int64_t step);
+  // MP_OP_PROFILE's line: rank 0's compute time by op family, largest first.
+  void op_profile(const OpProfile& profile);
   // The last lines: steps, time, final and validation loss, distance to the
   // entropy floor, and the measured memory.
   void done();

@@ -12,6 +12,7 @@
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/parallel.h"
+#include "kernels/cpu/op_profile.h"
 #include "core/stop_signals.h"
 #include "launch/checkpoint_policy.h"
 #include "launch/data_plane.h"
@@ -59,6 +60,15 @@ bool check_same_device_kind(Communicator& control, const DeviceChoice& choice) {
   return shared;
 }
 
+// MP_OP_PROFILE=1: where the compute time goes, by op family (Note [Op
+// profile]), printed at the end of the run.
+bool op_profile_requested() {
+  const char* env = std::getenv("MP_OP_PROFILE");
+  if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
+  if (std::string(env) == "1") return true;
+  MP_THROW(ConfigError, "MP_OP_PROFILE = '", env, "': use 1 (print the compute time by op family) or 0");
+}
+
 // Whether step `step` of `steps` is one of every `interval` (> 0), or the last.
 bool every(int64_t interval, int64_t step, int64_t steps) {
   return interval > 0 && (step % interval == 0 || step == steps);
@@ -71,6 +81,8 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const bool lead = world.rank() == 0;
   const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
   (void)cuda_sync_each_op();  // checks MP_CUDA_SYNC on every device (core/device.h)
+  const bool profile = op_profile_requested();
+  op_profile_enable(profile);
   // Note [Device choice] in launch/device_choice.h.
   const DeviceChoice device =
       choose_device(c.compute().device(), s.model == ModelKind::kGpt, world.rank(), world.local_rank(),
@@ -113,6 +125,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     report.straggler = agreed.straggler;
     stop = checkpoints.after_step(step, agreed);
     log.step(report);
+  }
+  if (profile) {
+    if (m.gpt != nullptr) m.gpt->flush_profile();
+    log.op_profile(op_profile_take());
   }
   if (stop != 0) {
     log.stopped(stop, step);

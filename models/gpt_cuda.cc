@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert.h"
+#include "kernels/cpu/op_profile.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/flash_attention_cuda.h"
 #include "kernels/cuda/gemm_cublaslt.h"
@@ -207,20 +208,69 @@ struct GptCudaState {
     (void)cudaSetDevice(device.index);
     (void)cudaDeviceSynchronize();
     for (cudaEvent_t e : token_copied) (void)cudaEventDestroy(e);
+    for (const auto* events : {&free_events, &used_events}) {
+      for (cudaEvent_t e : *events) (void)cudaEventDestroy(e);
+    }
   }
 
   int32_t* host_token_slot(int slot) const { return static_cast<int32_t*>(host_tokens.p) + slot * 2 * d.rows; }
   double* host_loss() const { return static_cast<double*>(host_scalars.p); }
   float* host_kept() const { return reinterpret_cast<float*>(static_cast<char*>(host_scalars.p) + sizeof(double)); }
 
-  // Note [GPT on CUDA]: with sync_each_op, a device fault names the op.
-  void after(const char* op, int unit, cudaStream_t st) const {
+  // The start of a model call: with the op profile on, an event that the
+  // call's first mark measures from (the engine's own work between calls
+  // is not the model's).
+  void begin_call(cudaStream_t st) {
+    profiling = op_profile_enabled();
+    if (!profiling) return;
+    previous = take_event();
+    MP_CHECK_CUDA(cudaEventRecord(previous, st));
+  }
+
+  // The end of op `op` of unit `unit`, of family `family`: everything
+  // enqueued since the last mark. With the op profile on, an event pair
+  // timed later (flush_profile); with sync_each_op (Note [GPT on CUDA]) a
+  // device fault throws here, naming the op.
+  void mark(OpFamily family, const char* op, int unit, cudaStream_t st) {
+    if (profiling) {
+      cudaEvent_t e = take_event();
+      MP_CHECK_CUDA(cudaEventRecord(e, st));
+      pending.push_back(Timed{family, previous, e});
+      previous = e;
+    }
     if (!sync_each_op) return;
     const cudaError_t err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
       MP_THROW(CudaError, "GPT op ", op, " of unit ", layout[static_cast<size_t>(unit)].name, " on ",
                to_string(device), " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
     }
+  }
+
+  // Adds the timed marks to the op profile (kernels/cpu/op_profile.h):
+  // waits for them, so only while profiling.
+  void flush_profile() {
+    for (const Timed& t : pending) {
+      MP_CHECK_CUDA(cudaEventSynchronize(t.end));
+      float ms = 0;
+      MP_CHECK_CUDA(cudaEventElapsedTime(&ms, t.start, t.end));
+      detail::op_profile_add(t.family, ms / 1e3);
+    }
+    pending.clear();
+    free_events.insert(free_events.end(), used_events.begin(), used_events.end());
+    used_events.clear();
+    previous = nullptr;
+  }
+
+  cudaEvent_t take_event() {
+    if (free_events.empty()) {
+      cudaEvent_t e = nullptr;
+      MP_CHECK_CUDA(cudaEventCreate(&e));  // timed
+      free_events.push_back(e);
+    }
+    cudaEvent_t e = free_events.back();
+    free_events.pop_back();
+    used_events.push_back(e);
+    return e;
   }
 
   Device device;
@@ -235,6 +285,15 @@ struct GptCudaState {
   Pinned host_scalars;  // the loss (double), then a kept logits row
   cudaEvent_t token_copied[2] = {};
   int next_slot = 0;
+  // The op profile (mark, flush_profile).
+  struct Timed {
+    OpFamily family;
+    cudaEvent_t start, end;
+  };
+  bool profiling = false;
+  cudaEvent_t previous = nullptr;
+  std::vector<Timed> pending;
+  std::vector<cudaEvent_t> free_events, used_events;
 };
 
 }  // namespace detail
@@ -262,7 +321,7 @@ UnitParams unit_params(State& st, int unit, const Tensor& params, cudaStream_t s
   MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
              " in ", dtype_name(params.dtype()));
   convert_cuda(params.data(), params.dtype(), st.b.param_ws, DType::kF32, layout.numel, ConvertOptions{}, stream);
-  st.after("widen parameters", unit, stream);
+  st.mark(OpFamily::kCast, "widen parameters", unit, stream);
   return UnitParams{st.b.param_ws, params.data(), params.dtype()};
 }
 
@@ -294,12 +353,13 @@ void matmul_forward(State& st, int unit, size_t op, const UnitParams& w, int64_t
     gpt_round_to_bf16_cuda(x, rows * in, DType::kBF16, x16, stream);
     pr.a = input(x16, DType::kBF16, in);
     pr.b = input(bf16_weight(st, w, w_off, in * out, stream), DType::kBF16, out);
+    st.mark(OpFamily::kCast, "bf16 inputs", unit, stream);
   } else {
     pr.a = input(x, DType::kF32, in);
     pr.b = input(w.p + w_off, DType::kF32, out);
   }
   gemm_cuda(pr, stream, st.gemm);
-  st.after("matmul forward", unit, stream);
+  st.mark(OpFamily::kGemm, "matmul forward", unit, stream);
 }
 
 // dx = dy w^T, dw = x^T dy, db = column sums of dy for op `op`.
@@ -312,6 +372,7 @@ void matmul_backward(State& st, int unit, size_t op, const UnitParams& w, int64_
     x_in = input(st.b.x16[op], DType::kBF16, in);  // the forward's rounding of x
     w_in = input(bf16_weight(st, w, w_off, in * out, stream), DType::kBF16, out);
     dy_in = input(st.b.dy16, DType::kBF16, out);
+    st.mark(OpFamily::kCast, "bf16 inputs", unit, stream);
   } else {
     x_in = input(x, DType::kF32, in);
     w_in = input(w.p + w_off, DType::kF32, out);
@@ -337,8 +398,9 @@ void matmul_backward(State& st, int unit, size_t op, const UnitParams& w, int64_
   dw_pr.c = dw;
   dw_pr.ldc = out;
   gemm_cuda(dw_pr, stream, st.gemm);
+  st.mark(OpFamily::kGemm, "matmul backward", unit, stream);
   gpt_bias_backward_cuda(dy, rows, out, db, st.b.bias_ws, stream);
-  st.after("matmul backward", unit, stream);
+  st.mark(OpFamily::kElementwise, "bias gradient", unit, stream);
 }
 
 void embed_forward(State& st, const UnitParams& w, cudaStream_t stream) {
@@ -356,9 +418,10 @@ void embed_forward(State& st, const UnitParams& w, cudaStream_t stream) {
     MP_CHECK_CUDA(cudaMemcpyAsync(st.b.wte_head, w.p + offset(unit, kWte), static_cast<size_t>(n) * sizeof(float),
                                   cudaMemcpyDeviceToDevice, stream));
   }
+  st.mark(OpFamily::kCast, "head's copy of wte", 0, stream);
   gpt_embedding_forward_cuda(st.b.tokens, w.p + offset(unit, kWte), w.p + offset(unit, kWpe), d.batch, d.seq,
                              d.channels, d.vocab, st.b.residual[0], stream);
-  st.after("embedding forward", 0, stream);
+  st.mark(OpFamily::kEmbedding, "embedding forward", 0, stream);
 }
 
 void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
@@ -373,23 +436,25 @@ void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
   auto at = [&](int param) { return w.p + offset(unit, param); };
   auto off = [&](int param) { return offset(unit, param); };
   gpt_layernorm_forward_cuda(x, at(kLn1W), at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd, stream);
-  st.after("ln_1 forward", u, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_1 forward", u, stream);
   matmul_forward(st, u, op + kCAttn, w, off(kAttnW), off(kAttnB), y.ln1, c, 3 * c, y.qkv, stream);
   if (d.tc_attention) {
     flash_attention_tc_forward_cuda(y.qkv, d.batch, d.seq, c, d.heads, y.atty, y.lse, stream);
   } else {
     flash_attention_forward_cuda(y.qkv, d.batch, d.seq, c, d.heads, y.atty, y.lse, stream);
   }
-  st.after("attention forward", u, stream);
+  st.mark(OpFamily::kAttention, "attention forward", u, stream);
   matmul_forward(st, u, op + kAttnCProj, w, off(kAttnProjW), off(kAttnProjB), y.atty, c, c, y.res2, stream);
   gpt_add_cuda(x, y.res2, rows * c, y.res2, stream);
+  st.mark(OpFamily::kElementwise, "residual add", u, stream);
   gpt_layernorm_forward_cuda(y.res2, at(kLn2W), at(kLn2B), rows, c, y.ln2, y.ln2_mean, y.ln2_rstd, stream);
-  st.after("ln_2 forward", u, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_2 forward", u, stream);
   matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch, stream);
   gpt_gelu_forward_cuda(y.fch, rows * 4 * c, y.fch_gelu, stream);
+  st.mark(OpFamily::kGelu, "gelu forward", u, stream);
   matmul_forward(st, u, op + kMlpCProj, w, off(kFcProjW), off(kFcProjB), y.fch_gelu, 4 * c, c, out, stream);
   gpt_add_cuda(y.res2, out, rows * c, out, stream);
-  st.after("residual add", u, stream);
+  st.mark(OpFamily::kElementwise, "residual add", u, stream);
 }
 
 // Note [GPT on CUDA]: the loss and the head's backward GEMMs, chunk by chunk.
@@ -400,12 +465,14 @@ void head_forward(State& st, int u, const UnitParams& w, int64_t kept_row, cudaS
   Buffers& b = st.b;
   gpt_layernorm_forward_cuda(b.residual.back(), w.p + offset(unit, kLnfW), w.p + offset(unit, kLnfB), rows, c, b.lnf,
                              b.lnf_mean, b.lnf_rstd, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_f forward", u, stream);
   const bool bf16_head = st.op_dtype.back() == DType::kBF16;
   const DType head_dtype = bf16_head ? DType::kBF16 : DType::kF32;
   const void* x = b.lnf;
   if (bf16_head) {
     gpt_round_to_bf16_cuda(b.lnf, rows * c, DType::kBF16, b.x16.back(), stream);
     x = b.x16.back();
+    st.mark(OpFamily::kCast, "bf16 inputs", u, stream);
   }
   const size_t elem = bf16_head ? sizeof(bf16) : sizeof(float);
   const int32_t* targets = b.tokens + rows;
@@ -421,15 +488,18 @@ void head_forward(State& st, int u, const UnitParams& w, int64_t kept_row, cudaS
     logits.c = b.logits;
     logits.ldc = vp;
     gemm_cuda(logits, stream, st.gemm);
+    st.mark(OpFamily::kGemm, "logits", u, stream);
     if (kept_row >= r0 && kept_row < r0 + n) {
       MP_CHECK_CUDA(cudaMemcpyAsync(b.kept, b.logits + (kept_row - r0) * vp, static_cast<size_t>(vp) * sizeof(float),
                                     cudaMemcpyDeviceToDevice, stream));
     }
     gpt_softmax_xent_rows_cuda(b.logits, targets + r0, n, d.vocab, vp, rows, b.row_loss + r0, b.logits, stream);
+    st.mark(OpFamily::kSoftmaxXent, "softmax cross-entropy", u, stream);
     const void* dlogits = b.logits;
     if (bf16_head) {
       gpt_round_to_bf16_cuda(b.logits, n * vp, DType::kBF16, b.dlogits16, stream);
       dlogits = b.dlogits16;
+      st.mark(OpFamily::kCast, "bf16 d logits", u, stream);
     }
     GemmProblem dx;  // d lnf [n, C] = d logits [n, Vp] wte [Vp, C]
     dx.m = n;
@@ -450,7 +520,7 @@ void head_forward(State& st, int u, const UnitParams& w, int64_t kept_row, cudaS
     dw.ldc = c;
     dw.accumulate = r0 > 0;
     gemm_cuda(dw, stream, st.gemm);
-    st.after("loss chunk", u, stream);
+    st.mark(OpFamily::kGemm, "head backward", u, stream);
   }
   gpt_mean_loss_cuda(b.row_loss, rows, b.mean_loss, stream);
   MP_CHECK_CUDA(cudaMemcpyAsync(st.host_loss(), b.mean_loss, sizeof(double), cudaMemcpyDeviceToHost, stream));
@@ -458,7 +528,7 @@ void head_forward(State& st, int u, const UnitParams& w, int64_t kept_row, cudaS
     MP_CHECK_CUDA(cudaMemcpyAsync(st.host_kept(), b.kept, static_cast<size_t>(vp) * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream));
   }
-  st.after("mean loss", u, stream);
+  st.mark(OpFamily::kSoftmaxXent, "mean loss", u, stream);
 }
 
 void embed_backward(State& st, float* g, cudaStream_t stream) {
@@ -472,7 +542,7 @@ void embed_backward(State& st, float* g, cudaStream_t stream) {
   MP_CHECK_CUDA(cudaMemsetAsync(dwpe, 0, static_cast<size_t>(d.seq * d.channels) * sizeof(float), stream));
   gpt_embedding_backward_cuda(st.b.tokens, st.b.dres, d.batch, d.seq, d.channels, d.vocab, dwte, dwpe, st.b.emb_ws,
                               st.b.emb_ws_bytes, stream);
-  st.after("embedding backward", 0, stream);
+  st.mark(OpFamily::kEmbedding, "embedding backward", 0, stream);
 }
 
 void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_t stream) {
@@ -490,10 +560,11 @@ void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_
   matmul_backward(st, u, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
                   grad(kFcProjB), stream);
   gpt_gelu_backward_cuda(y.fch, b.dfch, rows * 4 * c, b.dfch, stream);
+  st.mark(OpFamily::kGelu, "gelu backward", u, stream);
   matmul_backward(st, u, op + kCFc, w, off(kFcW), y.ln2, b.dfch, c, 4 * c, b.dln, grad(kFcW), grad(kFcB), stream);
   gpt_layernorm_backward_cuda(b.dln, y.res2, at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
                               grad(kLn2B), b.ln_ws, stream);
-  st.after("ln_2 backward", u, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_2 backward", u, stream);
   matmul_backward(st, u, op + kAttnCProj, w, off(kAttnProjW), y.atty, b.dres, c, c, b.datty, grad(kAttnProjW),
                   grad(kAttnProjB), stream);
   if (d.tc_attention) {
@@ -503,12 +574,12 @@ void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_
     flash_attention_backward_cuda(y.qkv, y.atty, y.lse, b.datty, d.batch, d.seq, c, d.heads, b.att_scratch, b.dqkv,
                                   stream);
   }
-  st.after("attention backward", u, stream);
+  st.mark(OpFamily::kAttention, "attention backward", u, stream);
   matmul_backward(st, u, op + kCAttn, w, off(kAttnW), y.ln1, b.dqkv, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB),
                   stream);
   gpt_layernorm_backward_cuda(b.dln, b.residual[l], at(kLn1W), y.ln1_mean, y.ln1_rstd, rows, c, b.dres, grad(kLn1W),
                               grad(kLn1B), b.ln_ws, stream);
-  st.after("ln_1 backward", u, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_1 backward", u, stream);
 }
 
 void head_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_t stream) {
@@ -518,7 +589,7 @@ void head_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_t
   MP_CHECK_CUDA(cudaMemsetAsync(b.dres, 0, static_cast<size_t>(d.rows * d.channels) * sizeof(float), stream));
   gpt_layernorm_backward_cuda(b.dlnf, b.residual.back(), w.p + offset(unit, kLnfW), b.lnf_mean, b.lnf_rstd, d.rows,
                               d.channels, b.dres, g + offset(unit, kLnfW), g + offset(unit, kLnfB), b.ln_ws, stream);
-  st.after("ln_f backward", u, stream);
+  st.mark(OpFamily::kLayerNorm, "ln_f backward", u, stream);
 }
 
 }  // namespace
@@ -564,6 +635,8 @@ void GptCuda::set_source(std::shared_ptr<const TokenBatchSource> source) {
   source_ = std::move(source);
 }
 
+void GptCuda::flush_profile() { state_->flush_profile(); }
+
 void GptCuda::keep_logits_row(int64_t row) {
   MP_ENFORCE(row >= -1 && row < config_.micro_batch_size * config_.context, "logits row ", row, " of ",
              config_.micro_batch_size * config_.context);
@@ -586,6 +659,7 @@ void GptCuda::check_unit(int unit, const char* what) const {
 void GptCuda::begin_micro_batch_on(int64_t global_index, Stream& s) {
   State& st = *state_;
   const cudaStream_t stream = cuda_handle(&s);
+  if (!st.pending.empty()) st.flush_profile();  // the last micro-batch's marks (profiling only)
   const int slot = st.next_slot;
   st.next_slot = 1 - slot;
   // The copy from this slot two micro-batches ago must have read it.
@@ -605,6 +679,7 @@ void GptCuda::forward_on(int unit, const Tensor& params, Stream& s) {
   MP_ENFORCE_EQ(unit, forwarded_, "GptCuda::forward_on runs units in order");
   State& st = *state_;
   const cudaStream_t stream = cuda_handle(&s);
+  st.begin_call(stream);
   const UnitParams w = unit_params(st, unit, params, stream);
   if (unit == 0) {
     embed_forward(st, w, stream);
@@ -634,6 +709,7 @@ void GptCuda::backward_on(int unit, const Tensor& params, const Tensor& grads, S
              "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements on ", st.device,
              "): got ", grads.describe());
   const cudaStream_t stream = cuda_handle(&s);
+  st.begin_call(stream);
   float* g = grads.data_as<float>();
   if (unit == 0) {
     embed_backward(st, g, stream);  // reads no parameters (Note [Tied head])

@@ -38,6 +38,10 @@
 // - sync_each_op (MP_CUDA_SYNC=1 in mp_worker): the host synchronises after
 //   every op and a device fault throws CudaError naming the op and unit,
 //   instead of surfacing at a later call.
+// - With the op profile on (kernels/cpu/op_profile.h, MP_OP_PROFILE=1 in
+//   mp_worker) every op is timed between CUDA events into its family; the
+//   times reach op_profile_take() at flush_profile() (or the next
+//   micro-batch's start), which waits for them.
 // Never yet run on a GPU (no device has been available to this project):
 // tests/gpu/test_gpu_gpt_model.cc and scripts/gpu_check check it there.
 #pragma once
@@ -100,6 +104,7 @@ class GptCuda final : public Model, public GptControl {
   const std::shared_ptr<const TokenBatchSource>& shared_source() const override { return source_; }
   void keep_logits_row(int64_t row) override;
   std::vector<float> kept_logits() const override;
+  void flush_profile() override;
 
  private:
   void check_unit(int unit, const char* what) const;

@@ -149,7 +149,10 @@ expect "MP_FAULT device_fault on the CPU" 2 "MP_FAULT device_fault needs a CUDA 
 unset MP_FAULT
 export MP_CUDA_SYNC=2
 expect "MP_CUDA_SYNC neither 0 nor 1" 2 "MP_CUDA_SYNC = '2': use 1 (synchronise after every CUDA op) or 0" "${gpt[@]}"
-unset MP_CUDA_SYNC CUDA_VISIBLE_DEVICES
+unset MP_CUDA_SYNC
+export MP_OP_PROFILE=yes
+expect "MP_OP_PROFILE neither 0 nor 1" 2 "MP_OP_PROFILE = 'yes': use 1 (print the compute time by op family) or 0" "${gpt[@]}"
+unset MP_OP_PROFILE CUDA_VISIBLE_DEVICES
 
 [[ $mode == --table ]] && exit 0
 for m in "${messages[@]}"; do
