@@ -25,13 +25,6 @@ CudaInfo cuda_info() {
 #endif
 }
 
-Device default_device(int local_rank) {
-  MP_ENFORCE_GE(local_rank, 0);
-  const CudaInfo info = cuda_info();
-  if (info.device_count > 0) return Device::cuda(local_rank % info.device_count);
-  return Device::cpu();
-}
-
 void set_current_device(Device d) {
   if (d.is_cpu()) return;
 #if MP_WITH_CUDA

@@ -34,10 +34,6 @@ struct CudaInfo {
 // (cudaErrorInsufficientDriver) and without devices.
 CudaInfo cuda_info();
 
-// The device a rank computes on: CUDA device local_rank % count when CUDA is
-// available, the CPU otherwise.
-Device default_device(int local_rank);
-
 // Makes `d` current for the calling thread (cudaSetDevice); no-op for CPU.
 void set_current_device(Device d);
 

@@ -12,8 +12,8 @@
 #include "comm/comm_config.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/parallel.h"
-#include "kernels/cpu/op_profile.h"
 #include "core/stop_signals.h"
+#include "kernels/cpu/op_profile.h"
 #include "launch/checkpoint_policy.h"
 #include "launch/data_plane.h"
 #include "launch/device_choice.h"
@@ -89,7 +89,8 @@ int train(const MpiWorld& world, const TrainSettings& s) {
                     world.local_size(), cuda_info(), c.compute().share_gpus());
   set_current_device(device.device);
   const CommOptions comm_options = comm_options_from_config(c.engine().comm());
-  auto comm = MpiCommunicator::create_world("control", comm_options);  // the control plane
+  // The control plane; on the CPU the data plane too.
+  auto comm = MpiCommunicator::create_world(device.device.is_cpu() ? "world" : "control", comm_options);
   const bool shared = check_same_device_kind(*comm, device);
   std::string data_plane_name = "MPI";
   std::unique_ptr<Communicator> data_plane;
