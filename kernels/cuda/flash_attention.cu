@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace mp {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kFlashRows = 4;  // warps per block: query rows (forward, dq) or key rows (dk, dv)
 constexpr int kTile = 32;      // keys (or queries) staged per round: one per lane
-constexpr unsigned kFull = 0xffffffffu;
+constexpr unsigned kFull = cuda_warp::kFullMask;
 
 struct Shape {
   int64_t seq, channels, heads;
@@ -23,14 +24,8 @@ struct Shape {
   __host__ __device__ int64_t row_stride() const { return 3 * channels; }
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
+using cuda_warp::warp_max;
+using cuda_warp::warp_sum;
 
 // Row `r` of length hd at `a` (shared memory) dotted with row `b`, in column order.
 __device__ __forceinline__ float dot(const float* a, const float* b, int hd) {

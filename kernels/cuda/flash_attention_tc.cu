@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cuda/flash_attention_cuda.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace mp {
 namespace {
@@ -31,7 +32,6 @@ constexpr int kRows = 64;   // rows of a block
 constexpr int kWarps = 4;   // 16 rows each
 constexpr int kTile = 64;   // keys (forward, dq) or queries (dk, dv) per tile
 constexpr int kFrag = 16;   // WMMA tile edge
-constexpr unsigned kFull = 0xffffffffu;
 
 using bf16x = __nv_bfloat16;
 using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16x, wmma::row_major>;
@@ -58,26 +58,45 @@ struct Ld {
 
 constexpr size_t align128(size_t b) { return (b + 127) / 128 * 128; }
 
-// Carves the dynamic shared memory in 128-byte aligned pieces.
+// Carves the dynamic shared memory in 128-byte aligned pieces. With a null
+// base (on the host) it only counts: each kernel's layout below is one
+// struct, whose byte count sizes the launch and whose pointers the kernel
+// uses, so the two cannot disagree.
 struct SmemCarver {
   unsigned char* base;
   size_t used = 0;
   template <class T>
-  __device__ T* take(size_t n) {
-    T* p = reinterpret_cast<T*>(base + used);
+  __host__ __device__ T* take(size_t n) {
+    T* p = base == nullptr ? nullptr : reinterpret_cast<T*>(base + used);
     used += align128(n * sizeof(T));
     return p;
   }
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
-  return v;
+// Where a block's warp works: its lane, its first row in the block, the
+// (batch, head) of the block and that head's columns of row 0 of qkv.
+struct Place {
+  int warp, lane, w0;
+  int64_t bh, b, h, row0;
+  const float* base;
+};
+
+template <int HD>
+__device__ Place place(const float* qkv, const Shape& sh) {
+  Place p;
+  p.warp = static_cast<int>(threadIdx.x) / kWarp;
+  p.lane = static_cast<int>(threadIdx.x) % kWarp;
+  p.w0 = p.warp * kFrag;
+  p.bh = blockIdx.y;
+  p.b = p.bh / sh.heads;
+  p.h = p.bh % sh.heads;
+  p.row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  p.base = qkv + p.b * sh.seq * sh.row_stride() + p.h * HD;
+  return p;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
+
+using cuda_warp::warp_max;
+using cuda_warp::warp_sum;
 
 // Rows r0 .. r0 + 63 of `src` (row stride `stride`, the head's HD columns
 // at `src`), as bf16 into dst [64][Ld::h]; zeros past `rows`. Whole block.
@@ -116,42 +135,50 @@ __device__ void mma_ab(FragC& acc, const bf16x* a, int lda, const bf16x* b, int 
   }
 }
 
+// The forward's shared memory: q, a tile of k and v (bf16), the scores,
+// probabilities and output accumulator of the block's rows, a 16 x 16
+// scratch per warp, and each row's running max, sum and last rescaling.
 template <int HD>
-size_t forward_smem_bytes() {
-  using L = Ld<HD>;
-  return 3 * align128(kRows * L::h * sizeof(bf16x)) + align128(kRows * L::s * sizeof(float)) +
-         align128(kRows * L::p * sizeof(bf16x)) + align128(kRows * L::o * sizeof(float)) +
-         align128(kWarps * kFrag * kFrag * sizeof(float)) + 3 * align128(kRows * sizeof(float));
-}
+struct ForwardSmem {
+  bf16x *qs, *ks, *vs, *p;
+  float *s, *o, *scratch, *m, *l, *corr;
+  size_t bytes;
+  __host__ __device__ explicit ForwardSmem(unsigned char* base) {
+    using L = Ld<HD>;
+    SmemCarver k{base};
+    qs = k.take<bf16x>(kRows * L::h);
+    ks = k.take<bf16x>(kRows * L::h);
+    vs = k.take<bf16x>(kRows * L::h);
+    s = k.take<float>(kRows * L::s);
+    p = k.take<bf16x>(kRows * L::p);
+    o = k.take<float>(kRows * L::o);
+    scratch = k.take<float>(kWarps * kFrag * kFrag);
+    m = k.take<float>(kRows);
+    l = k.take<float>(kRows);
+    corr = k.take<float>(kRows);
+    bytes = k.used;
+  }
+};
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * kWarp) tc_forward_kernel(const float* qkv, Shape sh, float* out,
                                                                     float* lse) {
   using L = Ld<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  SmemCarver k{smem};
-  bf16x* qs = k.take<bf16x>(kRows * L::h);
-  bf16x* ks = k.take<bf16x>(kRows * L::h);
-  bf16x* vs = k.take<bf16x>(kRows * L::h);
-  float* s = k.take<float>(kRows * L::s);
-  bf16x* p = k.take<bf16x>(kRows * L::p);
-  float* o = k.take<float>(kRows * L::o);
-  float* scratch_all = k.take<float>(kWarps * kFrag * kFrag);
-  float* m = k.take<float>(kRows);
-  float* l = k.take<float>(kRows);
-  float* corr = k.take<float>(kRows);
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  float* scratch = scratch_all + warp * kFrag * kFrag;
-  const int64_t bh = blockIdx.y, b = bh / sh.heads, h = bh % sh.heads;
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const float* base = qkv + b * sh.seq * sh.row_stride() + h * HD;
+  const ForwardSmem<HD> sm(smem);
+  bf16x *qs = sm.qs, *ks = sm.ks, *vs = sm.vs, *p = sm.p;
+  float *s = sm.s, *o = sm.o, *m = sm.m, *l = sm.l, *corr = sm.corr;
+  const Place at = place<HD>(qkv, sh);
+  const int lane = at.lane, w0 = at.w0;
+  const int64_t bh = at.bh, b = at.b, h = at.h, q0 = at.row0;
+  const float* base = at.base;
+  float* scratch = sm.scratch + at.warp * kFrag * kFrag;
   stage<HD>(base, sh.row_stride(), q0, sh.seq, qs);
   for (int idx = threadIdx.x; idx < kRows * L::o; idx += blockDim.x) o[idx] = 0.0f;
   for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
-  const int w0 = warp * kFrag;  // this warp's first row in the block
   const int64_t last = min(q0 + kRows, sh.seq) - 1;
   for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and q, o, m, l are ready)
@@ -218,35 +245,44 @@ __global__ void __launch_bounds__(kWarps * kWarp) tc_forward_kernel(const float*
   }
 }
 
+// dq's shared memory: q and dout of the block's queries, a tile of k and v
+// (bf16), the scores and their d (fp32), the score gradients (bf16), a
+// scratch per warp, and the rows' lse and delta.
 template <int HD>
-size_t dq_smem_bytes() {
-  using L = Ld<HD>;
-  return 4 * align128(kRows * L::h * sizeof(bf16x)) + 2 * align128(kRows * L::s * sizeof(float)) +
-         align128(kRows * L::p * sizeof(bf16x)) + align128(kWarps * kFrag * kFrag * sizeof(float)) +
-         2 * align128(kRows * sizeof(float));
-}
+struct DqSmem {
+  bf16x *qs, *gs, *ks, *vs, *ds;
+  float *s, *dp, *scratch, *lse, *delta;
+  size_t bytes;
+  __host__ __device__ explicit DqSmem(unsigned char* base) {
+    using L = Ld<HD>;
+    SmemCarver k{base};
+    qs = k.take<bf16x>(kRows * L::h);
+    gs = k.take<bf16x>(kRows * L::h);
+    ks = k.take<bf16x>(kRows * L::h);
+    vs = k.take<bf16x>(kRows * L::h);
+    s = k.take<float>(kRows * L::s);
+    dp = k.take<float>(kRows * L::s);
+    ds = k.take<bf16x>(kRows * L::p);
+    scratch = k.take<float>(kWarps * kFrag * kFrag);
+    lse = k.take<float>(kRows);
+    delta = k.take<float>(kRows);
+    bytes = k.used;
+  }
+};
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * kWarp)
     tc_dq_kernel(const float* qkv, const float* lse, const float* delta, const float* dout, Shape sh, float* dqkv) {
   using L = Ld<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  SmemCarver k{smem};
-  bf16x* qs = k.take<bf16x>(kRows * L::h);
-  bf16x* gs = k.take<bf16x>(kRows * L::h);  // dout of the block's queries
-  bf16x* ks = k.take<bf16x>(kRows * L::h);
-  bf16x* vs = k.take<bf16x>(kRows * L::h);
-  float* s = k.take<float>(kRows * L::s);
-  float* dp = k.take<float>(kRows * L::s);
-  bf16x* ds = k.take<bf16x>(kRows * L::p);
-  float* scratch_all = k.take<float>(kWarps * kFrag * kFrag);
-  float* lse_s = k.take<float>(kRows);
-  float* delta_s = k.take<float>(kRows);
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  float* scratch = scratch_all + warp * kFrag * kFrag;
-  const int64_t bh = blockIdx.y, b = bh / sh.heads, h = bh % sh.heads;
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const float* base = qkv + b * sh.seq * sh.row_stride() + h * HD;
+  const DqSmem<HD> sm(smem);
+  bf16x *qs = sm.qs, *gs = sm.gs, *ks = sm.ks, *vs = sm.vs, *ds = sm.ds;
+  float *s = sm.s, *dp = sm.dp, *lse_s = sm.lse, *delta_s = sm.delta;
+  const Place at = place<HD>(qkv, sh);
+  const int lane = at.lane, w0 = at.w0;
+  const int64_t bh = at.bh, b = at.b, h = at.h, q0 = at.row0;
+  const float* base = at.base;
+  float* scratch = sm.scratch + at.warp * kFrag * kFrag;
   stage<HD>(base, sh.row_stride(), q0, sh.seq, qs);
   stage<HD>(dout + b * sh.seq * sh.channels + h * HD, sh.channels, q0, sh.seq, gs);
   for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
@@ -254,7 +290,6 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     lse_s[r] = t < sh.seq ? lse[bh * sh.seq + t] : 0.0f;
     delta_s[r] = t < sh.seq ? delta[bh * sh.seq + t] : 0.0f;
   }
-  const int w0 = warp * kFrag;
   FragC dq[HD / kFrag];
 #pragma unroll
   for (int n = 0; n < HD / kFrag; ++n) wmma::fill_fragment(dq[n], 0.0f);
@@ -304,39 +339,48 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   }
 }
 
+// dk and dv's shared memory: k and v of the block's keys, a tile of q and
+// its dout (bf16), the transposed scores and their d (fp32), the
+// transposed probabilities and score gradients (bf16), a scratch per warp,
+// and the tile's lse and delta.
 template <int HD>
-size_t dkv_smem_bytes() {
-  using L = Ld<HD>;
-  return 4 * align128(kRows * L::h * sizeof(bf16x)) + 2 * align128(kRows * L::s * sizeof(float)) +
-         2 * align128(kRows * L::p * sizeof(bf16x)) + align128(kWarps * kFrag * kFrag * sizeof(float)) +
-         2 * align128(kTile * sizeof(float));
-}
+struct DkvSmem {
+  bf16x *ks, *vs, *qs, *gs, *pt, *dst;
+  float *st, *dpt, *scratch, *lse, *delta;
+  size_t bytes;
+  __host__ __device__ explicit DkvSmem(unsigned char* base) {
+    using L = Ld<HD>;
+    SmemCarver k{base};
+    ks = k.take<bf16x>(kRows * L::h);
+    vs = k.take<bf16x>(kRows * L::h);
+    qs = k.take<bf16x>(kTile * L::h);
+    gs = k.take<bf16x>(kTile * L::h);
+    st = k.take<float>(kRows * L::s);
+    dpt = k.take<float>(kRows * L::s);
+    pt = k.take<bf16x>(kRows * L::p);
+    dst = k.take<bf16x>(kRows * L::p);
+    scratch = k.take<float>(kWarps * kFrag * kFrag);
+    lse = k.take<float>(kTile);
+    delta = k.take<float>(kTile);
+    bytes = k.used;
+  }
+};
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * kWarp)
     tc_dkv_kernel(const float* qkv, const float* lse, const float* delta, const float* dout, Shape sh, float* dqkv) {
   using L = Ld<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  SmemCarver k{smem};
-  bf16x* ks = k.take<bf16x>(kRows * L::h);  // the block's keys
-  bf16x* vs = k.take<bf16x>(kRows * L::h);
-  bf16x* qs = k.take<bf16x>(kTile * L::h);  // a tile of queries
-  bf16x* gs = k.take<bf16x>(kTile * L::h);  // their dout
-  float* st = k.take<float>(kRows * L::s);  // scores, keys x queries
-  float* dpt = k.take<float>(kRows * L::s);
-  bf16x* pt = k.take<bf16x>(kRows * L::p);
-  bf16x* dst = k.take<bf16x>(kRows * L::p);
-  float* scratch_all = k.take<float>(kWarps * kFrag * kFrag);
-  float* lse_s = k.take<float>(kTile);
-  float* delta_s = k.take<float>(kTile);
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  float* scratch = scratch_all + warp * kFrag * kFrag;
-  const int64_t bh = blockIdx.y, b = bh / sh.heads, h = bh % sh.heads;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const float* base = qkv + b * sh.seq * sh.row_stride() + h * HD;
+  const DkvSmem<HD> sm(smem);
+  bf16x *ks = sm.ks, *vs = sm.vs, *qs = sm.qs, *gs = sm.gs, *pt = sm.pt, *dst = sm.dst;
+  float *st = sm.st, *dpt = sm.dpt, *lse_s = sm.lse, *delta_s = sm.delta;
+  const Place at = place<HD>(qkv, sh);
+  const int lane = at.lane, w0 = at.w0;
+  const int64_t bh = at.bh, b = at.b, h = at.h, k0 = at.row0;
+  const float* base = at.base;
+  float* scratch = sm.scratch + at.warp * kFrag * kFrag;
   stage<HD>(base + sh.channels, sh.row_stride(), k0, sh.seq, ks);
   stage<HD>(base + 2 * sh.channels, sh.row_stride(), k0, sh.seq, vs);
-  const int w0 = warp * kFrag;
   FragC dk[HD / kFrag], dv[HD / kFrag];
 #pragma unroll
   for (int n = 0; n < HD / kFrag; ++n) {
@@ -423,7 +467,7 @@ void allow_smem(Kernel kernel, size_t bytes) {
 
 template <int HD>
 void forward(const float* qkv, const Shape& sh, dim3 grid, float* out, float* lse, cudaStream_t stream) {
-  const size_t smem = forward_smem_bytes<HD>();
+  const size_t smem = ForwardSmem<HD>(nullptr).bytes;
   allow_smem(tc_forward_kernel<HD>, smem);
   tc_forward_kernel<HD><<<grid, kWarps * kWarp, smem, stream>>>(qkv, sh, out, lse);
   MP_CHECK_CUDA(cudaGetLastError());
@@ -432,11 +476,11 @@ void forward(const float* qkv, const Shape& sh, dim3 grid, float* out, float* ls
 template <int HD>
 void backward(const float* qkv, const float* lse, const float* delta, const float* dout, const Shape& sh, dim3 grid,
               float* dqkv, cudaStream_t stream) {
-  const size_t dq_smem = dq_smem_bytes<HD>();
+  const size_t dq_smem = DqSmem<HD>(nullptr).bytes;
   allow_smem(tc_dq_kernel<HD>, dq_smem);
   tc_dq_kernel<HD><<<grid, kWarps * kWarp, dq_smem, stream>>>(qkv, lse, delta, dout, sh, dqkv);
   MP_CHECK_CUDA(cudaGetLastError());
-  const size_t dkv_smem = dkv_smem_bytes<HD>();
+  const size_t dkv_smem = DkvSmem<HD>(nullptr).bytes;
   allow_smem(tc_dkv_kernel<HD>, dkv_smem);
   tc_dkv_kernel<HD><<<grid, kWarps * kWarp, dkv_smem, stream>>>(qkv, lse, delta, dout, sh, dqkv);
   MP_CHECK_CUDA(cudaGetLastError());

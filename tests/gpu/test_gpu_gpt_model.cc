@@ -78,41 +78,69 @@ struct AttentionCase {
 
 class GpuFlashAttention : public testing::GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
+// An attention's outputs on the host: out [rows, C] and dqkv [rows, 3C].
+struct AttentionResult {
+  std::vector<float> out, dqkv;
+};
+
+// Random qkv and dout for `c` (seeded), on the device.
+struct AttentionInputs {
+  int64_t nc;
+  float *qkv, *dout;
+  AttentionInputs(const AttentionCase& c, uint32_t seed) : nc(c.batch * c.seq * c.channels) {
+    qkv = to_device(random_floats(static_cast<size_t>(3 * nc), seed, 1.0f));
+    dout = to_device(random_floats(static_cast<size_t>(nc), seed + 1, 1.0f));
+  }
+  ~AttentionInputs() {
+    cudaFree(qkv);
+    cudaFree(dout);
+  }
+};
+
+// The probability-keeping reference kernels.
+AttentionResult reference(const AttentionCase& c, const AttentionInputs& in) {
+  float* att = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq * c.seq)));
+  float* out = to_device(std::vector<float>(static_cast<size_t>(in.nc)));
+  float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * in.nc)));
+  float* scratch = to_device(
+      std::vector<float>(static_cast<size_t>(gpt_attention_backward_cuda_scratch_elements(c.batch, c.seq, c.heads))));
+  gpt_attention_forward_cuda(in.qkv, c.batch, c.seq, c.channels, c.heads, att, out, nullptr);
+  gpt_attention_backward_cuda(in.qkv, att, in.dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
+  AttentionResult r{to_host(out, static_cast<size_t>(in.nc)), to_host(dqkv, static_cast<size_t>(3 * in.nc))};
+  for (float* p : {att, out, dqkv, scratch}) cudaFree(p);
+  return r;
+}
+
+// A flash variant (forward, backward) into outputs that start as NaN, so an
+// element never written fails every comparison.
+template <class Forward, class Backward>
+AttentionResult flash(const AttentionCase& c, const AttentionInputs& in, Forward forward, Backward backward) {
+  float* out = to_device(std::vector<float>(static_cast<size_t>(in.nc), NAN));
+  float* lse = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq)));
+  float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * in.nc), NAN));
+  float* scratch = to_device(
+      std::vector<float>(static_cast<size_t>(flash_attention_backward_scratch_elements(c.batch, c.seq, c.heads))));
+  forward(in.qkv, c.batch, c.seq, c.channels, c.heads, out, lse, nullptr);
+  backward(in.qkv, out, lse, in.dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
+  AttentionResult r{to_host(out, static_cast<size_t>(in.nc)), to_host(dqkv, static_cast<size_t>(3 * in.nc))};
+  for (float* p : {out, lse, dqkv, scratch}) cudaFree(p);
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 TEST_P(GpuFlashAttention, MatchesTheReferenceKernelAndRepeats) {
   const AttentionCase c = GetParam();
-  const int64_t rows = c.batch * c.seq, nc = rows * c.channels;
-  const std::vector<float> qkv_h = random_floats(static_cast<size_t>(3 * nc), 1, 1.0f);
-  const std::vector<float> dout_h = random_floats(static_cast<size_t>(nc), 2, 1.0f);
-  float* qkv = to_device(qkv_h);
-  float* dout = to_device(dout_h);
-  float* att = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq * c.seq)));
-  float* ref_out = to_device(std::vector<float>(static_cast<size_t>(nc)));
-  float* ref_dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc)));
-  float* ref_scratch = to_device(
-      std::vector<float>(static_cast<size_t>(gpt_attention_backward_cuda_scratch_elements(c.batch, c.seq, c.heads))));
-  gpt_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, att, ref_out, nullptr);
-  gpt_attention_backward_cuda(qkv, att, dout, c.batch, c.seq, c.channels, c.heads, ref_scratch, ref_dqkv, nullptr);
-
-  std::vector<std::vector<float>> outs, dqkvs;
-  for (int run = 0; run < 2; ++run) {
-    float* out = to_device(std::vector<float>(static_cast<size_t>(nc)));
-    float* lse = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq)));
-    float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc), NAN));
-    float* scratch = to_device(
-        std::vector<float>(static_cast<size_t>(flash_attention_backward_scratch_elements(c.batch, c.seq, c.heads))));
-    flash_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, out, lse, nullptr);
-    flash_attention_backward_cuda(qkv, out, lse, dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
-    outs.push_back(to_host(out, static_cast<size_t>(nc)));
-    dqkvs.push_back(to_host(dqkv, static_cast<size_t>(3 * nc)));
-    for (float* p : {out, lse, dqkv, scratch}) cudaFree(p);
-  }
-  const std::vector<float> want_out = to_host(ref_out, static_cast<size_t>(nc));
-  const std::vector<float> want_dqkv = to_host(ref_dqkv, static_cast<size_t>(3 * nc));
-  EXPECT_LT(rel_err(outs[0], want_out), 2e-5);
-  EXPECT_LT(rel_err(dqkvs[0], want_dqkv), 1e-4);
-  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "forward not repeatable";
-  EXPECT_EQ(std::memcmp(dqkvs[0].data(), dqkvs[1].data(), dqkvs[0].size() * 4), 0) << "backward not repeatable";
-  for (float* p : {qkv, dout, att, ref_out, ref_dqkv, ref_scratch}) cudaFree(p);
+  const AttentionInputs in(c, 1);
+  const AttentionResult want = reference(c, in);
+  const AttentionResult a = flash(c, in, flash_attention_forward_cuda, flash_attention_backward_cuda);
+  const AttentionResult again = flash(c, in, flash_attention_forward_cuda, flash_attention_backward_cuda);
+  EXPECT_LT(rel_err(a.out, want.out), 2e-5);  // NaN fails too
+  EXPECT_LT(rel_err(a.dqkv, want.dqkv), 1e-4);
+  EXPECT_TRUE(same_bits(a.out, again.out)) << "forward not repeatable";
+  EXPECT_TRUE(same_bits(a.dqkv, again.dqkv)) << "backward not repeatable";
 }
 
 // ||a - b|| / ||b||: for bf16 operands, where single elements may move by
@@ -127,46 +155,23 @@ double norm_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
 }
 
-// The tensor-core variant: bf16 operands, so a norm-wise bound (METHOD:
-// bf16 operands land between 1e-3 and 1e-2), every element written (the
-// outputs start as NaN), bitwise repeatable.
+// The tensor-core variant: bf16 operands, so a norm-wise bound (bf16
+// operands land between 1e-3 and 1e-2), every element written, bitwise
+// repeatable.
 TEST_P(GpuFlashAttention, TensorCoresMatchTheReferenceWithinBf16) {
   const AttentionCase c = GetParam();
   if (!flash_attention_tc_supported(c.channels / c.heads)) GTEST_SKIP() << "head size " << c.channels / c.heads;
-  const int64_t rows = c.batch * c.seq, nc = rows * c.channels;
-  const std::vector<float> qkv_h = random_floats(static_cast<size_t>(3 * nc), 11, 1.0f);
-  const std::vector<float> dout_h = random_floats(static_cast<size_t>(nc), 12, 1.0f);
-  float* qkv = to_device(qkv_h);
-  float* dout = to_device(dout_h);
-  float* att = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq * c.seq)));
-  float* ref_out = to_device(std::vector<float>(static_cast<size_t>(nc)));
-  float* ref_dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc)));
-  float* ref_scratch = to_device(
-      std::vector<float>(static_cast<size_t>(gpt_attention_backward_cuda_scratch_elements(c.batch, c.seq, c.heads))));
-  gpt_attention_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, att, ref_out, nullptr);
-  gpt_attention_backward_cuda(qkv, att, dout, c.batch, c.seq, c.channels, c.heads, ref_scratch, ref_dqkv, nullptr);
-  std::vector<std::vector<float>> outs, dqkvs;
-  for (int run = 0; run < 2; ++run) {
-    float* out = to_device(std::vector<float>(static_cast<size_t>(nc), NAN));
-    float* lse = to_device(std::vector<float>(static_cast<size_t>(c.batch * c.heads * c.seq)));
-    float* dqkv = to_device(std::vector<float>(static_cast<size_t>(3 * nc), NAN));
-    float* scratch = to_device(
-        std::vector<float>(static_cast<size_t>(flash_attention_backward_scratch_elements(c.batch, c.seq, c.heads))));
-    flash_attention_tc_forward_cuda(qkv, c.batch, c.seq, c.channels, c.heads, out, lse, nullptr);
-    flash_attention_tc_backward_cuda(qkv, out, lse, dout, c.batch, c.seq, c.channels, c.heads, scratch, dqkv, nullptr);
-    outs.push_back(to_host(out, static_cast<size_t>(nc)));
-    dqkvs.push_back(to_host(dqkv, static_cast<size_t>(3 * nc)));
-    for (float* p : {out, lse, dqkv, scratch}) cudaFree(p);
-  }
-  const double out_err = norm_rel_err(outs[0], to_host(ref_out, static_cast<size_t>(nc)));
-  const double dqkv_err = norm_rel_err(dqkvs[0], to_host(ref_dqkv, static_cast<size_t>(3 * nc)));
-  EXPECT_LT(out_err, 1e-2);   // NaN fails too
+  const AttentionInputs in(c, 11);
+  const AttentionResult want = reference(c, in);
+  const AttentionResult a = flash(c, in, flash_attention_tc_forward_cuda, flash_attention_tc_backward_cuda);
+  const AttentionResult again = flash(c, in, flash_attention_tc_forward_cuda, flash_attention_tc_backward_cuda);
+  const double out_err = norm_rel_err(a.out, want.out), dqkv_err = norm_rel_err(a.dqkv, want.dqkv);
+  EXPECT_LT(out_err, 1e-2);  // NaN fails too
   EXPECT_LT(dqkv_err, 2e-2);
-  ::testing::Test::RecordProperty("out_rel_err", std::to_string(out_err));
-  ::testing::Test::RecordProperty("dqkv_rel_err", std::to_string(dqkv_err));
-  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "forward not repeatable";
-  EXPECT_EQ(std::memcmp(dqkvs[0].data(), dqkvs[1].data(), dqkvs[0].size() * 4), 0) << "backward not repeatable";
-  for (float* p : {qkv, dout, att, ref_out, ref_dqkv, ref_scratch}) cudaFree(p);
+  RecordProperty("out_rel_err", std::to_string(out_err));
+  RecordProperty("dqkv_rel_err", std::to_string(dqkv_err));
+  EXPECT_TRUE(same_bits(a.out, again.out)) << "forward not repeatable";
+  EXPECT_TRUE(same_bits(a.dqkv, again.dqkv)) << "backward not repeatable";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuFlashAttention,

@@ -1,0 +1,22 @@
+// kernels/cuda/warp_reduce.cuh: butterfly (xor) reductions across a full
+// warp: every lane combines the same pairs, so all lanes end with the same
+// bits (a fixed tree: the same inputs give the same result). For the flash
+// attention kernels; CUDA sources only.
+#pragma once
+
+namespace mp::cuda_warp {
+
+inline constexpr int kWarp = 32;
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+}  // namespace mp::cuda_warp
