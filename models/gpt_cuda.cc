@@ -445,10 +445,10 @@ void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
   }
   st.mark(OpFamily::kAttention, "attention forward", u, stream);
   matmul_forward(st, u, op + kAttnCProj, w, off(kAttnProjW), off(kAttnProjB), y.atty, c, c, y.res2, stream);
-  gpt_add_cuda(x, y.res2, rows * c, y.res2, stream);
-  st.mark(OpFamily::kElementwise, "residual add", u, stream);
-  gpt_layernorm_forward_cuda(y.res2, at(kLn2W), at(kLn2B), rows, c, y.ln2, y.ln2_mean, y.ln2_rstd, stream);
-  st.mark(OpFamily::kLayerNorm, "ln_2 forward", u, stream);
+  // res2 := x + the attention branch, and ln_2 of it, in one pass.
+  gpt_add_layernorm_forward_cuda(x, y.res2, at(kLn2W), at(kLn2B), rows, c, y.res2, y.ln2, y.ln2_mean, y.ln2_rstd,
+                                 stream);
+  st.mark(OpFamily::kLayerNorm, "residual add + ln_2 forward", u, stream);
   matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch, stream);
   gpt_gelu_forward_cuda(y.fch, rows * 4 * c, y.fch_gelu, stream);
   st.mark(OpFamily::kGelu, "gelu forward", u, stream);

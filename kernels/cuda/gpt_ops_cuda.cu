@@ -213,14 +213,31 @@ EmbeddingWorkspace embedding_workspace(int64_t rows, int64_t vocab_rows) {
 
 // ---- layernorm --------------------------------------------------------------------
 
-__global__ void layernorm_forward_kernel(const float* x, const float* w, const float* b, int64_t rows,
-                                         int64_t channels, float inv_c, float* out, float* mean, float* rstd) {
+// With kAdd, x is first the residual sum a + b, written to `sum` (which
+// may alias a or b), then normalised: the same additions and the same sums
+// as gpt_add_cuda followed by the plain kernel, so the same bits, in one
+// pass less over the row. Each lane reads back only what it wrote.
+template <bool kAdd>
+__global__ void layernorm_forward_kernel(const float* x, const float* x2, float* sum, const float* w, const float* b,
+                                         int64_t rows, int64_t channels, float inv_c, float* out, float* mean,
+                                         float* rstd) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (row >= rows) return;  // the whole warp: no block-wide sync below
   const float* xr = x + row * channels;
   float s = 0.0f;
-  for (int64_t c = lane; c < channels; c += kWarp) s += xr[c];
+  if constexpr (kAdd) {
+    const float* br = x2 + row * channels;
+    float* sr = sum + row * channels;
+    for (int64_t c = lane; c < channels; c += kWarp) {
+      const float v = xr[c] + br[c];
+      sr[c] = v;
+      s += v;
+    }
+    xr = sr;
+  } else {
+    for (int64_t c = lane; c < channels; c += kWarp) s += xr[c];
+  }
   const float m = warp_reduce(s, Sum{}) * inv_c;
   float v = 0.0f;
   for (int64_t c = lane; c < channels; c += kWarp) v += (xr[c] - m) * (xr[c] - m);
@@ -495,8 +512,20 @@ void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, 
   if (rows == 0) return;
   MP_ENFORCE(x && w && b && out && mean && rstd, "layernorm of null memory");
   const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
-  layernorm_forward_kernel<<<blocks, kThreads, 0, stream>>>(x, w, b, rows, channels,
-                                                            1.0f / static_cast<float>(channels), out, mean, rstd);
+  layernorm_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(
+      x, nullptr, nullptr, w, b, rows, channels, 1.0f / static_cast<float>(channels), out, mean, rstd);
+  MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_add_layernorm_forward_cuda(const float* a, const float* b, const float* w, const float* bias, int64_t rows,
+                                    int64_t channels, float* sum, float* out, float* mean, float* rstd,
+                                    cudaStream_t stream) {
+  MP_ENFORCE(rows >= 0 && channels > 0, "add + layernorm of ", rows, " rows of ", channels, " channels");
+  if (rows == 0) return;
+  MP_ENFORCE(a && b && w && bias && sum && out && mean && rstd, "add + layernorm of null memory");
+  const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
+  layernorm_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(
+      a, b, sum, w, bias, rows, channels, 1.0f / static_cast<float>(channels), out, mean, rstd);
   MP_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -63,6 +63,14 @@ void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64
 void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
                                 float* out, float* mean, float* rstd, cudaStream_t stream);
 
+// The residual add fused in front: sum := a + b (sum may alias a or b),
+// then the layernorm of sum as above. The same bits as gpt_add_cuda
+// followed by gpt_layernorm_forward_cuda. (Its backward needs no fusion:
+// gpt_layernorm_backward_cuda accumulates into the residual's gradient.)
+void gpt_add_layernorm_forward_cuda(const float* a, const float* b, const float* w, const float* bias, int64_t rows,
+                                    int64_t channels, float* sum, float* out, float* mean, float* rstd,
+                                    cudaStream_t stream);
+
 int64_t gpt_layernorm_backward_cuda_workspace_bytes(int64_t rows, int64_t channels);
 
 // Accumulates the input gradient into dx (dx += d loss / d x; one warp per

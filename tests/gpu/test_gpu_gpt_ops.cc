@@ -395,6 +395,27 @@ TEST_F(GpuOps, LayerNormMatchesCpuAndRepeats) {
   }
 }
 
+// The fused residual add + layernorm gives the bits of the two kernels, in
+// place too (sum over b, as the CUDA GPT runs it).
+TEST_F(GpuOps, AddLayerNormGivesTheBitsOfAddThenLayerNorm) {
+  for (const auto& [rows, channels] : {std::pair<int64_t, int64_t>{6, 37}, {200, 768}, {1, 1}}) {
+    SCOPED_TRACE(detail::str(rows, " rows x ", channels, " channels"));
+    const auto a = random_floats(rows * channels, 11, -2.0f, 3.0f), b = random_floats(rows * channels, 12),
+               w = random_floats(channels, 13), bias = random_floats(channels, 14);
+    DeviceVector<float> da(a), dw(w), dbias(bias);
+    DeviceVector<float> sum(b), o1(rows * channels), m1(rows), r1(rows);  // unfused: sum = a + b in place
+    gpt_add_cuda(da.get(), sum.get(), rows * channels, sum.get(), stream_);
+    gpt_layernorm_forward_cuda(sum.get(), dw.get(), dbias.get(), rows, channels, o1.get(), m1.get(), r1.get(), stream_);
+    DeviceVector<float> fused(b), o2(rows * channels), m2(rows), r2(rows);
+    gpt_add_layernorm_forward_cuda(da.get(), fused.get(), dw.get(), dbias.get(), rows, channels, fused.get(), o2.get(),
+                                   m2.get(), r2.get(), stream_);
+    expect_same_bits(fused.host(), sum.host(), "sum");
+    expect_same_bits(o2.host(), o1.host(), "out");
+    expect_same_bits(m2.host(), m1.host(), "mean");
+    expect_same_bits(r2.host(), r1.host(), "rstd");
+  }
+}
+
 TEST_F(GpuOps, BiasBackwardMatchesCpuAndRepeats) {
   for (const auto& [rows, out] : {std::pair<int64_t, int64_t>{200, 45}, {3, 300}, {0, 5}}) {
     const auto dy = random_floats(std::max<int64_t>(rows * out, 0), 7);
