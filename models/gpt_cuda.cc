@@ -320,7 +320,26 @@ UnitParams unit_params(State& st, int unit, const Tensor& params, cudaStream_t s
   if (params.dtype() == DType::kF32) return UnitParams{params.data_as<float>(), params.data(), DType::kF32};
   MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
              " in ", dtype_name(params.dtype()));
-  convert_cuda(params.data(), params.dtype(), st.b.param_ws, DType::kF32, layout.numel, ConvertOptions{}, stream);
+  // Every parameter read as fp32 is widened; a block's bf16 GEMM weights
+  // are read as they are (bf16_weight), so they are not (their range of
+  // param_ws stays stale and nothing reads it).
+  const bool block = unit >= 1 && unit <= st.d.layers;
+  const size_t op0 = block ? static_cast<size_t>(unit - 1) * kBlockOps : 0;
+  auto read_raw = [&](size_t k) {
+    if (!block || params.dtype() != DType::kBF16) return false;
+    for (const auto& [param, op] : {std::pair{kAttnW, kCAttn}, {kAttnProjW, kAttnCProj}, {kFcW, kCFc},
+                                    {kFcProjW, kMlpCProj}}) {
+      if (k == static_cast<size_t>(param)) return st.op_dtype[op0 + static_cast<size_t>(op)] == DType::kBF16;
+    }
+    return false;
+  };
+  const size_t elem = dtype_size(params.dtype());
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    if (read_raw(k)) continue;
+    const ParamPlacement& p = layout.params[k];
+    convert_cuda(static_cast<const char*>(params.data()) + static_cast<size_t>(p.offset) * elem, params.dtype(),
+                 st.b.param_ws + p.offset, DType::kF32, p.numel, ConvertOptions{}, stream);
+  }
   st.mark(OpFamily::kCast, "widen parameters", unit, stream);
   return UnitParams{st.b.param_ws, params.data(), params.dtype()};
 }
