@@ -66,6 +66,9 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
     auto gpt = std::make_unique<GptCuda>(g, allocator, m.train, o);
     m.gpt = gpt.get();
     m.model = std::move(gpt);
+    m.description = gpt_describe(g) + "; CUDA kernels, attention " +
+                    (GptCuda::tensor_core_attention(g, o) ? "on tensor cores (bf16 q, k, v)" : "in fp32") +
+                    ", loss in chunks of " + std::to_string(GptCuda::loss_chunk_rows(g, o)) + " rows";
 #else
     MP_THROW(ConfigError, "the GPT on ", allocator.device(), ": mp was built without CUDA");
 #endif
@@ -76,7 +79,7 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   }
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
-  m.description = gpt_describe(g);
+  if (m.description.empty()) m.description = gpt_describe(g);
   m.data_description = "train: " + m.train->describe() + "\n  validation: " +
                        (m.val ? m.val->describe() : "held-out sequences of the same source (index 2^40 on)");
   return m;

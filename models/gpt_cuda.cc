@@ -629,6 +629,7 @@ GptCuda::GptCuda(const GptConfig& config, Allocator allocator, std::shared_ptr<c
 GptCuda::~GptCuda() = default;
 
 int64_t GptCuda::workspace_bytes(const GptConfig& config, const GptCudaOptions& options) {
+  validate(config);
   const Dims d = dims_of(config, options);
   const std::vector<UnitLayout> layout = FlatLayout(Gpt::spec_for(config), 1).units();
   int64_t bytes = 0;
@@ -638,6 +639,7 @@ int64_t GptCuda::workspace_bytes(const GptConfig& config, const GptCudaOptions& 
 }
 
 int64_t GptCuda::loss_chunk_rows(const GptConfig& config, const GptCudaOptions& options) {
+  validate(config);
   return dims_of(config, options).chunk;
 }
 
