@@ -333,13 +333,22 @@ UnitParams unit_params(State& st, int unit, const Tensor& params, cudaStream_t s
     }
     return false;
   };
+  // One launch per run of neighbouring parameters read as fp32 (a block:
+  // five small runs between its four GEMM weights).
   const size_t elem = dtype_size(params.dtype());
+  auto widen = [&](int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    convert_cuda(static_cast<const char*>(params.data()) + static_cast<size_t>(begin) * elem, params.dtype(),
+                 st.b.param_ws + begin, DType::kF32, end - begin, ConvertOptions{}, stream);
+  };
+  int64_t run_begin = 0;
   for (size_t k = 0; k < layout.params.size(); ++k) {
-    if (read_raw(k)) continue;
+    if (!read_raw(k)) continue;
     const ParamPlacement& p = layout.params[k];
-    convert_cuda(static_cast<const char*>(params.data()) + static_cast<size_t>(p.offset) * elem, params.dtype(),
-                 st.b.param_ws + p.offset, DType::kF32, p.numel, ConvertOptions{}, stream);
+    widen(run_begin, p.offset);
+    run_begin = p.offset + p.numel;
   }
+  widen(run_begin, layout.numel);
   st.mark(OpFamily::kCast, "widen parameters", unit, stream);
   return UnitParams{st.b.param_ws, params.data(), params.dtype()};
 }
