@@ -39,7 +39,8 @@ void set_current_device(Device d);
 
 // MP_CUDA_SYNC=1: the debug mode in which CUDA ops synchronise after every
 // kernel, so a device fault throws CudaError naming the kernel that caused
-// it rather than a later call (the CUDA GPT's ops, ops::device_fault).
+// it rather than a later call (the engine's ops, kernels/ops.h, and the
+// CUDA GPT's).
 // Read once; a value other than 0 or 1 is a ConfigError.
 bool cuda_sync_each_op();
 

@@ -41,7 +41,9 @@ cudaStream_t cuda_stream(Stream& stream, Device device, const char* op) {
 }
 #endif
 
-// Runs the CPU body on the stream's worker, or the CUDA body on the stream.
+// Runs the CPU body on the stream's worker, or the CUDA body on the stream;
+// with MP_CUDA_SYNC=1 (core/device.h) then waits for it, so a device fault
+// names this op.
 template <class Cpu, class Cuda>
 void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda) {
   if (device.is_cpu()) {
@@ -49,7 +51,15 @@ void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& c
     return;
   }
 #if MP_WITH_CUDA
-  cuda(cuda_stream(stream, device, op));
+  const cudaStream_t s = cuda_stream(stream, device, op);
+  cuda(s);
+  if (cuda_sync_each_op()) {
+    const cudaError_t err = cudaStreamSynchronize(s);
+    if (err != cudaSuccess) {
+      MP_THROW(CudaError, "op ", op, " on ", to_string(device), " failed: ", cudaGetErrorName(err), ": ",
+               cudaGetErrorString(err));
+    }
+  }
 #else
   (void)cuda;
   MP_THROW(ConfigError, op, " on ", to_string(device), ": mp was built without CUDA");

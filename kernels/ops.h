@@ -46,8 +46,8 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream);
 
 // MP_FAULT's device_fault (runtime/fault.h): a kernel on `stream` that
 // writes outside any allocation, so the device reports an illegal memory
-// access (asynchronously; at once with MP_CUDA_SYNC=1, naming this op).
-// ConfigError on a CPU stream: the fault is a device's.
+// access (asynchronously; at once with MP_CUDA_SYNC=1, naming this op, as
+// for every op here). ConfigError on a CPU stream: the fault is a device's.
 void device_fault(Stream& stream);
 
 // dst[i] = round(dst[i] + src[i]), or round(src[i]) with overwrite: the sum

@@ -133,7 +133,7 @@ device_fault)
   fault_ms=$ms
   MP_CUDA_SYNC=1 run device_fault_sync "device_fault@4:1" --set engine.comm.timeout_s=5
   [[ $rc -ne 0 ]] || fail "exit code 0 after a device fault (MP_CUDA_SYNC=1)"
-  expect device_fault_sync "\[rank 1\] .*kernel device_fault \(MP_FAULT\) failed: cudaErrorIllegalAddress"
+  expect device_fault_sync "\[rank 1\] .*op device_fault on cuda:[0-9]+ failed: cudaErrorIllegalAddress"
   echo "device_fault: rank 1's illegal memory access at step 4 ended the job in $fault_ms ms from start, naming" \
        "rank 1, its device, the step and the last collective; with MP_CUDA_SYNC=1, the kernel"
   ;;

@@ -17,8 +17,7 @@ namespace mp {
 void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream);
 
 // ops::device_fault's kernel: one thread writes to an address no allocation
-// holds. With cuda_sync_each_op() (MP_CUDA_SYNC=1) it synchronises and
-// throws CudaError naming itself.
+// holds.
 void device_fault_cuda(cudaStream_t stream);
 
 // accumulate_cpu (kernels/cpu/accumulate.h): dst = round(dst + src) in fp32,
