@@ -365,9 +365,12 @@ const bf16* bf16_weight(State& st, const UnitParams& w, int64_t off, int64_t n, 
   return st.b.w16;
 }
 
-// y = x w + bias for GEMM op `op` of unit `unit` (Note [GPT autocast]).
+// y = x w + bias for GEMM op `op` of unit `unit` (Note [GPT autocast]);
+// with `gelu_pre`, y = gelu(x w + bias) and gelu_pre = x w + bias (the
+// GEMM's GELU epilogue).
 void matmul_forward(State& st, int unit, size_t op, const UnitParams& w, int64_t w_off, int64_t bias_off,
-                    const float* x, int64_t in, int64_t out, float* y, cudaStream_t stream) {
+                    const float* x, int64_t in, int64_t out, float* y, cudaStream_t stream,
+                    float* gelu_pre = nullptr) {
   const int64_t rows = st.d.rows;
   GemmProblem pr;
   pr.m = rows;
@@ -386,13 +389,22 @@ void matmul_forward(State& st, int unit, size_t op, const UnitParams& w, int64_t
     pr.a = input(x, DType::kF32, in);
     pr.b = input(w.p + w_off, DType::kF32, out);
   }
-  gemm_cuda(pr, stream, st.gemm);
-  st.mark(OpFamily::kGemm, "matmul forward", unit, stream);
+  GemmCudaOptions o = st.gemm;
+  if (gelu_pre != nullptr) {
+    o.epilogue = GemmEpilogue::kGelu;
+    o.aux = gelu_pre;
+    o.aux_ld = out;
+  }
+  gemm_cuda(pr, stream, o);
+  st.mark(OpFamily::kGemm, gelu_pre != nullptr ? "matmul + gelu forward" : "matmul forward", unit, stream);
 }
 
-// dx = dy w^T, dw = x^T dy, db = column sums of dy for op `op`.
+// dx = dy w^T, dw = x^T dy, db = column sums of dy for op `op`; with
+// `gelu_pre` (the input was gelu(gelu_pre)), dx is taken on through the
+// GELU: dx = (dy w^T) gelu'(gelu_pre), the GEMM's DGELU epilogue.
 void matmul_backward(State& st, int unit, size_t op, const UnitParams& w, int64_t w_off, const float* x,
-                     const float* dy, int64_t in, int64_t out, float* dx, float* dw, float* db, cudaStream_t stream) {
+                     const float* dy, int64_t in, int64_t out, float* dx, float* dw, float* db, cudaStream_t stream,
+                     float* gelu_pre = nullptr) {
   const int64_t rows = st.d.rows;
   GemmInput x_in, w_in, dy_in;
   if (st.op_dtype[op] == DType::kBF16) {
@@ -415,7 +427,13 @@ void matmul_backward(State& st, int unit, size_t op, const UnitParams& w, int64_
   dx_pr.b.transposed = true;
   dx_pr.c = dx;
   dx_pr.ldc = in;
-  gemm_cuda(dx_pr, stream, st.gemm);
+  GemmCudaOptions o = st.gemm;
+  if (gelu_pre != nullptr) {
+    o.epilogue = GemmEpilogue::kDGelu;
+    o.aux = gelu_pre;
+    o.aux_ld = in;
+  }
+  gemm_cuda(dx_pr, stream, o);
   GemmProblem dw_pr;  // [in, out] = x^T [in, rows] dy [rows, out]
   dw_pr.m = in;
   dw_pr.n = out;
@@ -477,9 +495,8 @@ void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
   gpt_add_layernorm_forward_cuda(x, y.res2, at(kLn2W), at(kLn2B), rows, c, y.res2, y.ln2, y.ln2_mean, y.ln2_rstd,
                                  stream);
   st.mark(OpFamily::kLayerNorm, "residual add + ln_2 forward", u, stream);
-  matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch, stream);
-  gpt_gelu_forward_cuda(y.fch, rows * 4 * c, y.fch_gelu, stream);
-  st.mark(OpFamily::kGelu, "gelu forward", u, stream);
+  // fch_gelu = gelu(ln_2 c_fc + bias), fch the pre-activation: one GEMM.
+  matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch_gelu, stream, y.fch);
   matmul_forward(st, u, op + kMlpCProj, w, off(kFcProjW), off(kFcProjB), y.fch_gelu, 4 * c, c, out, stream);
   gpt_add_cuda(y.res2, out, rows * c, out, stream);
   st.mark(OpFamily::kElementwise, "residual add", u, stream);
@@ -585,10 +602,9 @@ void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_
   auto off = [&](int param) { return offset(unit, param); };
   auto grad = [&](int param) { return g + offset(unit, param); };
   // b.dres holds d loss / d (block output); it becomes d loss / d (block input).
+  // d fch = (d out c_proj^T) gelu'(fch): the GELU's backward in the GEMM.
   matmul_backward(st, u, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
-                  grad(kFcProjB), stream);
-  gpt_gelu_backward_cuda(y.fch, b.dfch, rows * 4 * c, b.dfch, stream);
-  st.mark(OpFamily::kGelu, "gelu backward", u, stream);
+                  grad(kFcProjB), stream, y.fch);
   matmul_backward(st, u, op + kCFc, w, off(kFcW), y.ln2, b.dfch, c, 4 * c, b.dln, grad(kFcW), grad(kFcB), stream);
   gpt_layernorm_backward_cuda(b.dln, y.res2, at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
                               grad(kLn2B), b.ln_ws, stream);

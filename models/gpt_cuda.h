@@ -6,7 +6,9 @@
 // Note [GPT on CUDA]
 // - GEMMs: cuBLASLt (kernels/cuda/gemm_cublaslt.h), bf16 x bf16 or fp32 x
 //   fp32 (TF32 with GptCudaOptions::allow_tf32, the tf32 recipe), the bias
-//   in the epilogue. bf16 parameters from the engine are the GEMM weights as
+//   in the epilogue; the MLP's GELU too (c_fc's forward writes gelu(y) and
+//   keeps y; c_proj's backward applies gelu'(y) to its dx), and the
+//   residual add before ln_2 is fused into ln_2's kernel. bf16 parameters from the engine are the GEMM weights as
 //   they are; the rest of a bf16 unit (LayerNorm weights, biases, the
 //   embeddings) is widened to fp32 once per call.
 // - Attention: the flash kernels (kernels/cuda/flash_attention_cuda.h): no

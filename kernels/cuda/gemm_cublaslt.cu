@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kernels/convert_math.h"
+#include "kernels/gpt_math.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
 
@@ -188,6 +189,24 @@ __global__ void bias_rows_kernel(const float* bias, int64_t m, int64_t n, float*
   }
 }
 
+// The GELU epilogue by a kernel after the plain product (and bias): kGelu
+// aux := c, c := gelu(c); kDGelu c := c * gelu'(aux).
+__global__ void gelu_epilogue_kernel(GemmEpilogue epilogue, float* c, int64_t ldc, float* aux, int64_t aux_ld,
+                                     int64_t m, int64_t n) {
+  const int64_t count = m * n, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const int64_t r = i / n, j = i % n;
+    float* out = c + r * ldc + j;
+    float* pre = aux + r * aux_ld + j;
+    if (epilogue == GemmEpilogue::kGelu) {
+      *pre = *out;
+      *out = math::gelu(*out);
+    } else {
+      *out = *out * math::gelu_grad(*pre);
+    }
+  }
+}
+
 // ---- plans --------------------------------------------------------------------------
 
 struct PlanKey {
@@ -195,6 +214,8 @@ struct PlanKey {
   DType a_dtype, b_dtype;
   bool a_transposed, b_transposed, bias_epilogue, accumulate, tf32;
   uint32_t align_a, align_b, align_c;
+  GemmEpilogue epilogue;
+  int64_t aux_ld;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -205,6 +226,7 @@ struct Plan {
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool pack_a = false, pack_b = false;  // operand copied to packed fp32 first
+  bool epilogue_by_kernel = false;      // the key's GELU epilogue runs as gelu_epilogue_kernel
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -230,12 +252,16 @@ cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUD
 // The plan for `key`, with the operands flagged packed taken as packed
 // fp32 (256-byte aligned); null when cuBLASLt has no algorithm for it (or, with `may_fail`,
 // when the heuristic refuses the layout in any way).
+// With `gelu_in_library` false the key's GELU epilogue is left out of the
+// descriptor (run() then applies it by a kernel).
 std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, const PlanKey& key, bool pack_a,
-                                bool pack_b, bool may_fail, int64_t workspace_bytes, const GemmProblem& problem) {
+                                bool pack_b, bool may_fail, int64_t workspace_bytes, const GemmProblem& problem,
+                                bool gelu_in_library = true) {
   auto plan = std::make_unique<Plan>();
   plan->api = &api;
   plan->pack_a = pack_a;
   plan->pack_b = pack_b;
+  plan->epilogue_by_kernel = key.epilogue != GemmEpilogue::kNone && !gelu_in_library;
   const Stored sa = key.a_transposed ? Stored{key.k, key.m} : Stored{key.m, key.k};
   const Stored sb = key.b_transposed ? Stored{key.n, key.k} : Stored{key.k, key.n};
   const DType a_type = pack_a ? DType::kF32 : key.a_dtype, b_type = pack_b ? DType::kF32 : key.b_dtype;
@@ -249,11 +275,22 @@ std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, co
   MP_CHECK_CUBLAS_FOR(api.desc_create(&plan->desc, compute, CUDA_R_32F), problem);
   const int32_t trans_a = key.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int32_t trans_b = key.a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const uint32_t epilogue = key.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  uint32_t epilogue = key.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (gelu_in_library && key.epilogue == GemmEpilogue::kGelu) {
+    epilogue = key.bias_epilogue ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  } else if (gelu_in_library && key.epilogue == GemmEpilogue::kDGelu) {
+    epilogue = CUBLASLT_EPILOGUE_DGELU;
+  }
   MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)), problem);
   MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)), problem);
   MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                       problem);
+  if (gelu_in_library && key.epilogue != GemmEpilogue::kNone) {
+    // The aux matrix has C's column-major shape [n, m]: its ld counts rows of n.
+    const int64_t aux_ld = key.aux_ld;
+    MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+                        problem);
+  }
 
   // Column-major views: our B stored [sb.rows, sb.cols] is [sb.cols, sb.rows].
   MP_CHECK_CUBLAS_FOR(api.layout_create(&plan->layout_a, cuda_type(b_type), static_cast<uint64_t>(sb.cols),
@@ -390,10 +427,35 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
   check_input(p.a, "A", p.m, p.k);
   check_input(p.b, "B", p.k, p.n);
 
+  const GemmEpilogue ep = options.epilogue;
+  if (ep != GemmEpilogue::kNone) {
+    MP_ENFORCE(options.aux != nullptr && options.aux_ld >= p.n && options.aux_ld % 8 == 0 &&
+                   alignment(options.aux) >= 16 && !p.accumulate && (ep == GemmEpilogue::kGelu || p.bias == nullptr),
+               "gemm GELU epilogue: aux ", static_cast<const void*>(options.aux), " with ld ", options.aux_ld, " for ",
+               describe(p), " (ld a multiple of 8 and >= n, 16-byte aligned, no accumulate, no bias with dgelu)");
+  }
   const bool bias_epilogue = p.bias != nullptr && alignment(p.bias) >= kBiasEpilogueAlignment;
-  const PlanKey key{p.m, p.n, p.k, p.a.ld, p.b.ld, p.ldc, p.a.dtype, p.b.dtype, p.a.transposed, p.b.transposed,
-                    bias_epilogue, p.accumulate, options.allow_tf32, alignment(p.a.data), alignment(p.b.data),
-                    alignment(p.c)};
+  // cuBLASLt's GELU follows its bias: with a bias it cannot read, the GELU
+  // too runs as a kernel, after bias_rows_kernel.
+  const bool library_gelu = ep != GemmEpilogue::kGelu || p.bias == nullptr || bias_epilogue;
+  const PlanKey key{p.m,
+                    p.n,
+                    p.k,
+                    p.a.ld,
+                    p.b.ld,
+                    p.ldc,
+                    p.a.dtype,
+                    p.b.dtype,
+                    p.a.transposed,
+                    p.b.transposed,
+                    bias_epilogue,
+                    p.accumulate,
+                    options.allow_tf32,
+                    alignment(p.a.data),
+                    alignment(p.b.data),
+                    alignment(p.c),
+                    ep,
+                    ep == GemmEpilogue::kNone ? 0 : options.aux_ld};
   auto found = impl_->plans.find(key);
   if (found == impl_->plans.end()) {
     const CublasLt& api = *impl_->api;
@@ -401,8 +463,16 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
     // The operands as they are (a mixed pair packs its bf16 side); where no
     // algorithm takes that layout or alignment, both packed to fp32.
     std::unique_ptr<Plan> made = make_plan(api, impl_->handle, key, mixed && p.a.dtype == DType::kBF16,
-                                           mixed && p.b.dtype == DType::kBF16, true, impl_->workspace_bytes, p);
-    if (made == nullptr) made = make_plan(api, impl_->handle, key, true, true, false, impl_->workspace_bytes, p);
+                                           mixed && p.b.dtype == DType::kBF16, true, impl_->workspace_bytes, p,
+                                           library_gelu);
+    if (made == nullptr && ep != GemmEpilogue::kNone) {  // no fused algorithm: the GELU by a kernel after
+      made = make_plan(api, impl_->handle, key, mixed && p.a.dtype == DType::kBF16, mixed && p.b.dtype == DType::kBF16,
+                       true, impl_->workspace_bytes, p, /*gelu_in_library=*/false);
+    }
+    if (made == nullptr) {
+      made = make_plan(api, impl_->handle, key, true, true, false, impl_->workspace_bytes, p,
+                       /*gelu_in_library=*/false);
+    }
     if (made == nullptr) MP_THROW(CudaError, "cuBLASLt has no algorithm for a ", describe(p));
     found = impl_->plans.emplace(key, std::move(made)).first;
   }
@@ -415,6 +485,10 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
   if (bias_epilogue) {
     MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)), p);
   }
+  if (ep != GemmEpilogue::kNone && !plan->epilogue_by_kernel) {
+    void* aux = options.aux;
+    MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), p);
+  }
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   MP_CHECK_CUBLAS_FOR(api.matmul(impl_->handle, plan->desc, &alpha, b, plan->layout_a, a, plan->layout_b, &beta,
                                  p.c, plan->layout_c, p.c, plan->layout_c, &plan->algo, impl_->workspace,
@@ -422,6 +496,11 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
                       p);
   if (p.bias != nullptr && !bias_epilogue) {
     bias_rows_kernel<<<blocks_for(p.m * p.n), kThreads, 0, stream>>>(p.bias, p.m, p.n, p.c, p.ldc, true);
+    MP_CHECK_CUDA(cudaGetLastError());
+  }
+  if (plan->epilogue_by_kernel) {
+    gelu_epilogue_kernel<<<blocks_for(p.m * p.n), kThreads, 0, stream>>>(ep, p.c, p.ldc, options.aux, options.aux_ld,
+                                                                         p.m, p.n);
     MP_CHECK_CUDA(cudaGetLastError());
   }
 }

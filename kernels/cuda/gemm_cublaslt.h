@@ -46,10 +46,31 @@ namespace mp {
 
 inline constexpr int64_t kGemmCudaWorkspaceBytes = int64_t{32} << 20;
 
+// A GELU fused after the product (GemmCudaOptions::epilogue): the GPT's MLP.
+enum class GemmEpilogue : uint8_t {
+  kNone = 0,
+  // C := gelu(op(A) op(B) + bias) and aux := op(A) op(B) + bias, the
+  // pre-activation the backward needs (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]).
+  kGelu = 1,
+  // C := (op(A) op(B)) * gelu'(aux), aux the forward's pre-activation
+  // (CUBLASLT_EPILOGUE_DGELU): the gradient through the GELU.
+  kDGelu = 2,
+};
+
 struct GemmCudaOptions {
   // fp32 x fp32 with TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): inputs
   // rounded to 10 mantissa bits, fp32 accumulation. Off: exact fp32 products.
   bool allow_tf32 = false;
+  // With an epilogue: aux is an fp32 [m, n] matrix, row stride aux_ld (a
+  // multiple of 8, >= n, 16-byte aligned), written by kGelu and read by
+  // kDGelu; not with accumulate; kDGelu takes no bias. Where cuBLASLt offers
+  // no algorithm for the fused form, the plain product is followed by a
+  // kernel computing the same with math::gelu / math::gelu_grad
+  // (kernels/gpt_math.h). cuBLASLt's own GELU is the tanh form too, but its
+  // bits may differ from math::gelu's in the last places.
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  float* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 
 // One cuBLASLt handle, workspace and plan cache on one device. Not thread-safe:

@@ -254,6 +254,69 @@ TEST_F(GpuOps, GemmRepeatsBitForBit) {
   }
 }
 
+// The GELU epilogues (GemmCudaOptions::epilogue) against the plain product
+// followed by the GELU kernels: cuBLASLt's fused form where it has one, a
+// kernel after the product where not (an unaligned bias forces that).
+TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
+  const int64_t m = 50, k = 32, n = 96;
+  const auto a = random_floats(m * k, 21), b = random_floats(k * n, 22), bias = random_floats(n + 1, 23),
+             g = random_floats(m * n, 24, -2.0f, 2.0f);
+  std::vector<bf16> a16(a.size()), b16(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a16[i] = math::from_f32<bf16>(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) b16[i] = math::from_f32<bf16>(b[i]);
+  DeviceVector<bf16> da(a16), db(b16);
+  DeviceVector<float> dbias(bias), dg(g);
+  for (int shift : {0, 1}) {  // 1: a bias the epilogue cannot read
+    SCOPED_TRACE(shift == 0 ? "aligned bias" : "unaligned bias");
+    GemmProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.a = GemmInput{da.get(), DType::kBF16, k, false};
+    p.b = GemmInput{db.get(), DType::kBF16, n, false};
+    p.bias = dbias.get() + shift;
+    DeviceVector<float> plain(m * n), want(m * n), fused(m * n), pre(m * n);
+    p.c = plain.get();
+    p.ldc = n;
+    gemm_cuda(p, stream_);
+    gpt_gelu_forward_cuda(plain.get(), m * n, want.get(), stream_);
+    GemmCudaOptions o;
+    o.epilogue = GemmEpilogue::kGelu;
+    o.aux = pre.get();
+    o.aux_ld = n;
+    p.c = fused.get();
+    gemm_cuda(p, stream_, o);
+    const std::vector<float> plain_h = plain.host();
+    expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "gelu epilogue out");
+    expect_close(pre.host(), to_double(plain_h), 1e-5, 1e-6, "gelu epilogue pre-activation");
+  }
+  // dgelu: (A B) gelu'(aux), aux the pre-activation g, no bias.
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = GemmInput{da.get(), DType::kBF16, k, false};
+  p.b = GemmInput{db.get(), DType::kBF16, n, false};
+  DeviceVector<float> plain(m * n), want(m * n), fused(m * n);
+  p.c = plain.get();
+  p.ldc = n;
+  gemm_cuda(p, stream_);
+  gpt_gelu_backward_cuda(dg.get(), plain.get(), m * n, want.get(), stream_);
+  GemmCudaOptions o;
+  o.epilogue = GemmEpilogue::kDGelu;
+  o.aux = dg.get();
+  o.aux_ld = n;
+  p.c = fused.get();
+  gemm_cuda(p, stream_, o);
+  expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "dgelu epilogue");
+  // Refused: an aux ld that is not a multiple of 8, a bias with dgelu.
+  o.aux_ld = n + 1;
+  EXPECT_THROW(gemm_cuda(p, stream_, o), EnforceError);
+  o.aux_ld = n;
+  p.bias = dbias.get();
+  EXPECT_THROW(gemm_cuda(p, stream_, o), EnforceError);
+}
+
 TEST_F(GpuOps, GemmRejectsBadProblems) {
   DeviceVector<float> buf(64);
   GemmProblem p;
