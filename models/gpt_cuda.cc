@@ -365,6 +365,18 @@ const bf16* bf16_weight(State& st, const UnitParams& w, int64_t off, int64_t n, 
   return st.b.w16;
 }
 
+// The model's GEMM options, with a GELU epilogue over `aux` (ld `ld`) when
+// aux is given.
+GemmCudaOptions gemm_options(const State& st, GemmEpilogue epilogue, float* aux, int64_t ld) {
+  GemmCudaOptions o = st.gemm;
+  if (aux != nullptr) {
+    o.epilogue = epilogue;
+    o.aux = aux;
+    o.aux_ld = ld;
+  }
+  return o;
+}
+
 // y = x w + bias for GEMM op `op` of unit `unit` (Note [GPT autocast]);
 // with `gelu_pre`, y = gelu(x w + bias) and gelu_pre = x w + bias (the
 // GEMM's GELU epilogue).
@@ -389,13 +401,7 @@ void matmul_forward(State& st, int unit, size_t op, const UnitParams& w, int64_t
     pr.a = input(x, DType::kF32, in);
     pr.b = input(w.p + w_off, DType::kF32, out);
   }
-  GemmCudaOptions o = st.gemm;
-  if (gelu_pre != nullptr) {
-    o.epilogue = GemmEpilogue::kGelu;
-    o.aux = gelu_pre;
-    o.aux_ld = out;
-  }
-  gemm_cuda(pr, stream, o);
+  gemm_cuda(pr, stream, gemm_options(st, GemmEpilogue::kGelu, gelu_pre, out));
   st.mark(OpFamily::kGemm, gelu_pre != nullptr ? "matmul + gelu forward" : "matmul forward", unit, stream);
 }
 
@@ -427,13 +433,7 @@ void matmul_backward(State& st, int unit, size_t op, const UnitParams& w, int64_
   dx_pr.b.transposed = true;
   dx_pr.c = dx;
   dx_pr.ldc = in;
-  GemmCudaOptions o = st.gemm;
-  if (gelu_pre != nullptr) {
-    o.epilogue = GemmEpilogue::kDGelu;
-    o.aux = gelu_pre;
-    o.aux_ld = in;
-  }
-  gemm_cuda(dx_pr, stream, o);
+  gemm_cuda(dx_pr, stream, gemm_options(st, GemmEpilogue::kDGelu, gelu_pre, in));
   GemmProblem dw_pr;  // [in, out] = x^T [in, rows] dy [rows, out]
   dw_pr.m = in;
   dw_pr.n = out;

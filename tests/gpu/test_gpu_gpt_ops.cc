@@ -266,46 +266,37 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
   for (size_t i = 0; i < b.size(); ++i) b16[i] = math::from_f32<bf16>(b[i]);
   DeviceVector<bf16> da(a16), db(b16);
   DeviceVector<float> dbias(bias), dg(g);
-  for (int shift : {0, 1}) {  // 1: a bias the epilogue cannot read
-    SCOPED_TRACE(shift == 0 ? "aligned bias" : "unaligned bias");
+  // C [m, n] = A B, bf16 in, into `c`.
+  auto problem = [&](float* c) {
     GemmProblem p;
     p.m = m;
     p.n = n;
     p.k = k;
     p.a = GemmInput{da.get(), DType::kBF16, k, false};
     p.b = GemmInput{db.get(), DType::kBF16, n, false};
-    p.bias = dbias.get() + shift;
-    DeviceVector<float> plain(m * n), want(m * n), fused(m * n), pre(m * n);
-    p.c = plain.get();
+    p.c = c;
     p.ldc = n;
+    return p;
+  };
+  for (int shift : {0, 1}) {  // 1: a bias the epilogue cannot read
+    SCOPED_TRACE(shift == 0 ? "aligned bias" : "unaligned bias");
+    DeviceVector<float> plain(m * n), want(m * n), fused(m * n), pre(m * n);
+    GemmProblem p = problem(plain.get());
+    p.bias = dbias.get() + shift;
     gemm_cuda(p, stream_);
     gpt_gelu_forward_cuda(plain.get(), m * n, want.get(), stream_);
-    GemmCudaOptions o;
-    o.epilogue = GemmEpilogue::kGelu;
-    o.aux = pre.get();
-    o.aux_ld = n;
     p.c = fused.get();
-    gemm_cuda(p, stream_, o);
+    gemm_cuda(p, stream_, GemmCudaOptions{.epilogue = GemmEpilogue::kGelu, .aux = pre.get(), .aux_ld = n});
     const std::vector<float> plain_h = plain.host();
     expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "gelu epilogue out");
     expect_close(pre.host(), to_double(plain_h), 1e-5, 1e-6, "gelu epilogue pre-activation");
   }
   // dgelu: (A B) gelu'(aux), aux the pre-activation g, no bias.
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = GemmInput{da.get(), DType::kBF16, k, false};
-  p.b = GemmInput{db.get(), DType::kBF16, n, false};
   DeviceVector<float> plain(m * n), want(m * n), fused(m * n);
-  p.c = plain.get();
-  p.ldc = n;
+  GemmProblem p = problem(plain.get());
   gemm_cuda(p, stream_);
   gpt_gelu_backward_cuda(dg.get(), plain.get(), m * n, want.get(), stream_);
-  GemmCudaOptions o;
-  o.epilogue = GemmEpilogue::kDGelu;
-  o.aux = dg.get();
-  o.aux_ld = n;
+  GemmCudaOptions o{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n};
   p.c = fused.get();
   gemm_cuda(p, stream_, o);
   expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "dgelu epilogue");
