@@ -78,5 +78,45 @@ TEST_F(EngineDeviceTest, AHostModelRefusesADeviceStream) {
   EXPECT_NE(e.find("this model computes on the host, but the engine runs on cuda:0"), std::string::npos) << e;
 }
 
+// A device fault surfaces at the rank's next device call, far from its
+// cause: Engine::step adds where the rank was. Stood in for on the CPU by a
+// model whose backward of the last unit fails with a CudaError in step 2.
+class FaultyModel final : public Model {
+ public:
+  explicit FaultyModel(QuadraticModel& inner) : inner_(inner) {}
+  const ModelSpec& spec() const override { return inner_.spec(); }
+  void begin_micro_batch_on(int64_t g, Stream& s) override { inner_.begin_micro_batch_on(g, s); }
+  void forward_on(int u, const Tensor& params, Stream& s) override { inner_.forward_on(u, params, s); }
+  double loss() const override { return inner_.loss(); }
+  void backward_on(int u, const Tensor& params, const Tensor& grads, Stream& s) override {
+    if (++backwards_ > static_cast<int>(spec().units.size())) {
+      auto* cpu = dynamic_cast<CpuStream*>(&s);
+      ASSERT_NE(cpu, nullptr);
+      cpu->submit([] { MP_THROW(CudaError, "cudaErrorIllegalAddress: an illegal memory access was encountered"); });
+      return;
+    }
+    inner_.backward_on(u, params, grads, s);
+  }
+
+ private:
+  QuadraticModel& inner_;
+  int backwards_ = 0;
+};
+
+TEST_F(EngineDeviceTest, ADeviceErrorInAStepSaysTheRankDeviceStepAndLastCollective) {
+  QuadraticModel inner({1000, 37}, Device::cpu());
+  FaultyModel model(inner);
+  Engine engine(model.spec(), engine_config(proto::ShardingConfig::FULL_SHARD, "fp32", world_->size(), 1), *world_);
+  engine.step(model);
+  const std::string e = error_of<CudaError>([&] { engine.step(model); });
+  EXPECT_NE(e.find("cudaErrorIllegalAddress"), std::string::npos) << e;
+  EXPECT_NE(e.find(detail::str("[rank ", world_->rank(), " on cpu, step 2; last collective issued: ")),
+            std::string::npos)
+      << e;
+  // One rank moves nothing through its communicator.
+  EXPECT_NE(e.find(world_->size() == 1 ? "last collective issued: none]" : "(data-plane collective "), std::string::npos)
+      << e;
+}
+
 }  // namespace
 }  // namespace mp::testing
