@@ -365,6 +365,10 @@ const bf16* bf16_weight(State& st, const UnitParams& w, int64_t off, int64_t n, 
   return st.b.w16;
 }
 
+// Whether the MLP's GELU runs in the GEMM epilogues: their aux matrix's row
+// stride (4 C) must be a multiple of 8 (kernels/cuda/gemm_cublaslt.h).
+bool gelu_in_epilogue(const Dims& d) { return (4 * d.channels) % 8 == 0; }
+
 // The model's GEMM options, with a GELU epilogue over `aux` (ld `ld`) when
 // aux is given.
 GemmCudaOptions gemm_options(const State& st, GemmEpilogue epilogue, float* aux, int64_t ld) {
@@ -495,8 +499,15 @@ void block_forward(State& st, int u, const UnitParams& w, cudaStream_t stream) {
   gpt_add_layernorm_forward_cuda(x, y.res2, at(kLn2W), at(kLn2B), rows, c, y.res2, y.ln2, y.ln2_mean, y.ln2_rstd,
                                  stream);
   st.mark(OpFamily::kLayerNorm, "residual add + ln_2 forward", u, stream);
-  // fch_gelu = gelu(ln_2 c_fc + bias), fch the pre-activation: one GEMM.
-  matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch_gelu, stream, y.fch);
+  // fch_gelu = gelu(ln_2 c_fc + bias), fch the pre-activation: one GEMM
+  // where the epilogue takes the row stride (a multiple of 8).
+  if (gelu_in_epilogue(d)) {
+    matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch_gelu, stream, y.fch);
+  } else {
+    matmul_forward(st, u, op + kCFc, w, off(kFcW), off(kFcB), y.ln2, c, 4 * c, y.fch, stream);
+    gpt_gelu_forward_cuda(y.fch, rows * 4 * c, y.fch_gelu, stream);
+    st.mark(OpFamily::kGelu, "gelu forward", u, stream);
+  }
   matmul_forward(st, u, op + kMlpCProj, w, off(kFcProjW), off(kFcProjB), y.fch_gelu, 4 * c, c, out, stream);
   gpt_add_cuda(y.res2, out, rows * c, out, stream);
   st.mark(OpFamily::kElementwise, "residual add", u, stream);
@@ -603,8 +614,15 @@ void block_backward(State& st, int u, const UnitParams& w, float* g, cudaStream_
   auto grad = [&](int param) { return g + offset(unit, param); };
   // b.dres holds d loss / d (block output); it becomes d loss / d (block input).
   // d fch = (d out c_proj^T) gelu'(fch): the GELU's backward in the GEMM.
-  matmul_backward(st, u, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
-                  grad(kFcProjB), stream, y.fch);
+  if (gelu_in_epilogue(d)) {
+    matmul_backward(st, u, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
+                    grad(kFcProjB), stream, y.fch);
+  } else {
+    matmul_backward(st, u, op + kMlpCProj, w, off(kFcProjW), y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
+                    grad(kFcProjB), stream);
+    gpt_gelu_backward_cuda(y.fch, b.dfch, rows * 4 * c, b.dfch, stream);
+    st.mark(OpFamily::kGelu, "gelu backward", u, stream);
+  }
   matmul_backward(st, u, op + kCFc, w, off(kFcW), y.ln2, b.dfch, c, 4 * c, b.dln, grad(kFcW), grad(kFcB), stream);
   gpt_layernorm_backward_cuda(b.dln, y.res2, at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
                               grad(kLn2B), b.ln_ws, stream);

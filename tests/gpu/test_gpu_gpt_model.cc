@@ -292,6 +292,16 @@ TEST_F(GpuGptModel, Fp32MatchesTheHostModelWithTheLossInChunks) {
   }
 }
 
+// An odd width: the MLP's GELU by its kernels (the GEMM epilogue needs a
+// row stride 4 C that is a multiple of 8), head size 21.
+TEST_F(GpuGptModel, OddWidthMatchesTheHostModel) {
+  GptConfig c = small_gpt(DType::kF32);
+  c.channels = 63;
+  c.heads = 3;
+  const auto params = unit_params(c, false);
+  expect_close(device_pass(c, params, DType::kF32, 0), host_pass(c, params), 1e-5, 1e-4);
+}
+
 TEST_F(GpuGptModel, Bf16GemmsMatchTheHostModel) {
   const GptConfig c = small_gpt(DType::kBF16);
   const auto params = unit_params(c, false);
