@@ -74,7 +74,7 @@ struct GptCudaOptions {
 inline constexpr int64_t kGptCudaLogitsChunkBytes = int64_t{256} << 20;
 
 namespace detail {
-struct GptCudaState;  // buffers and streams' host side (gpt_cuda.cc)
+struct GptCudaState;  // the workspace, pinned buffers and op marks (models/gpt_cuda_state.h)
 }
 
 class GptCuda final : public Model, public GptControl {
