@@ -25,7 +25,7 @@
 // ranks; ratio = the fraction of that peak the training achieves.
 //
 // Profile (rank 0, mean per timed step; Note [Op profile] in
-// kernels/cpu/op_profile.h): the model's compute by op family (gemm,
+// kernels/op_profile.h): the model's compute by op family (gemm,
 // layernorm, attention, gelu, softmax_xent, embedding, cast, elementwise),
 // what compute has beyond them (other_compute_ms), and idle_ms = step -
 // compute - update - exposed communication (neither stream busy nor
@@ -52,7 +52,7 @@
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "kernels/cpu/update.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
+#include "kernels/cpu/update.h"
 #include "kernels/cuda/update_cuda.h"
 
 namespace mp::bench {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/allocator.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "launch/metrics.h"
 #include "launch/run_dir.h"
 #include "launch/run_model.h"

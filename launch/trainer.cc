@@ -13,7 +13,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "launch/checkpoint_policy.h"
 #include "launch/data_plane.h"
 #include "launch/device_choice.h"

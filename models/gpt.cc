@@ -9,7 +9,7 @@
 #include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gpt_ops.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "models/model_util.h"
 #include "core/error.h"
 #include "models/flat_layout.h"

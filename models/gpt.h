@@ -239,7 +239,7 @@ class GptControl {
   // evaluate returned). EnforceError without a kept row or forward.
   virtual std::vector<float> kept_logits() const = 0;
   // Puts every op time recorded so far into the op profile (Note [Op
-  // profile] in kernels/cpu/op_profile.h): a device model times its ops
+  // profile] in kernels/op_profile.h): a device model times its ops
   // with events and adds them later; the host model adds them as it goes.
   virtual void flush_profile() {}
 };

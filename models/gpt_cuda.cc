@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/flash_attention_cuda.h"
 #include "kernels/cuda/gemm_cublaslt.h"

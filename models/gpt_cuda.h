@@ -40,7 +40,7 @@
 // - sync_each_op (MP_CUDA_SYNC=1 in mp_worker): the host synchronises after
 //   every op and a device fault throws CudaError naming the op and unit,
 //   instead of surfacing at a later call.
-// - With the op profile on (kernels/cpu/op_profile.h, MP_OP_PROFILE=1 in
+// - With the op profile on (kernels/op_profile.h, MP_OP_PROFILE=1 in
 //   mp_worker) every op is timed between CUDA events into its family; the
 //   times reach op_profile_take() at flush_profile() (or the next
 //   micro-batch's start), which waits for them.

@@ -13,7 +13,7 @@
 
 #include "core/allocator.h"
 #include "core/dtype.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "models/flat_layout.h"
 #include "models/gpt_cuda.h"
@@ -103,7 +103,7 @@ struct GptCudaState {
   // timed later (flush_profile); with sync_each_op (Note [GPT on CUDA]) a
   // device fault throws here, naming the op.
   void mark(OpFamily family, const char* op, int unit, cudaStream_t st);
-  // Adds the timed marks to the op profile (kernels/cpu/op_profile.h):
+  // Adds the timed marks to the op profile (kernels/op_profile.h):
   // waits for them, so only while profiling.
   void flush_profile();
 

@@ -30,7 +30,7 @@
 #include "core/error.h"
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 #include "models/flat_layout.h"
 
 namespace mp {

@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "kernels/cpu/update.h"
 
 namespace mp {
 namespace {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/update.h"
+#include "kernels/update_args.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
 #include "proto/mp.pb.h"

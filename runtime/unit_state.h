@@ -35,7 +35,7 @@
 #include "core/allocator.h"
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "kernels/cpu/update.h"
+#include "kernels/update_args.h"
 #include "models/flat_layout.h"
 #include "optim/optimizer.h"
 #include "runtime/engine_options.h"

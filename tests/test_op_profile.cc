@@ -1,9 +1,9 @@
-// kernels/cpu/op_profile.h: what counts, where, and only once.
+// kernels/op_profile.h: what counts, where, and only once.
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 
 namespace mp {
 namespace {

@@ -1,6 +1,6 @@
 // kernels/cpu/gemm.cc: gemm_cpu on oneDNN's matmul (kernels/cpu/gemm.h).
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 
 #include <dnnl.hpp>
 

@@ -1,6 +1,6 @@
 // kernels/cpu/gpt_ops.cc: the GPT-2 layer math (Note [GPT op math] in gpt_ops.h).
 #include "kernels/cpu/gpt_ops.h"
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 
 #include <algorithm>
 #include <type_traits>

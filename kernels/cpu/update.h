@@ -14,41 +14,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernels/convert.h"
-#include "kernels/cpu/cpu_isa.h"
-#include "kernels/update_math.h"
+#include "kernels/update_args.h"
 
 namespace mp {
-
-
-struct UpdateArgs {
-  OptimizerHyper hyper;
-  int64_t n = 0;
-  MasterMode master_mode = MasterMode::kFp32;
-  float* master = nullptr;            // kFp32: the shard's fp32 master
-  int16_t* master_remainder = nullptr;  // kBf16Remainder: the remainder; param_out is the bf16 half
-  // Optimizer state: AdamW m and v, Lion m, SGD the momentum buffer
-  // (state1 unused; both unused for SGD without momentum).
-  void* state0 = nullptr;
-  void* state1 = nullptr;
-  DType state_dtype = DType::kF32;  // fp32 or bf16
-  const void* grad = nullptr;
-  DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16
-  // kFp32: the copy to write (may be null); kBf16Remainder: the bf16 half
-  // of the master, updated in place; kNone: the parameter itself.
-  void* param_out = nullptr;
-  DType param_dtype = DType::kBF16; // fp32, bf16 or fp16 (bf16 for kBf16Remainder)
-  Rounding rounding = Rounding::kNearestEven;  // of param_out (kFp32 and kNone)
-  // Stochastic rounding draws philox_u32(seed, scalars.step, index_offset + i).
-  uint64_t seed = 0;
-  uint64_t index_offset = 0;
-  // Parameter groups: sorted, contiguous, covering [0, n); null means one
-  // range with both scales 1.
-  const UpdateRange* ranges = nullptr;
-  int64_t num_ranges = 0;
-  int threads = 0;                  // 0: default_cpu_threads()
-  CpuIsa isa = CpuIsa::kAuto;
-};
 
 // One step. With scalars.found_inf nothing is written. Throws EnforceError
 // naming what is wrong with the arguments or the range table.

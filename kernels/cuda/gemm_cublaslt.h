@@ -1,6 +1,6 @@
 // kernels/cuda/gemm_cublaslt.h: C = op(A) op(B) (+ bias) (+ C) on a CUDA
 // device through cuBLASLt: the device twin of gemm_cpu (kernels/cpu/gemm.h),
-// taking the same GemmProblem, so a caller switches device by switching the
+// taking the same GemmProblem (kernels/gemm_problem.h), so a caller switches device by switching the
 // call. A and B are fp32 or bf16, C and bias are fp32; every product is
 // accumulated in fp32 (CUBLAS_COMPUTE_32F). All pointers are device memory.
 //
@@ -40,7 +40,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/gemm_problem.h"
 
 namespace mp {
 
@@ -84,7 +84,7 @@ class GemmCuda {
   GemmCuda(const GemmCuda&) = delete;
   GemmCuda& operator=(const GemmCuda&) = delete;
 
-  // The GemmProblem contract of kernels/cpu/gemm.h, on `stream`, asynchronous.
+  // The GemmProblem contract of kernels/gemm_problem.h, on `stream`, asynchronous.
   // Throws EnforceError for a bad shape, leading dimension, dtype or pointer,
   // and CudaError (naming the shape) when cuBLASLt fails. The calling thread's
   // current device must be device().

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cpu/update.h"
+#include "kernels/update_args.h"
 
 namespace mp {
 

@@ -1,4 +1,4 @@
-// kernels/cpu/op_profile.h: where a CPU model's compute time goes, by op
+// kernels/op_profile.h: where a CPU model's compute time goes, by op
 // family: the profile `mp_bench gpt` prints (Note [Op profile]).
 //
 // Note [Op profile]

@@ -1,4 +1,4 @@
-#include "kernels/cpu/op_profile.h"
+#include "kernels/op_profile.h"
 
 #include <mutex>
 

@@ -1,0 +1,63 @@
+#include "core/pinned.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "mp/config.h"
+#if MP_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_stream.h"
+#include "core/error_cuda.h"
+#endif
+
+namespace mp {
+
+PinnedBuffer::PinnedBuffer(Device device, size_t bytes) : device_(device), size_bytes_(bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (data_ == nullptr) MP_THROW(OutOfMemoryError, "host buffer of ", bytes, " bytes");
+  } else {
+#if MP_WITH_CUDA
+    CudaDeviceGuard guard(device);
+    MP_CHECK_CUDA(cudaMallocHost(&data_, bytes));
+#else
+    MP_THROW(ConfigError, "pinned host memory for ", device, ": mp was built without CUDA");
+#endif
+  }
+  std::memset(data_, 0, bytes);
+}
+
+PinnedBuffer::~PinnedBuffer() { release(); }
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : device_(other.device_), data_(std::exchange(other.data_, nullptr)),
+      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    device_ = other.device_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+  }
+  return *this;
+}
+
+void PinnedBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (device_.is_cpu()) {
+    std::free(data_);
+  } else {
+#if MP_WITH_CUDA
+    (void)cudaFreeHost(data_);
+#endif
+  }
+  data_ = nullptr;
+  size_bytes_ = 0;
+}
+
+}  // namespace mp
