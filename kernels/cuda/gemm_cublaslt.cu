@@ -96,13 +96,9 @@ CublasLt load_cublaslt() {
   return api;
 }
 
-const CublasLt& cublaslt_loaded() {
-  static const CublasLt api = load_cublaslt();  // thread-safe, once
-  return api;
-}
-
+// cuBLASLt, loaded on the first call; throws CudaError when it cannot be.
 const CublasLt& cublaslt() {
-  const CublasLt& api = cublaslt_loaded();
+  static const CublasLt api = load_cublaslt();  // thread-safe, once
   if (!api.error.empty()) MP_THROW(CudaError, api.error);
   return api;
 }
@@ -512,12 +508,6 @@ void gemm_cuda(const GemmProblem& problem, cudaStream_t stream, const GemmCudaOp
   std::unique_ptr<GemmCuda>& gemm = per_stream[{device, stream}];
   if (gemm == nullptr) gemm = std::make_unique<GemmCuda>(device);
   gemm->run(problem, stream, options);
-}
-
-bool gemm_cuda_available(std::string* why) {
-  const CublasLt& api = cublaslt_loaded();
-  if (why != nullptr) *why = api.error;
-  return api.error.empty();
 }
 
 std::string gemm_cuda_describe() {

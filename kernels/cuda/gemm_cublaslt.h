@@ -103,10 +103,6 @@ class GemmCuda {
 // created on first use and kept until the thread exits.
 void gemm_cuda(const GemmProblem& problem, cudaStream_t stream, const GemmCudaOptions& options = {});
 
-// Whether libcublasLt can be loaded; if not, `why` (when given) says why.
-// Loads it on the first call.
-bool gemm_cuda_available(std::string* why = nullptr);
-
 // "cuBLASLt 130000 (libcublasLt.so.13)": for logs and benchmarks. Loads
 // cuBLASLt; throws CudaError if it cannot.
 std::string gemm_cuda_describe();
