@@ -141,9 +141,10 @@ void check_input(const GemmInput& x, const char* name, int64_t rows, int64_t col
              " < its ", stored_cols, " stored columns");
 }
 
-// The largest power of two up to 256 that divides the address: what the
-// heuristic may assume (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES).
+// The alignment class of a pointer: the largest power of two up to 256 that
+// divides the address (what an algorithm may assume of it); 0 for null.
 uint32_t alignment(const void* p) {
+  if (p == nullptr) return 0;
   const auto u = reinterpret_cast<uintptr_t>(p);
   uint32_t a = 256;
   while (a > 1 && u % a != 0) a /= 2;
@@ -205,11 +206,14 @@ __global__ void gelu_epilogue_kernel(GemmEpilogue epilogue, float* c, int64_t ld
 
 // ---- plans --------------------------------------------------------------------------
 
+// Everything a plan depends on, the alignment class of every pointer an
+// algorithm may assume aligned included (A, B, C = D, bias, aux; 0 when
+// absent): a plan chosen for aligned pointers is never run on less aligned ones.
 struct PlanKey {
   int64_t m, n, k, lda, ldb, ldc;
   DType a_dtype, b_dtype;
-  bool a_transposed, b_transposed, bias_epilogue, accumulate, tf32;
-  uint32_t align_a, align_b, align_c;
+  bool a_transposed, b_transposed, accumulate, tf32;
+  uint32_t align_a, align_b, align_c, align_bias, align_aux;
   GemmEpilogue epilogue;
   int64_t aux_ld;
   auto operator<=>(const PlanKey&) const = default;
@@ -245,6 +249,22 @@ struct Preference {
 
 cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+// Whether cuBLASLt's epilogue adds the key's bias (else bias_rows_kernel does).
+bool bias_in_library(const PlanKey& key) { return key.align_bias >= kBiasEpilogueAlignment; }
+
+// Points the descriptor at this call's bias and aux, as far as its epilogue
+// reads them. Before the heuristic too: routines that do not dereference
+// them, cublasLtMatmulAlgoGetHeuristic included, take their alignment from
+// these pointers (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER).
+void set_epilogue_pointers(const CublasLt& api, cublasLtMatmulDesc_t desc, bool bias, bool gelu,
+                           const GemmProblem& p, const GemmCudaOptions& options) {
+  if (bias) MP_CHECK_CUBLAS_FOR(api.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)), p);
+  if (gelu) {
+    void* aux = options.aux;
+    MP_CHECK_CUBLAS_FOR(api.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), p);
+  }
+}
+
 // The plan for `key`, with the operands flagged packed taken as packed
 // fp32 (256-byte aligned); null when cuBLASLt has no algorithm for it (or, with `may_fail`,
 // when the heuristic refuses the layout in any way).
@@ -252,7 +272,7 @@ cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUD
 // descriptor (run() then applies it by a kernel).
 std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, const PlanKey& key, bool pack_a,
                                 bool pack_b, bool may_fail, int64_t workspace_bytes, const GemmProblem& problem,
-                                bool gelu_in_library = true) {
+                                const GemmCudaOptions& options, bool gelu_in_library = true) {
   auto plan = std::make_unique<Plan>();
   plan->api = &api;
   plan->pack_a = pack_a;
@@ -271,9 +291,10 @@ std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, co
   MP_CHECK_CUBLAS_FOR(api.desc_create(&plan->desc, compute, CUDA_R_32F), problem);
   const int32_t trans_a = key.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int32_t trans_b = key.a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  uint32_t epilogue = key.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const bool bias_epilogue = bias_in_library(key);
+  uint32_t epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (gelu_in_library && key.epilogue == GemmEpilogue::kGelu) {
-    epilogue = key.bias_epilogue ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   } else if (gelu_in_library && key.epilogue == GemmEpilogue::kDGelu) {
     epilogue = CUBLASLT_EPILOGUE_DGELU;
   }
@@ -287,6 +308,8 @@ std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, co
     MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
                         problem);
   }
+  set_epilogue_pointers(api, plan->desc, bias_epilogue, !plan->epilogue_by_kernel && key.epilogue != GemmEpilogue::kNone,
+                        problem, options);
 
   // Column-major views: our B stored [sb.rows, sb.cols] is [sb.cols, sb.rows].
   MP_CHECK_CUBLAS_FOR(api.layout_create(&plan->layout_a, cuda_type(b_type), static_cast<uint64_t>(sb.cols),
@@ -316,7 +339,9 @@ std::unique_ptr<Plan> make_plan(const CublasLt& api, cublasLtHandle_t handle, co
   int found = 0;
   const cublasStatus_t status = api.heuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c,
                                               plan->layout_c, pref.pref, 1, &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0) ||
+  // A result's fields are valid only when its state is success (cublasLt.h).
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (status == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)) ||
       (may_fail && status != CUBLAS_STATUS_SUCCESS)) {
     return nullptr;
   }
@@ -430,10 +455,6 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
                "gemm GELU epilogue: aux ", static_cast<const void*>(options.aux), " with ld ", options.aux_ld, " for ",
                describe(p), " (ld a multiple of 8 and >= n, 16-byte aligned, no accumulate, no bias with dgelu)");
   }
-  const bool bias_epilogue = p.bias != nullptr && alignment(p.bias) >= kBiasEpilogueAlignment;
-  // cuBLASLt's GELU follows its bias: with a bias it cannot read, the GELU
-  // too runs as a kernel, after bias_rows_kernel.
-  const bool library_gelu = ep != GemmEpilogue::kGelu || p.bias == nullptr || bias_epilogue;
   const PlanKey key{p.m,
                     p.n,
                     p.k,
@@ -444,14 +465,19 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
                     p.b.dtype,
                     p.a.transposed,
                     p.b.transposed,
-                    bias_epilogue,
                     p.accumulate,
                     options.allow_tf32,
                     alignment(p.a.data),
                     alignment(p.b.data),
                     alignment(p.c),
+                    alignment(p.bias),
+                    ep == GemmEpilogue::kNone ? 0 : alignment(options.aux),
                     ep,
                     ep == GemmEpilogue::kNone ? 0 : options.aux_ld};
+  const bool bias_epilogue = bias_in_library(key);
+  // cuBLASLt's GELU follows its bias: with a bias it cannot read, the GELU
+  // too runs as a kernel, after bias_rows_kernel.
+  const bool library_gelu = ep != GemmEpilogue::kGelu || p.bias == nullptr || bias_epilogue;
   auto found = impl_->plans.find(key);
   if (found == impl_->plans.end()) {
     const CublasLt& api = *impl_->api;
@@ -460,13 +486,13 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
     // algorithm takes that layout or alignment, both packed to fp32.
     std::unique_ptr<Plan> made = make_plan(api, impl_->handle, key, mixed && p.a.dtype == DType::kBF16,
                                            mixed && p.b.dtype == DType::kBF16, true, impl_->workspace_bytes, p,
-                                           library_gelu);
+                                           options, library_gelu);
     if (made == nullptr && ep != GemmEpilogue::kNone) {  // no fused algorithm: the GELU by a kernel after
       made = make_plan(api, impl_->handle, key, mixed && p.a.dtype == DType::kBF16, mixed && p.b.dtype == DType::kBF16,
-                       true, impl_->workspace_bytes, p, /*gelu_in_library=*/false);
+                       true, impl_->workspace_bytes, p, options, /*gelu_in_library=*/false);
     }
     if (made == nullptr) {
-      made = make_plan(api, impl_->handle, key, true, true, false, impl_->workspace_bytes, p,
+      made = make_plan(api, impl_->handle, key, true, true, false, impl_->workspace_bytes, p, options,
                        /*gelu_in_library=*/false);
     }
     if (made == nullptr) MP_THROW(CudaError, "cuBLASLt has no algorithm for a ", describe(p));
@@ -478,13 +504,9 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
   const void* a = plan->pack_a ? pack(p.a, stored(p.a, p.m, p.k), scratch_a, stream) : p.a.data;
   const void* b = plan->pack_b ? pack(p.b, stored(p.b, p.k, p.n), scratch_b, stream) : p.b.data;
   const CublasLt& api = *impl_->api;
-  if (bias_epilogue) {
-    MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)), p);
-  }
-  if (ep != GemmEpilogue::kNone && !plan->epilogue_by_kernel) {
-    void* aux = options.aux;
-    MP_CHECK_CUBLAS_FOR(api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), p);
-  }
+  // This call's pointers: of the alignment class the plan was chosen for (the key).
+  set_epilogue_pointers(api, plan->desc, bias_epilogue, ep != GemmEpilogue::kNone && !plan->epilogue_by_kernel, p,
+                        options);
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   MP_CHECK_CUBLAS_FOR(api.matmul(impl_->handle, plan->desc, &alpha, b, plan->layout_a, a, plan->layout_b, &beta,
                                  p.c, plan->layout_c, p.c, plan->layout_c, &plan->algo, impl_->workspace,

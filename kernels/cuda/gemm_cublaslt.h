@@ -24,7 +24,13 @@
 // - A GemmCuda owns one cuBLASLt handle, a workspace (kGemmCudaWorkspaceBytes)
 //   and a cache of plans: the descriptors and the algorithm the heuristic
 //   picked, per problem shape (m, n, k, leading dimensions, dtypes,
-//   transposes, bias, accumulate, TF32, pointer alignments). A shape runs the
+//   transposes, accumulate, TF32, epilogue) and alignment class of every
+//   pointer an algorithm may assume aligned (A, B, C = D, bias, aux: the
+//   largest power of two up to 256 dividing the address). The heuristic gets
+//   A's to D's as CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES and reads bias's
+//   and aux's from the descriptor, whose bias and aux pointers are set before
+//   it is queried; every call sets its own pointers again before the matmul
+//   (they change, their alignment class cannot: it is in the key). A shape runs the
 //   same algorithm every time, and cuBLAS documents bitwise identical results
 //   run to run for one toolkit, GPU architecture and SM count; so repeated
 //   calls give the same bits (tests/gpu/test_gpu_gpt_ops.cc checks it). Bits
