@@ -8,29 +8,50 @@
 // - Row-major problems go to column-major cuBLASLt as C^T = op(B)^T op(A)^T:
 //   a row-major matrix [r, c] with leading dimension ld is the column-major
 //   [c, r] with the same ld, so no operand is copied or transposed.
-// - bias is CUBLASLT_EPILOGUE_BIAS (added to every row of C, after the
-//   product and before C is written; with accumulate, D = AB + C + bias).
-//   A bias not 16-byte aligned is added by a kernel after the matmul instead
-//   (one more fp32 rounding).
 // - bf16 x bf16 multiplies natively; an fp32 x bf16 pair (cuBLASLt has no
 //   mixed-input matmul) widens the bf16 operand to packed fp32 on the stream
 //   (stream-ordered scratch, cudaMallocAsync), which is exact, and runs the
-//   fp32 GEMM: the same products of the same values. A problem whose layout
-//   or pointer alignment no algorithm takes runs with both operands packed
-//   to fp32 the same way.
+//   fp32 GEMM: the same products of the same values.
 // - fp32 x fp32 is true fp32 unless GemmCudaOptions::allow_tf32.
+// - Alignment. An algorithm may assume the alignment of every pointer it is
+//   given. A plan is chosen for the alignment class (the largest power of
+//   two up to 256 dividing the address) of each of A, B, C = D, bias and
+//   aux: the heuristic gets A's to D's as
+//   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES (256 for an operand packed
+//   into fresh memory) and reads bias's and aux's from the descriptor,
+//   whose bias and aux pointers (and aux's ld) are set before it is queried.
+//   The five classes are in the plan cache key, so a plan found for aligned
+//   pointers never runs on less aligned ones; every call sets its own bias
+//   and aux pointers on the descriptor again before cublasLtMatmul.
+// - Forms. A plan takes the first of these forms that the heuristic has an
+//   algorithm for (fewer where they coincide: no bias, no GELU):
+//   1. fused: the bias (CUBLASLT_EPILOGUE_BIAS: added after the product,
+//      before C is written; D = AB (+ C) + bias) and the GELU
+//      (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS], CUBLASLT_EPILOGUE_DGELU) in
+//      cuBLASLt's epilogue. Only with no bias or a 16-byte-aligned one:
+//      cuBLASLt's GELU follows its bias;
+//   2. the product with form 1's bias epilogue (none for a bias less than
+//      16-byte aligned: a kernel adds it after the matmul, one more fp32
+//      rounding), then the GELU by a kernel with math::gelu /
+//      math::gelu_grad (kernels/gpt_math.h). Its descriptor, layouts and
+//      preferences are those of the same problem without the GELU, so the
+//      heuristic, given the same inputs, picks the same algorithm;
+//   3. the plain product, then the bias and the GELU by kernels;
+//   4. as 3 with both operands packed to fp32 (the same values): for a
+//      layout or pointer alignment no algorithm takes.
+//   When cublasLtMatmul refuses a plan's algorithm (CUBLAS_STATUS_NOT_SUPPORTED,
+//   _ARCH_MISMATCH or _INVALID_VALUE), the plan is replaced by the next form
+//   the heuristic has an algorithm for and the call runs again in it; later
+//   calls go straight to it. When no form is left, CudaError names the shape.
+//   GemmCudaOptions::gelu_by_kernel starts at form 2, for tests. k = 0 runs
+//   no matmul: C = bias (or zeros) (+ C), then the GELU by the kernel.
 // - cuBLASLt is not linked (docs/testing.md "Building by hand"): the first GemmCuda opens
 //   libcublasLt with dlopen; a process that runs no GPU GEMM never loads it.
 // - A GemmCuda owns one cuBLASLt handle, a workspace (kGemmCudaWorkspaceBytes)
-//   and a cache of plans: the descriptors and the algorithm the heuristic
-//   picked, per problem shape (m, n, k, leading dimensions, dtypes,
-//   transposes, accumulate, TF32, epilogue) and alignment class of every
-//   pointer an algorithm may assume aligned (A, B, C = D, bias, aux: the
-//   largest power of two up to 256 dividing the address). The heuristic gets
-//   A's to D's as CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES and reads bias's
-//   and aux's from the descriptor, whose bias and aux pointers are set before
-//   it is queried; every call sets its own pointers again before the matmul
-//   (they change, their alignment class cannot: it is in the key). A shape runs the
+//   and a cache of plans, one per key: the problem shape (m, n, k, leading
+//   dimensions, dtypes, transposes, accumulate, TF32, epilogue, aux ld,
+//   gelu_by_kernel) and the five alignment classes. A plan holds its form,
+//   its descriptors and the algorithm the heuristic picked. A key runs the
 //   same algorithm every time, and cuBLAS documents bitwise identical results
 //   run to run for one toolkit, GPU architecture and SM count; so repeated
 //   calls give the same bits (tests/gpu/test_gpu_gpt_ops.cc checks it). Bits
@@ -69,14 +90,19 @@ struct GemmCudaOptions {
   bool allow_tf32 = false;
   // With an epilogue: aux is an fp32 [m, n] matrix, row stride aux_ld (a
   // multiple of 8, >= n, 16-byte aligned), written by kGelu and read by
-  // kDGelu; not with accumulate; kDGelu takes no bias. Where cuBLASLt offers
-  // no algorithm for the fused form, the plain product is followed by a
-  // kernel computing the same with math::gelu / math::gelu_grad
-  // (kernels/gpt_math.h). cuBLASLt's own GELU is the tanh form too, but its
-  // bits may differ from math::gelu's in the last places.
+  // kDGelu; not with accumulate; kDGelu takes no bias. Where cuBLASLt has no
+  // fused algorithm, or refuses it, the product is followed by a kernel
+  // computing the same with math::gelu / math::gelu_grad (kernels/gpt_math.h;
+  // Note [cuBLASLt GEMM], forms). cuBLASLt's own GELU is the tanh form too,
+  // but its bits may differ from math::gelu's in the last places.
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   float* aux = nullptr;
   int64_t aux_ld = 0;
+  // For tests: with an epilogue, run the GELU by the kernel even where
+  // cuBLASLt has a fused algorithm (form 2 of Note [cuBLASLt GEMM]), so the
+  // two can be compared; the product and its bias are then computed as for
+  // the same problem without the epilogue.
+  bool gelu_by_kernel = false;
 };
 
 // One cuBLASLt handle, workspace and plan cache on one device. Not thread-safe:
@@ -97,7 +123,7 @@ class GemmCuda {
   void run(const GemmProblem& problem, cudaStream_t stream, const GemmCudaOptions& options = {});
 
   int device() const;
-  // Plans cached so far (one per distinct problem shape).
+  // Plans cached so far (one per key: shape and alignment classes).
   int64_t cached_plans() const;
 
  private:
