@@ -27,29 +27,31 @@
 namespace mp {
 namespace {
 
-// Device copy of a host vector (at least one element, so never null).
+// Device copy of a host vector (at least one element, so never null),
+// uploaded on the test's stream; host() downloads it on that stream, after
+// the work enqueued there before (testing::copy_on_stream).
 template <class T>
 class DeviceVector {
  public:
-  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
+  DeviceVector(const std::vector<T>& host, cudaStream_t stream) : n_(host.size()), stream_(stream) {
     MP_CHECK_CUDA(cudaMalloc(&p_, std::max<size_t>(n_, 1) * sizeof(T)));
-    if (n_ > 0) MP_CHECK_CUDA(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    testing::copy_on_stream(p_, host.data(), n_ * sizeof(T), stream_);
   }
-  explicit DeviceVector(size_t n) : DeviceVector(std::vector<T>(n)) {}
+  DeviceVector(size_t n, cudaStream_t stream) : DeviceVector(std::vector<T>(n), stream) {}
   ~DeviceVector() { cudaFree(p_); }
   DeviceVector(const DeviceVector&) = delete;
   DeviceVector& operator=(const DeviceVector&) = delete;
   T* get() const { return static_cast<T*>(p_); }
   std::vector<T> host() const {
-    MP_CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<T> out(n_);
-    if (n_ > 0) MP_CHECK_CUDA(cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    testing::copy_on_stream(out.data(), p_, n_ * sizeof(T), stream_);
     return out;
   }
 
  private:
   void* p_ = nullptr;
   size_t n_;
+  cudaStream_t stream_;
 };
 
 class GpuOps : public testing::GpuTest {
@@ -57,7 +59,9 @@ class GpuOps : public testing::GpuTest {
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    MP_CHECK_CUDA(cudaStreamCreate(&stream_));
+    // Non-blocking, as the engine's streams are: only the stream orders the
+    // test's copies (testing::copy_on_stream) and kernels.
+    MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   void TearDown() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -153,8 +157,8 @@ std::vector<float> check_gemm(const GemmCase& c, cudaStream_t stream) {
   const auto c0 = random_floats(static_cast<size_t>(c.m * ldc + c.offset), 13);
   const auto bias = random_floats(static_cast<size_t>(c.n + c.offset), 14);
 
-  DeviceVector<uint8_t> da(a.bytes), db(b.bytes);
-  DeviceVector<float> dc(c0), dbias(bias);
+  DeviceVector<uint8_t> da(a.bytes, stream), db(b.bytes, stream);
+  DeviceVector<float> dc(c0, stream), dbias(bias, stream);
   GemmProblem p;
   p.m = c.m;
   p.n = c.n;
@@ -264,8 +268,8 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
   std::vector<bf16> a16(a.size()), b16(b.size());
   for (size_t i = 0; i < a.size(); ++i) a16[i] = math::from_f32<bf16>(a[i]);
   for (size_t i = 0; i < b.size(); ++i) b16[i] = math::from_f32<bf16>(b[i]);
-  DeviceVector<bf16> da(a16), db(b16);
-  DeviceVector<float> dbias(bias), dg(g);
+  DeviceVector<bf16> da(a16, stream_), db(b16, stream_);
+  DeviceVector<float> dbias(bias, stream_), dg(g, stream_);
   // C [m, n] = A B, bf16 in, into `c`.
   auto problem = [&](float* c) {
     GemmProblem p;
@@ -280,7 +284,8 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
   };
   for (int shift : {0, 1}) {  // 1: a bias the epilogue cannot read
     SCOPED_TRACE(shift == 0 ? "aligned bias" : "unaligned bias");
-    DeviceVector<float> plain(m * n), want(m * n), fused(m * n), pre(m * n);
+    DeviceVector<float> plain(m * n, stream_), want(m * n, stream_), fused(m * n, stream_),
+        pre(m * n, stream_);
     GemmProblem p = problem(plain.get());
     p.bias = dbias.get() + shift;
     gemm_cuda(p, stream_);
@@ -292,7 +297,7 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
     expect_close(pre.host(), to_double(plain_h), 1e-5, 1e-6, "gelu epilogue pre-activation");
   }
   // dgelu: (A B) gelu'(aux), aux the pre-activation g, no bias.
-  DeviceVector<float> plain(m * n), want(m * n), fused(m * n);
+  DeviceVector<float> plain(m * n, stream_), want(m * n, stream_), fused(m * n, stream_);
   GemmProblem p = problem(plain.get());
   gemm_cuda(p, stream_);
   gpt_gelu_backward_cuda(dg.get(), plain.get(), m * n, want.get(), stream_);
@@ -309,7 +314,7 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
 }
 
 TEST_F(GpuOps, GemmRejectsBadProblems) {
-  DeviceVector<float> buf(64);
+  DeviceVector<float> buf(64, stream_);
   GemmProblem p;
   p.m = p.n = p.k = 4;
   p.a = GemmInput{buf.get(), DType::kF32, 3, false};  // ld < k
@@ -326,7 +331,8 @@ TEST_F(GpuOps, GemmRejectsBadProblems) {
 }
 
 TEST_F(GpuOps, GemmCudaCachesOnePlanPerShape) {
-  DeviceVector<float> a(random_floats(64 * 64, 1)), b(random_floats(64 * 64, 2)), c(64 * 64);
+  DeviceVector<float> a(random_floats(64 * 64, 1), stream_), b(random_floats(64 * 64, 2), stream_),
+      c(64 * 64, stream_);
   GemmCuda gemm(0);
   GemmProblem p;
   p.m = 8;
@@ -354,8 +360,8 @@ TEST_F(GpuOps, EmbeddingMatchesCpuAndRepeats) {
   std::mt19937 rng(5);
   for (auto& t : tokens) t = static_cast<int32_t>(rng() % 4 == 0 ? 7 : rng() % vocab_rows);  // repeats
   const auto wte = random_floats(vocab_rows * channels, 1), wpe = random_floats(seq * channels, 2);
-  DeviceVector<int32_t> dtok(tokens);
-  DeviceVector<float> dwte(wte), dwpe(wpe), dout_f(rows * channels);
+  DeviceVector<int32_t> dtok(tokens, stream_);
+  DeviceVector<float> dwte(wte, stream_), dwpe(wpe, stream_), dout_f(rows * channels, stream_);
   gpt_embedding_forward_cuda(dtok.get(), dwte.get(), dwpe.get(), batch, seq, channels, vocab_rows, dout_f.get(),
                              stream_);
   std::vector<double> want(rows * channels);
@@ -373,11 +379,11 @@ TEST_F(GpuOps, EmbeddingMatchesCpuAndRepeats) {
   auto cpu_wte = gwte0, cpu_wpe = gwpe0;
   gpt_embedding_backward(tokens.data(), g.data(), batch, seq, channels, cpu_wte.data(), cpu_wpe.data(), 1);
   const int64_t ws_bytes = gpt_embedding_backward_cuda_workspace_bytes(rows, vocab_rows);
-  DeviceVector<uint8_t> ws(static_cast<size_t>(ws_bytes));
-  DeviceVector<float> dg(g);
+  DeviceVector<uint8_t> ws(static_cast<size_t>(ws_bytes), stream_);
+  DeviceVector<float> dg(g, stream_);
   std::vector<float> runs[2][2];
   for (auto& run : runs) {
-    DeviceVector<float> gwte(gwte0), gwpe(gwpe0);
+    DeviceVector<float> gwte(gwte0, stream_), gwpe(gwpe0, stream_);
     gpt_embedding_backward_cuda(dtok.get(), dg.get(), batch, seq, channels, vocab_rows, gwte.get(), gwpe.get(),
                                 ws.get(), ws_bytes, stream_);
     run[0] = gwte.host();
@@ -391,13 +397,13 @@ TEST_F(GpuOps, EmbeddingMatchesCpuAndRepeats) {
 
   // An id outside [0, vocab_rows): NaN in its forward row, skipped backward.
   tokens[4] = static_cast<int32_t>(vocab_rows);
-  DeviceVector<int32_t> bad(tokens);
+  DeviceVector<int32_t> bad(tokens, stream_);
   gpt_embedding_forward_cuda(bad.get(), dwte.get(), dwpe.get(), batch, seq, channels, vocab_rows, dout_f.get(),
                              stream_);
   const auto out = dout_f.host();
   EXPECT_TRUE(std::isnan(out[4 * channels])) << out[4 * channels];
   EXPECT_FALSE(std::isnan(out[3 * channels]));
-  DeviceVector<float> gwte(gwte0), gwpe(gwpe0);
+  DeviceVector<float> gwte(gwte0, stream_), gwpe(gwpe0, stream_);
   gpt_embedding_backward_cuda(bad.get(), dg.get(), batch, seq, channels, vocab_rows, gwte.get(), gwpe.get(), ws.get(),
                               ws_bytes, stream_);
   // The CPU op with row 4's gradient zeroed (x + 0 == x) under a valid token.
@@ -425,10 +431,12 @@ TEST_F(GpuOps, LayerNormMatchesCpuAndRepeats) {
                            dw.data(), db.data(), 1);
 
     const int64_t ws_bytes = gpt_layernorm_backward_cuda_workspace_bytes(rows, channels);
-    DeviceVector<float> dxin(x), dwt(w), dbt(b), dg(g), dws(static_cast<size_t>(ws_bytes / 4));
+    DeviceVector<float> dxin(x, stream_), dwt(w, stream_), dbt(b, stream_), dg(g, stream_),
+        dws(static_cast<size_t>(ws_bytes / 4), stream_);
     std::vector<float> runs[2][6];
     for (auto& run : runs) {
-      DeviceVector<float> o(rows * channels), m(rows), r(rows), ddx(dx0), ddw(channels), ddb(channels);
+      DeviceVector<float> o(rows * channels, stream_), m(rows, stream_), r(rows, stream_), ddx(dx0, stream_),
+          ddw(channels, stream_), ddb(channels, stream_);
       gpt_layernorm_forward_cuda(dxin.get(), dwt.get(), dbt.get(), rows, channels, o.get(), m.get(), r.get(), stream_);
       gpt_layernorm_backward_cuda(dg.get(), dxin.get(), dwt.get(), m.get(), r.get(), rows, channels, ddx.get(),
                                   ddw.get(), ddb.get(), dws.get(), stream_);
@@ -456,11 +464,12 @@ TEST_F(GpuOps, AddLayerNormGivesTheBitsOfAddThenLayerNorm) {
     SCOPED_TRACE(detail::str(rows, " rows x ", channels, " channels"));
     const auto a = random_floats(rows * channels, 11, -2.0f, 3.0f), b = random_floats(rows * channels, 12),
                w = random_floats(channels, 13), bias = random_floats(channels, 14);
-    DeviceVector<float> da(a), dw(w), dbias(bias);
-    DeviceVector<float> sum(b), o1(rows * channels), m1(rows), r1(rows);  // unfused: sum = a + b in place
+    DeviceVector<float> da(a, stream_), dw(w, stream_), dbias(bias, stream_);
+    // Unfused: sum = a + b in place.
+    DeviceVector<float> sum(b, stream_), o1(rows * channels, stream_), m1(rows, stream_), r1(rows, stream_);
     gpt_add_cuda(da.get(), sum.get(), rows * channels, sum.get(), stream_);
     gpt_layernorm_forward_cuda(sum.get(), dw.get(), dbias.get(), rows, channels, o1.get(), m1.get(), r1.get(), stream_);
-    DeviceVector<float> fused(b), o2(rows * channels), m2(rows), r2(rows);
+    DeviceVector<float> fused(b, stream_), o2(rows * channels, stream_), m2(rows, stream_), r2(rows, stream_);
     gpt_add_layernorm_forward_cuda(da.get(), fused.get(), dw.get(), dbias.get(), rows, channels, fused.get(), o2.get(),
                                    m2.get(), r2.get(), stream_);
     expect_same_bits(fused.host(), sum.host(), "sum");
@@ -479,10 +488,11 @@ TEST_F(GpuOps, BiasBackwardMatchesCpuAndRepeats) {
     for (int64_t n = 0; n < rows; ++n) {
       for (int64_t o = 0; o < out; ++o) want[o] += dy_d[n * out + o];
     }
-    DeviceVector<float> ddy(dy), ws(static_cast<size_t>(gpt_bias_backward_cuda_workspace_bytes(rows, out) / 4));
+    DeviceVector<float> ddy(dy, stream_),
+        ws(static_cast<size_t>(gpt_bias_backward_cuda_workspace_bytes(rows, out) / 4), stream_);
     std::vector<float> runs[2];
     for (auto& run : runs) {
-      DeviceVector<float> db(random_floats(out, 8));  // overwritten
+      DeviceVector<float> db(random_floats(out, 8), stream_);  // overwritten
       gpt_bias_backward_cuda(ddy.get(), rows, out, db.get(), ws.get(), stream_);
       run = db.host();
     }
@@ -500,21 +510,21 @@ TEST_F(GpuOps, GeluAddAndBf16RoundingMatchCpu) {
   std::vector<double> y(n), dx(n);
   gpt_gelu_forward(x_d.data(), n, y.data(), 1);
   gpt_gelu_backward(x_d.data(), g_d.data(), n, dx.data(), 1);
-  DeviceVector<float> dxin(x), dy(n), dg(g);
+  DeviceVector<float> dxin(x, stream_), dy(n, stream_), dg(g, stream_);
   gpt_gelu_forward_cuda(dxin.get(), n, dy.get(), stream_);
   expect_close(dy.host(), y, 1e-5, 1e-6, "gelu");
   gpt_gelu_backward_cuda(dxin.get(), dg.get(), n, dg.get(), stream_);  // in place over dout
   // 1 - tanh^2 cancels for |x| of a few units: absolute error ~1e-6 there.
   expect_close(dg.host(), dx, 1e-5, 2e-5, "gelu backward");
 
-  DeviceVector<float> a(x), b(g);
+  DeviceVector<float> a(x, stream_), b(g, stream_);
   gpt_add_cuda(a.get(), b.get(), n, a.get(), stream_);
   std::vector<double> sum(n);
   for (int64_t i = 0; i < n; ++i) sum[i] = static_cast<double>(x[i] + g[i]);  // one fp32 rounding
   expect_close(a.host(), sum, 0.0, 0.0, "add");
 
-  DeviceVector<uint16_t> as_bf16(n);
-  DeviceVector<float> as_f32(n);
+  DeviceVector<uint16_t> as_bf16(n, stream_);
+  DeviceVector<float> as_f32(n, stream_);
   gpt_round_to_bf16_cuda(dxin.get(), n, DType::kBF16, as_bf16.get(), stream_);
   gpt_round_to_bf16_cuda(dxin.get(), n, DType::kF32, as_f32.get(), stream_);
   const auto h16 = as_bf16.host();
@@ -542,12 +552,12 @@ TEST_F(GpuOps, AttentionMatchesCpuAndRepeats) {
     gpt_attention_backward(qkv_d.data(), att.data(), g_d.data(), s.batch, s.seq, s.channels, s.heads, scratch.data(),
                            dqkv.data(), 1);
 
-    DeviceVector<float> dq(qkv), dg(g),
-        dscratch(gpt_attention_backward_cuda_scratch_elements(s.batch, s.seq, s.heads));
+    DeviceVector<float> dq(qkv, stream_), dg(g, stream_),
+        dscratch(gpt_attention_backward_cuda_scratch_elements(s.batch, s.seq, s.heads), stream_);
     std::vector<float> runs[2][3];
     for (auto& run : runs) {
-      DeviceVector<float> datt(random_floats(att_n, 3)), dout(rows * s.channels),
-          ddqkv(random_floats(rows * 3 * s.channels, 4));  // all overwritten
+      DeviceVector<float> datt(random_floats(att_n, 3), stream_), dout(rows * s.channels, stream_),
+          ddqkv(random_floats(rows * 3 * s.channels, 4), stream_);  // all overwritten
       gpt_attention_forward_cuda(dq.get(), s.batch, s.seq, s.channels, s.heads, datt.get(), dout.get(), stream_);
       gpt_attention_backward_cuda(dq.get(), datt.get(), dg.get(), s.batch, s.seq, s.channels, s.heads, dscratch.get(),
                                   ddqkv.get(), stream_);
@@ -574,13 +584,13 @@ TEST_F(GpuOps, SoftmaxCrossEntropyMatchesCpuAndRepeats) {
     std::vector<double> row_loss(rows), dlogits(rows * padded);
     const double mean = gpt_softmax_xent(logits_d.data(), targets.data(), rows, vocab, padded, row_loss.data(),
                                          dlogits.data(), 1);
-    DeviceVector<float> dz(logits);
-    DeviceVector<int32_t> dt(targets);
+    DeviceVector<float> dz(logits, stream_);
+    DeviceVector<int32_t> dt(targets, stream_);
     std::vector<float> runs[2][2];
     double means[2];
     for (int r = 0; r < 2; ++r) {
-      DeviceVector<float> loss(rows), grad(random_floats(rows * padded, 2));  // padding must become 0
-      DeviceVector<double> dmean(1);
+      DeviceVector<float> loss(rows, stream_), grad(random_floats(rows * padded, 2), stream_);  // padding must become 0
+      DeviceVector<double> dmean(1, stream_);
       gpt_softmax_xent_cuda(dz.get(), dt.get(), rows, vocab, padded, loss.get(), grad.get(), dmean.get(), stream_);
       runs[r][0] = loss.host();
       runs[r][1] = grad.host();
@@ -597,8 +607,8 @@ TEST_F(GpuOps, SoftmaxCrossEntropyMatchesCpuAndRepeats) {
 
     // A target outside [0, vocab): that row's loss and gradient are NaN.
     targets[0] = static_cast<int32_t>(vocab);
-    DeviceVector<int32_t> bad(targets);
-    DeviceVector<float> loss(rows), grad(rows * padded);
+    DeviceVector<int32_t> bad(targets, stream_);
+    DeviceVector<float> loss(rows, stream_), grad(rows * padded, stream_);
     gpt_softmax_xent_cuda(dz.get(), bad.get(), rows, vocab, padded, loss.get(), grad.get(), nullptr, stream_);
     const auto l = loss.host();
     EXPECT_TRUE(std::isnan(l[0]));

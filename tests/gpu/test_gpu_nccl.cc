@@ -70,26 +70,24 @@ Tensor host_tensor(Allocator& host, DType t, const std::vector<float>& values) {
   return out;
 }
 
-// Copies and memsets without a stream run on the legacy default stream,
-// which the non-blocking streams under test do not wait for: finish them.
-void device_sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
-Tensor to_device(Allocator& device, const Tensor& host) {
+// Uploads and downloads go on the test's stream and wait for it
+// (testing::copy_on_stream): an upload is complete before the collective
+// that reads it is issued, and a download, issued after the collective's
+// Work has completed, sees its result.
+Tensor to_device(Allocator& device, const Tensor& host, cudaStream_t stream) {
   Tensor d = Tensor::empty(device, host.dtype(), {host.numel()}, MemCategory::kOther);
-  copy_tensor(d, host);
-  device_sync();
+  testing::copy_on_stream(d.data(), host.data(), host.size_bytes(), stream);
   return d;
 }
 
-Tensor device_zeros(Allocator& device, DType t, int64_t n) {
-  Tensor d = Tensor::zeros(device, t, {n}, MemCategory::kOther);
-  device_sync();
-  return d;
+Tensor device_zeros(Allocator& device, DType t, int64_t n, cudaStream_t stream) {
+  Allocator host;
+  return to_device(device, Tensor::zeros(host, t, {n}, MemCategory::kOther), stream);
 }
 
-Tensor to_host(Allocator& host, const Tensor& device) {
+Tensor to_host(Allocator& host, const Tensor& device, cudaStream_t stream) {
   Tensor h = Tensor::empty(host, device.dtype(), {device.numel()}, MemCategory::kOther);
-  copy_tensor(h, device);
+  testing::copy_on_stream(h.data(), device.data(), device.size_bytes(), stream);
   return h;
 }
 
@@ -124,12 +122,11 @@ TEST_F(Gpu, AccumulateRankChunksMatchesCpuBitForBit) {
             Tensor src = host_tensor(host, in, awkward_floats(stride * chunks, static_cast<uint32_t>(chunks)));
             Tensor want = Tensor::zeros(host, out, {count}, MemCategory::kOther);
             accumulate_rank_chunks_cpu(src.data(), in, chunks, stride, count, want.data(), out, op, divisor);
-            Tensor src_d = to_device(device, src);
-            Tensor out_d = device_zeros(device, out, count);
+            Tensor src_d = to_device(device, src, stream.handle());
+            Tensor out_d = device_zeros(device, out, count, stream.handle());
             accumulate_rank_chunks_cuda(src_d.data(), in, chunks, stride, count, out_d.data(), out, op, divisor,
                                         stream.handle());
-            stream.synchronize();
-            ASSERT_TRUE(same_bits(to_host(host, out_d), want,
+            ASSERT_TRUE(same_bits(to_host(host, out_d, stream.handle()), want,
                                    std::string(dtype_name(in)) + " -> " + std::string(dtype_name(out)) + " x" +
                                        std::to_string(chunks) + " op " + std::to_string(static_cast<int>(op)) +
                                        " / " + std::to_string(divisor)));
@@ -155,21 +152,28 @@ class NcclSelf : public Gpu {
   void SetUp() override {
     Gpu::SetUp();
     if (IsSkipped()) return;
+    stream_ = std::make_unique<CudaStream>(Device::cuda(0), "test");
     comm_ = make(CommOptions{});
   }
-  void TearDown() override { comm_.reset(); }
+  void TearDown() override {
+    comm_.reset();
+    stream_.reset();
+  }
 
   std::unique_ptr<NcclCommunicator> make(CommOptions o) {
     return NcclCommunicator::create(MPI_COMM_SELF, Device::cuda(0), "self", o);
   }
 
-  Tensor zeros(DType t, int64_t n) { return device_zeros(device_, t, n); }
+  Tensor zeros(DType t, int64_t n) { return device_zeros(device_, t, n, stream()); }
+  Tensor download(const Tensor& device) { return to_host(host_, device, stream()); }
+  // The test's own stream, for uploads and downloads; made after SetUp has found a device.
+  cudaStream_t stream() const { return stream_->handle(); }
 
   // A device tensor of n elements of t filled with exact_value(0, i).
   Tensor exact_device(DType t, int64_t n) {
     Tensor h = Tensor::empty(host_, t, {n}, MemCategory::kOther);
     fill(h, [](int64_t i) { return exact_value(0, i); });
-    return to_device(device_, h);
+    return to_device(device_, h, stream());
   }
 
   static std::string label(const char* op, DType t, int64_t n, bool in_place, const std::string& extra = "") {
@@ -179,6 +183,7 @@ class NcclSelf : public Gpu {
 
   Allocator host_;
   Allocator device_{Device::cuda(0)};
+  std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<NcclCommunicator> comm_;
 };
 
@@ -199,7 +204,7 @@ TEST_F(NcclSelf, AllReduce) {
           Tensor in = exact_device(t, n);
           Tensor out = in_place ? in : zeros(t, n);
           comm_->all_reduce(in, out, {op})->wait();
-          ASSERT_TRUE(equals_rounded(to_host(host_, out), [](int64_t i) { return exact_value(0, i); },
+          ASSERT_TRUE(equals_rounded(download(out), [](int64_t i) { return exact_value(0, i); },
                                      label("all_reduce", t, n, in_place, " " + std::string(reduce_op_name(op)))));
         }
       }
@@ -215,7 +220,7 @@ TEST_F(NcclSelf, ReduceScatter) {
           Tensor in = exact_device(t, n);
           Tensor out = in_place ? in.flat(0, n) : zeros(t, n);
           comm_->reduce_scatter(in, out, {op})->wait();
-          ASSERT_TRUE(equals_rounded(to_host(host_, out), [](int64_t i) { return exact_value(0, i); },
+          ASSERT_TRUE(equals_rounded(download(out), [](int64_t i) { return exact_value(0, i); },
                                      label("reduce_scatter", t, n, in_place, " " + std::string(reduce_op_name(op)))));
         }
       }
@@ -230,12 +235,12 @@ TEST_F(NcclSelf, DivideFactorIsAppliedAfterTheAverageInEveryPath) {
         const std::string what = " /3 " + std::string(reduce_op_name(op)) + (acc == ReduceAccumulate::kFp32 ? " fp32" : " wire");
         Tensor x = exact_device(t, 1000);
         comm_->all_reduce(x, x, {op, 3.0, acc})->wait();
-        ASSERT_TRUE(equals_rounded(to_host(host_, x), [](int64_t i) { return exact_value(0, i) / 3.0; },
+        ASSERT_TRUE(equals_rounded(download(x), [](int64_t i) { return exact_value(0, i) / 3.0; },
                                    label("all_reduce", t, 1000, true, what)));
         Tensor y = exact_device(t, 1000);
         Tensor z = zeros(t, 1000);
         comm_->reduce_scatter(y, z, {op, 3.0, acc})->wait();
-        ASSERT_TRUE(equals_rounded(to_host(host_, z), [](int64_t i) { return exact_value(0, i) / 3.0; },
+        ASSERT_TRUE(equals_rounded(download(z), [](int64_t i) { return exact_value(0, i) / 3.0; },
                                    label("reduce_scatter", t, 1000, false, what)));
       }
     }
@@ -250,16 +255,16 @@ TEST_F(NcclSelf, AllGatherBroadcastAllToAll) {
         Tensor out = in_place ? exact_device(t, n) : zeros(t, n);
         Tensor in = in_place ? out.flat(0, n) : exact_device(t, n);
         comm_->all_gather(in, out)->wait();
-        ASSERT_TRUE(equals_rounded(to_host(host_, out), want, label("all_gather", t, n, in_place)));
+        ASSERT_TRUE(equals_rounded(download(out), want, label("all_gather", t, n, in_place)));
 
         Tensor b = exact_device(t, n);
         comm_->broadcast(b, 0)->wait();
-        ASSERT_TRUE(equals_rounded(to_host(host_, b), want, label("broadcast", t, n, in_place)));
+        ASSERT_TRUE(equals_rounded(download(b), want, label("broadcast", t, n, in_place)));
 
         Tensor a_in = exact_device(t, n);
         Tensor a_out = in_place ? a_in : zeros(t, n);
         comm_->all_to_all(a_in, a_out)->wait();
-        ASSERT_TRUE(equals_rounded(to_host(host_, a_out), want, label("all_to_all", t, n, in_place)));
+        ASSERT_TRUE(equals_rounded(download(a_out), want, label("all_to_all", t, n, in_place)));
       }
     }
   }
@@ -288,12 +293,12 @@ TEST_F(NcclSelf, Fp32AccumulationEqualsTheCpuLoopBitForBit) {
                                         : op == ReduceOp::kMin ? math::ElementOp::kMin
                                                                : math::ElementOp::kSum;
             accumulate_rank_chunks_cpu(in_h.data(), wire, 1, n, n, want.data(), out_dtype, eop, divisor);
-            Tensor in = to_device(device_, in_h);
+            Tensor in = to_device(device_, in_h, stream());
             Tensor out = zeros(out_dtype, n);
             const ReduceOptions ro{op, divisor, ReduceAccumulate::kFp32};
             WorkPtr w = all_reduce ? comm->all_reduce(in, out, ro) : comm->reduce_scatter(in, out, ro);
             w->wait();
-            ASSERT_TRUE(same_bits(to_host(host_, out), want,
+            ASSERT_TRUE(same_bits(download(out), want,
                                    std::string(all_reduce ? "all_reduce " : "reduce_scatter ") +
                                        std::string(dtype_name(wire)) + " -> " + std::string(dtype_name(out_dtype)) +
                                        " " + std::string(reduce_op_name(op)) + " n=" + std::to_string(n) +
@@ -343,7 +348,7 @@ TEST_F(NcclSelf, SplitGivesAWorkingChildOrNothing) {
   EXPECT_EQ(child->name(), "child");
   Tensor x = exact_device(DType::kF32, 1000);
   child->all_reduce(x, x, {ReduceOp::kAvg})->wait();
-  EXPECT_TRUE(equals_rounded(to_host(host_, x), [](int64_t i) { return exact_value(0, i); }, "child all_reduce"));
+  EXPECT_TRUE(equals_rounded(download(x), [](int64_t i) { return exact_value(0, i); }, "child all_reduce"));
   EXPECT_EQ(comm_->split(-1, 0, "none"), nullptr);
   // The split counted as a collective of the parent.
   EXPECT_EQ(comm_->barrier()->info().sequence, 3u);

@@ -23,20 +23,36 @@
 namespace mp {
 namespace {
 
-using Gpu = testing::GpuTest;
+// Kernels and copies on a non-blocking stream of the test's own, as the
+// engine runs them.
+class Gpu : public testing::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
 
-// Device copy of a host vector, `offset` bytes past a 256-byte boundary.
+// Device copy of a host vector, `offset` bytes past a 256-byte boundary,
+// uploaded on `stream`; to_host downloads it on the same stream
+// (testing::copy_on_stream).
 struct DeviceArray {
   void* base = nullptr;
   void* p = nullptr;
   size_t bytes = 0;
-  DeviceArray(const void* host, size_t n_bytes, size_t offset) : bytes(n_bytes) {
+  cudaStream_t stream = nullptr;
+  DeviceArray(const void* host, size_t n_bytes, size_t offset, cudaStream_t s) : bytes(n_bytes), stream(s) {
     MP_CHECK_CUDA(cudaMalloc(&base, n_bytes + offset + 16));
     p = static_cast<char*>(base) + offset;
-    MP_CHECK_CUDA(cudaMemcpy(p, host, n_bytes, cudaMemcpyHostToDevice));
+    testing::copy_on_stream(p, host, n_bytes, stream);
   }
   ~DeviceArray() { cudaFree(base); }
-  void to_host(void* host) const { MP_CHECK_CUDA(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost)); }
+  void to_host(void* host) const { testing::copy_on_stream(host, p, bytes, stream); }
 };
 
 bool same(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, DType dtype) {
@@ -74,7 +90,7 @@ std::vector<uint8_t> random_array(int64_t n, DType dtype, float scale, uint64_t 
 }
 
 void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state, DType param, Rounding rounding,
-                   size_t misalign, bool found_inf) {
+                   size_t misalign, bool found_inf, cudaStream_t stream) {
   SCOPED_TRACE(::testing::Message() << "kind " << static_cast<int>(kind) << " mode " << static_cast<int>(mode)
                                     << " grad " << dtype_name(grad) << " state " << dtype_name(state) << " param "
                                     << dtype_name(param) << " stochastic " << (rounding == Rounding::kStochastic)
@@ -125,14 +141,13 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
     return a;
   };
 
-  DeviceArray dg(g.data(), g.size(), misalign), dm(master.data(), master.size(), misalign),
-      dr(remainder.data(), remainder.size(), misalign), ds0(s0.data(), s0.size(), misalign),
-      ds1(s1.data(), s1.size(), misalign), dout(out.data(), out.size(), misalign),
-      dtable(table.data(), table.size() * sizeof(UpdateRange), 0), dsc(&sc, sizeof(sc), 0);
+  DeviceArray dg(g.data(), g.size(), misalign, stream), dm(master.data(), master.size(), misalign, stream),
+      dr(remainder.data(), remainder.size(), misalign, stream), ds0(s0.data(), s0.size(), misalign, stream),
+      ds1(s1.data(), s1.size(), misalign, stream), dout(out.data(), out.size(), misalign, stream),
+      dtable(table.data(), table.size() * sizeof(UpdateRange), 0, stream), dsc(&sc, sizeof(sc), 0, stream);
   UpdateArgs da = args(dg.p, dm.p, dr.p, ds0.p, ds1.p, dout.p);
   da.ranges = static_cast<const UpdateRange*>(dtable.p);
-  fused_update_cuda(da, static_cast<const StepScalars*>(dsc.p), nullptr);
-  MP_CHECK_CUDA(cudaDeviceSynchronize());
+  fused_update_cuda(da, static_cast<const StepScalars*>(dsc.p), stream);
 
   auto want_m = master, want_r = remainder, want_s0 = s0, want_s1 = s1, want_out = out;
   UpdateArgs ha = args(g.data(), want_m.data(), want_r.data(), want_s0.data(), want_s1.data(), want_out.data());
@@ -159,17 +174,21 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
 TEST_F(Gpu, FusedUpdateMatchesTheCpuLoop) {
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
     for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
-      check_variant(kind, MasterMode::kFp32, grad, DType::kF32, DType::kBF16, Rounding::kNearestEven, 0, false);
+      check_variant(kind, MasterMode::kFp32, grad, DType::kF32, DType::kBF16, Rounding::kNearestEven, 0, false,
+                    stream_);
     }
-    check_variant(kind, MasterMode::kFp32, DType::kBF16, DType::kBF16, DType::kF16, Rounding::kStochastic, 0, false);
+    check_variant(kind, MasterMode::kFp32, DType::kBF16, DType::kBF16, DType::kF16, Rounding::kStochastic, 0, false,
+                  stream_);
     check_variant(kind, MasterMode::kBf16Remainder, DType::kBF16, DType::kF32, DType::kBF16, Rounding::kNearestEven, 0,
-                  false);
-    check_variant(kind, MasterMode::kNone, DType::kBF16, DType::kBF16, DType::kBF16, Rounding::kStochastic, 0, false);
+                  false, stream_);
+    check_variant(kind, MasterMode::kNone, DType::kBF16, DType::kBF16, DType::kBF16, Rounding::kStochastic, 0, false,
+                  stream_);
     // Misaligned by one element of the widest array: the scalar path.
-    check_variant(kind, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16, Rounding::kStochastic, 4, false);
+    check_variant(kind, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16, Rounding::kStochastic, 4, false,
+                  stream_);
   }
   check_variant(OptimizerKind::kAdamW, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16,
-                Rounding::kNearestEven, 0, true);
+                Rounding::kNearestEven, 0, true, stream_);
 }
 
 // The device gradient statistics against the CPU pass: the same sum of
@@ -188,12 +207,12 @@ TEST_F(Gpu, GradStatsMatchTheCpuPassAndAreDeterministic) {
         for (int64_t i = 7; i < n; i += 1001) std::memset(&host[static_cast<size_t>(i * dtype_size(dtype))], 0,
                                                         static_cast<size_t>(dtype_size(dtype)));
       }
-      DeviceArray g(host.data(), host.size(), 0);
+      DeviceArray g(host.data(), host.size(), 0, stream_);
       const GradStats want = grad_stats_cpu(host.data(), dtype, n, 0.5f);
       DeviceGradStats got[2];
       for (auto& r : got) {
-        grad_stats_cuda(g.p, dtype, n, 0.5f, static_cast<DeviceGradStats*>(out_p), ws_p, nullptr);
-        MP_CHECK_CUDA(cudaMemcpy(&r, out_p, sizeof(r), cudaMemcpyDeviceToHost));
+        grad_stats_cuda(g.p, dtype, n, 0.5f, static_cast<DeviceGradStats*>(out_p), ws_p, stream_);
+        testing::copy_on_stream(&r, out_p, sizeof(r), stream_);
       }
       EXPECT_EQ(got[0].non_finite != 0, want.non_finite) << dtype_name(dtype);
       EXPECT_EQ(want.non_finite, poison);
