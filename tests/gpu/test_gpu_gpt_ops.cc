@@ -1,6 +1,8 @@
 // GPU tests (label "gpu"): the cuBLASLt GEMM (kernels/cuda/gemm_cublaslt.h)
 // against a float64 product of the same (bf16-rounded) values for every
-// layout, dtype pair, bias and accumulate; and each GPT CUDA kernel
+// layout, dtype pair, bias and accumulate, its GELU epilogues against
+// float64 and, in their kernel form, against the GELU kernels bit for bit,
+// and its plan per alignment class; and each GPT CUDA kernel
 // (kernels/cuda/gpt_ops_cuda.h) against the double instantiation of the CPU
 // op (kernels/cpu/gpt_ops.h) on tiny awkward shapes, within fp32 rounding. Every
 // deterministic kernel runs twice and must give the same bits.
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <random>
 #include <string>
 #include <tuple>
@@ -258,16 +261,107 @@ TEST_F(GpuOps, GemmRepeatsBitForBit) {
   }
 }
 
-// The GELU epilogues (GemmCudaOptions::epilogue) against the plain product
-// followed by the GELU kernels: cuBLASLt's fused form where it has one, a
-// kernel after the product where not (an unaligned bias forces that).
-TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
+// ---- GEMM GELU epilogues ----------------------------------------------------------
+
+// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+// and its derivative 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'(x), in float64.
+double gelu64(double x) {
+  const double s = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+double gelu_grad64(double x) {
+  const double s = std::sqrt(2.0 / std::numbers::pi), t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// How far an fp32 GELU epilogue may be from float64. cuBLASLt's fused GELU
+// is the tanh form above in its own code, not math::gelu, so its last bits
+// may differ from the kernels'; it is held to these bounds, and the kernel
+// form to the kernels' bits. With eps = 2^-24, fp32's unit roundoff:
+// - The product z = sum_l a_l b_l (+ bias), summed in fp32 in any order, is
+//   within e = 2 (k + 2) 2^-23 (sum_l |a_l b_l| + |bias|) of exact
+//   (check_gemm's bound).
+// - GELU at an fp32 x, in fp32: u(x) takes about 7 roundings (the cube, two
+//   scalings, the sum, the two constants), which move the result by at most
+//   0.5 |x| sech^2(u) |u| 7 eps <= 1.6 |x| eps (u sech^2 u <= 0.448); a tanh
+//   within 2 ulps (CUDA's tanhf) and the rounding of 1 + tanh add
+//   1.5 |x| eps, the final product |x| eps: about 4 |x| eps in all, and about
+//   as much for math::gelu's x / (1 + exp(-2u)) with its 2-ulp exp. We allow
+//   kGeluUlps = 16 times |x| eps, room for any order of those operations. An
+//   error e in x moves GELU by at most max |gelu'| e = 1.129 e.
+// - GELU' at an exact fp32 x: 1 - tanh^2 cancels, so its error is absolute,
+//   about 2 |tanh| 2 eps plus a rounding, times 0.5 |x| u'(x); with the other
+//   terms about (2 + 3 |x| u'(x)) eps in all. We allow 16 (1 + |x| u'(x)) eps.
+// These assume an fp32 tanh within a few ulps. A tanh from the hardware
+// approximation (tanh.approx.f32, about 2^-11 relative) would exceed them
+// by far, and the misses reported below would say so by their size.
+constexpr double kEps = 0x1p-24;
+constexpr double kGeluUlps = 16.0;
+constexpr double kMaxGeluSlope = 1.129;  // max |gelu'(x)|, at |x| = 1.42
+
+// The bound on |fp32 GELU(z') - gelu64(z)| for |z' - z| <= e.
+double gelu_error_bound(double z, double e) { return kGeluUlps * kEps * (std::fabs(z) + e) + kMaxGeluSlope * e; }
+
+// The bound on |fp32 (c' GELU'(x)) - c gelu_grad64(x)| for |c' - c| <= e.
+double dgelu_error_bound(double c, double e, double x) {
+  const double s = std::sqrt(2.0 / std::numbers::pi);
+  const double d = kGeluUlps * kEps * (1.0 + std::fabs(x) * s * (1.0 + 3.0 * 0.044715 * x * x));
+  const double g = std::fabs(gelu_grad64(x)), c_max = std::fabs(c) + e;
+  return c_max * d + e * g + kEps * c_max * (g + d);  // the last term: rounding c' GELU'
+}
+
+// The float64 product z = A B (+ bias[j] on row j) of row-major A [m, k] and
+// B [k, n], and per element the bound e above on an fp32 evaluation's error.
+struct Product64 {
+  std::vector<double> z, e;
+};
+Product64 product64(const std::vector<float>& a, const std::vector<float>& b, const float* bias, int64_t m,
+                    int64_t k, int64_t n) {
+  Product64 r{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = bias != nullptr ? bias[j] : 0.0, mag = std::fabs(sum);
+      for (int64_t l = 0; l < k; ++l) {
+        sum += static_cast<double>(a[i * k + l]) * b[l * n + j];
+        mag += std::fabs(static_cast<double>(a[i * k + l]) * b[l * n + j]);
+      }
+      r.z[i * n + j] = sum;
+      r.e[i * n + j] = 2.0 * static_cast<double>(k + 2) * 1.2e-7 * mag;
+    }
+  }
+  return r;
+}
+
+// |got[i] - want[i]| <= bound[i] everywhere; names the first few misses.
+void expect_within(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& bound,
+                   const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int misses = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= bound[i]) && ++misses <= 5) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (error " << err
+                    << ", bound " << bound[i] << ")";
+    }
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " elements outside their bound";
+}
+
+// The GELU epilogues (GemmCudaOptions::epilogue) of a bf16 product, as
+// gemm_cuda picks their form (cuBLASLt's fused epilogue where it has one)
+// and in the kernel form (gelu_by_kernel): both within the bounds above of
+// float64; the kernel form also bit for bit the plain product followed by
+// the GELU kernels, as it runs the plain product's algorithm and the same
+// math::gelu / math::gelu_grad. A bias the epilogue cannot read (4-byte
+// aligned) always takes the kernel form.
+TEST_F(GpuOps, GemmGeluEpiloguesMatchFloat64AndTheKernelFormMatchesTheKernels) {
   const int64_t m = 50, k = 32, n = 96;
   const auto a = random_floats(m * k, 21), b = random_floats(k * n, 22), bias = random_floats(n + 1, 23),
              g = random_floats(m * n, 24, -2.0f, 2.0f);
   std::vector<bf16> a16(a.size()), b16(b.size());
-  for (size_t i = 0; i < a.size(); ++i) a16[i] = math::from_f32<bf16>(a[i]);
-  for (size_t i = 0; i < b.size(); ++i) b16[i] = math::from_f32<bf16>(b[i]);
+  std::vector<float> a_values(a.size()), b_values(b.size());  // the bf16 values
+  for (size_t i = 0; i < a.size(); ++i) a_values[i] = math::to_f32(a16[i] = math::from_f32<bf16>(a[i]));
+  for (size_t i = 0; i < b.size(); ++i) b_values[i] = math::to_f32(b16[i] = math::from_f32<bf16>(b[i]));
   DeviceVector<bf16> da(a16, stream_), db(b16, stream_);
   DeviceVector<float> dbias(bias, stream_), dg(g, stream_);
   // C [m, n] = A B, bf16 in, into `c`.
@@ -282,31 +376,62 @@ TEST_F(GpuOps, GemmGeluEpiloguesMatchTheProductThenTheKernels) {
     p.ldc = n;
     return p;
   };
-  for (int shift : {0, 1}) {  // 1: a bias the epilogue cannot read
-    SCOPED_TRACE(shift == 0 ? "aligned bias" : "unaligned bias");
-    DeviceVector<float> plain(m * n, stream_), want(m * n, stream_), fused(m * n, stream_),
-        pre(m * n, stream_);
+  const size_t count = static_cast<size_t>(m * n);
+  for (int shift : {0, 1}) {
+    SCOPED_TRACE(shift == 0 ? "aligned bias" : "bias the epilogue cannot read");
+    DeviceVector<float> plain(count, stream_), want(count, stream_);
     GemmProblem p = problem(plain.get());
     p.bias = dbias.get() + shift;
     gemm_cuda(p, stream_);
     gpt_gelu_forward_cuda(plain.get(), m * n, want.get(), stream_);
-    p.c = fused.get();
-    gemm_cuda(p, stream_, GemmCudaOptions{.epilogue = GemmEpilogue::kGelu, .aux = pre.get(), .aux_ld = n});
-    const std::vector<float> plain_h = plain.host();
-    expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "gelu epilogue out");
-    expect_close(pre.host(), to_double(plain_h), 1e-5, 1e-6, "gelu epilogue pre-activation");
+    const std::vector<float> plain_h = plain.host(), want_h = want.host();
+    const Product64 z = product64(a_values, b_values, bias.data() + shift, m, k, n);
+    std::vector<double> gelu_want(count), gelu_bound(count);
+    for (size_t i = 0; i < count; ++i) {
+      gelu_want[i] = gelu64(z.z[i]);
+      gelu_bound[i] = gelu_error_bound(z.z[i], z.e[i]);
+    }
+    for (bool by_kernel : {false, true}) {
+      SCOPED_TRACE(by_kernel ? "gelu_by_kernel" : "the form gemm_cuda picks");
+      DeviceVector<float> out(count, stream_), pre(count, stream_);
+      p.c = out.get();
+      gemm_cuda(p, stream_,
+                GemmCudaOptions{.epilogue = GemmEpilogue::kGelu, .aux = pre.get(), .aux_ld = n,
+                                .gelu_by_kernel = by_kernel});
+      const std::vector<float> out_h = out.host(), pre_h = pre.host();
+      expect_within(pre_h, z.z, z.e, "gelu epilogue pre-activation");
+      expect_within(out_h, gelu_want, gelu_bound, "gelu epilogue out");
+      if (by_kernel || shift == 1) {
+        expect_same_bits(pre_h, plain_h, "gelu epilogue pre-activation vs the plain product");
+        expect_same_bits(out_h, want_h, "gelu epilogue out vs the plain product then the GELU kernel");
+      }
+    }
   }
   // dgelu: (A B) gelu'(aux), aux the pre-activation g, no bias.
-  DeviceVector<float> plain(m * n, stream_), want(m * n, stream_), fused(m * n, stream_);
+  DeviceVector<float> plain(count, stream_), want(count, stream_);
   GemmProblem p = problem(plain.get());
   gemm_cuda(p, stream_);
   gpt_gelu_backward_cuda(dg.get(), plain.get(), m * n, want.get(), stream_);
-  GemmCudaOptions o{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n};
-  p.c = fused.get();
-  gemm_cuda(p, stream_, o);
-  expect_close(fused.host(), to_double(want.host()), 1e-5, 1e-6, "dgelu epilogue");
+  const std::vector<float> want_h = want.host();
+  const Product64 c = product64(a_values, b_values, nullptr, m, k, n);
+  std::vector<double> dgelu_want(count), dgelu_bound(count);
+  for (size_t i = 0; i < count; ++i) {
+    dgelu_want[i] = c.z[i] * gelu_grad64(g[i]);
+    dgelu_bound[i] = dgelu_error_bound(c.z[i], c.e[i], g[i]);
+  }
+  for (bool by_kernel : {false, true}) {
+    SCOPED_TRACE(by_kernel ? "gelu_by_kernel" : "the form gemm_cuda picks");
+    DeviceVector<float> out(count, stream_);
+    p.c = out.get();
+    gemm_cuda(p, stream_,
+              GemmCudaOptions{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n,
+                              .gelu_by_kernel = by_kernel});
+    const std::vector<float> out_h = out.host();
+    expect_within(out_h, dgelu_want, dgelu_bound, "dgelu epilogue");
+    if (by_kernel) expect_same_bits(out_h, want_h, "dgelu epilogue vs the plain product then the GELU kernel");
+  }
   // Refused: an aux ld that is not a multiple of 8, a bias with dgelu.
-  o.aux_ld = n + 1;
+  GemmCudaOptions o{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n + 1};
   EXPECT_THROW(gemm_cuda(p, stream_, o), EnforceError);
   o.aux_ld = n;
   p.bias = dbias.get();
@@ -330,7 +455,7 @@ TEST_F(GpuOps, GemmRejectsBadProblems) {
   EXPECT_FALSE(gemm_cuda_describe().empty());
 }
 
-TEST_F(GpuOps, GemmCudaCachesOnePlanPerShape) {
+TEST_F(GpuOps, GemmCudaCachesOnePlanPerShapeAndAlignmentClass) {
   DeviceVector<float> a(random_floats(64 * 64, 1), stream_), b(random_floats(64 * 64, 2), stream_),
       c(64 * 64, stream_);
   GemmCuda gemm(0);
@@ -349,6 +474,22 @@ TEST_F(GpuOps, GemmCudaCachesOnePlanPerShape) {
   p.b.ld = 32;
   gemm.run(p, stream_);
   EXPECT_EQ(gemm.cached_plans(), 2);
+  // A less aligned A (4 bytes past a 256-byte boundary) is another alignment
+  // class, so another plan; another pointer of that class is not.
+  p.a.data = a.get() + 1;
+  gemm.run(p, stream_);
+  EXPECT_EQ(gemm.cached_plans(), 3);
+  p.a.data = a.get() + 3;
+  gemm.run(p, stream_);
+  EXPECT_EQ(gemm.cached_plans(), 3);
+  // So is a bias, and a less aligned one.
+  DeviceVector<float> bias(random_floats(17, 3), stream_);
+  p.bias = bias.get();
+  gemm.run(p, stream_);
+  EXPECT_EQ(gemm.cached_plans(), 4);
+  p.bias = bias.get() + 1;
+  gemm.run(p, stream_);
+  EXPECT_EQ(gemm.cached_plans(), 5);
   MP_CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
