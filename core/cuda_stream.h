@@ -32,12 +32,21 @@ class CudaStream final : public Stream {
   Event record() override;
   Event record_timed() override;
   void wait(const Event& event) override;
-  void host_task(std::function<void()> task) override;
+  // cudaLaunchHostFunc. An exception inside `task` is caught on the CUDA
+  // callback thread and kept as the stream's failure: later host tasks
+  // skip, and events recorded after it rethrow it (Note [Stream and event
+  // semantics]).
+  void host_task(std::function<void()> task, TaskName name = {}) override;
+  void rethrow_failure() override;
   cudaStream_t handle() const { return stream_; }
+
+  // The host tasks' failure, shared with the callbacks and the events.
+  struct Failure;
 
  private:
   Device device_;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<Failure> failure_;
 };
 
 // The cudaStream_t of `stream`; throws EnforceError when it is not a CUDA stream.

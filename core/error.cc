@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <atomic>
+#include <new>
 
 namespace mp {
 namespace {
@@ -30,6 +31,56 @@ Error::Error(const char* file, int line, const std::string& message)
       file_(file),
       line_(line),
       rank_(error_rank()) {}
+
+namespace {
+
+// `e` as a new E with `context` appended, its flags kept.
+template <class E>
+[[noreturn]] void rethrow_as(const E& e, const std::string& context, bool stream_task) {
+  E out(e.file(), e.line(), e.message() + context);
+  if (e.agreed()) out.set_agreed();
+  if (stream_task || e.from_stream_task()) out.set_from_stream_task();
+  throw out;
+}
+
+}  // namespace
+
+void rethrow_with_context(std::exception_ptr error, const std::string& context, bool stream_task) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ConfigError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const IoError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const CommError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const CudaError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const OutOfMemoryError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const NumericError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const EnforceError& e) {
+    rethrow_as(e, context, stream_task);
+  } catch (const Error& e) {
+    rethrow_as(EnforceError(e.file(), e.line(), e.message()), context, stream_task);
+  } catch (const std::bad_alloc& e) {
+    rethrow_as(OutOfMemoryError(__FILE__, __LINE__, e.what()), context, stream_task);
+  } catch (const std::exception& e) {
+    rethrow_as(EnforceError(__FILE__, __LINE__, std::string("unexpected exception: ") + e.what()), context,
+               stream_task);
+  } catch (...) {
+    rethrow_as(EnforceError(__FILE__, __LINE__, "unexpected exception of unknown type"), context, stream_task);
+  }
+}
+
+std::exception_ptr with_context(std::exception_ptr error, const std::string& context, bool stream_task) {
+  try {
+    rethrow_with_context(std::move(error), context, stream_task);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
 
 namespace detail {
 

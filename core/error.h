@@ -22,6 +22,7 @@
 // ends the process.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,11 @@ class Error : public std::runtime_error {
   // Every rank throws this error at the same point (see the top of the file).
   bool agreed() const noexcept { return agreed_; }
   void set_agreed() noexcept { agreed_ = true; }
+  // Thrown by a task on a stream (core/stream.h) and carried to the host
+  // thread: the message says which op on which stream, and the engine adds
+  // where the rank was (its device and step) when it rethrows it.
+  bool from_stream_task() const noexcept { return from_stream_task_; }
+  void set_from_stream_task() noexcept { from_stream_task_ = true; }
 
  private:
   std::string message_;
@@ -52,6 +58,7 @@ class Error : public std::runtime_error {
   int line_;
   int rank_;
   bool agreed_ = false;
+  bool from_stream_task_ = false;
 };
 
 #define MP_DEFINE_ERROR(Name)                   \
@@ -67,6 +74,15 @@ MP_DEFINE_ERROR(OutOfMemoryError);  // an allocation failed
 MP_DEFINE_ERROR(NumericError);      // NaN/Inf where the run cannot skip the step
 MP_DEFINE_ERROR(EnforceError);      // a broken invariant: a bug in mp or in its caller
 #undef MP_DEFINE_ERROR
+
+// Rethrows `error` with `context` appended to its message: an mp::Error as
+// the same type (file, line and flags kept), std::bad_alloc as
+// OutOfMemoryError, any other exception as EnforceError naming what it
+// said. With `stream_task`, the result is marked from_stream_task().
+[[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context,
+                                       bool stream_task = false);
+// The same, as an exception_ptr.
+std::exception_ptr with_context(std::exception_ptr error, const std::string& context, bool stream_task = false);
 
 namespace detail {
 

@@ -86,18 +86,38 @@ void torture_pause() {
   std::this_thread::sleep_for(std::chrono::microseconds((r >> 2) % 300));
 }
 
+// Note [Order torture]: a lagging stream's pause when it resumes work.
+constexpr auto kTortureLag = std::chrono::milliseconds(2);
+
 }  // namespace
+
+std::string task_context(TaskName name, const std::string& stream) {
+  std::string out = " [op '";
+  out += name.op != nullptr ? name.op : "?";
+  out += "'";
+  if (name.unit != nullptr) {
+    out += " of unit '";
+    out += name.unit;
+    out += "'";
+  }
+  out += " on stream '" + stream + "']";
+  return out;
+}
 
 double elapsed_seconds(const Event& start, const Event& end) {
   MP_ENFORCE(start.impl() != nullptr && end.impl() != nullptr, "elapsed time of a default-constructed event");
   return end.impl()->seconds_since(*start.impl());
 }
 
-CpuStream::CpuStream(std::string name)
-    : Stream(std::move(name)), state_(std::make_shared<State>()), worker_([state = state_] {
-        block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
-        run(*state);
-      }) {}
+CpuStream::CpuStream(std::string name, StreamOptions options)
+    : Stream(name), state_(std::make_shared<State>()) {
+  state_->name = std::move(name);
+  state_->lags = options.lags_under_torture;
+  worker_ = std::thread([state = state_] {
+    block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
+    run(*state);
+  });
+}
 
 CpuStream::~CpuStream() {
   bool detach = false;
@@ -126,51 +146,81 @@ void CpuStream::push(Item item) {
   state_->cv.notify_one();
 }
 
-void CpuStream::submit(std::function<void()> task) {
-  MP_ENFORCE(task != nullptr, "empty task submitted to stream '", name(), "'");
-  push(Item{std::move(task), nullptr});
+void CpuStream::submit(std::function<void()> task, TaskName name) {
+  MP_ENFORCE(task != nullptr, "empty task submitted to stream '", this->name(), "'");
+  push(Item{std::move(task), nullptr, name});
 }
 
 Event CpuStream::record() {
   auto event = std::make_shared<CpuEvent>();
-  push(Item{nullptr, event});
+  push(Item{nullptr, event, {}});
   return Event(event);
 }
 
 void CpuStream::wait(const Event& event) {
   if (event.impl() == nullptr) return;
-  // The worker blocks until the event completes; a failed event fails this stream.
-  submit([event] { event.synchronize(); });
+  // The worker blocks until the event completes; a failed event fails this
+  // stream with the error that failed it (already named by its task).
+  submit([event] { event.synchronize(); }, TaskName{"wait for an event"});
+}
+
+void CpuStream::rethrow_failure() {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    error = state_->error;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+std::exception_ptr task_error(std::exception_ptr error, TaskName name, const std::string& stream) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    if (e.from_stream_task()) return error;
+  } catch (...) {
+  }
+  return with_context(error, task_context(name, stream), /*stream_task=*/true);
 }
 
 void CpuStream::run(State& st) {
   const bool torture = order_torture();
+  bool idle = true;  // the queue ran dry before this item
   for (;;) {
     Item item;
+    std::exception_ptr error;
     {
       std::unique_lock<std::mutex> lock(st.mu);
       st.busy = false;
+      if (st.queue.empty()) idle = true;
       st.cv.wait(lock, [&] { return st.stopping || !st.queue.empty(); });
       if (st.queue.empty()) return;  // stopping, and everything submitted has run
       item = std::move(st.queue.front());
       st.queue.pop_front();
       st.busy = true;
+      error = st.error;
     }
-    if (torture) torture_pause();
+    if (torture) {
+      if (st.lags && idle) std::this_thread::sleep_for(kTortureLag);
+      torture_pause();
+    }
+    idle = false;
     if (item.event) {
-      item.event->complete(st.error);
-    } else if (!st.error) {
+      item.event->complete(error);
+    } else if (!error) {
       try {
         item.task();
       } catch (...) {
-        st.error = std::current_exception();
+        std::exception_ptr e = task_error(std::current_exception(), item.name, st.name);
+        std::lock_guard<std::mutex> lock(st.mu);
+        st.error = std::move(e);
       }
     }
   }
 }
 
-std::unique_ptr<Stream> Stream::create(Device device, std::string name) {
-  if (device.is_cpu()) return std::make_unique<CpuStream>(std::move(name));
+std::unique_ptr<Stream> Stream::create(Device device, std::string name, StreamOptions options) {
+  if (device.is_cpu()) return std::make_unique<CpuStream>(std::move(name), options);
 #if MP_WITH_CUDA
   return std::make_unique<CudaStream>(device, std::move(name));
 #else

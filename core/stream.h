@@ -13,14 +13,23 @@
 //   (cudaStreamWaitEvent) with no host sync. A CUDA stream cannot wait for an
 //   unfinished CPU event without blocking the host, so that throws.
 // - Event::synchronize() blocks the calling thread until completion.
-// - Failure: a CPU task that throws marks its stream failed. Later tasks on
-//   it are skipped, and every event recorded after the failure, as well as
-//   Stream::synchronize(), rethrows the first error. A stream that waits on
-//   a failed event fails in the same way, so bad inputs never feed later
-//   work. CUDA errors surface from the CUDA call that reports them.
+// - Failure: a task that throws (a CPU stream's task, or a host_task on
+//   either kind) marks its stream failed; the exception never ends the
+//   process. Its error is the task's own exception with " [op 'OP' of unit
+//   'U' on stream 'S']" added (core/error.h: the same type, marked
+//   from_stream_task()). Later host tasks on the stream are skipped, and
+//   every event recorded after the failure, Stream::synchronize() and
+//   Stream::rethrow_failure() rethrow that first error. A CPU stream that
+//   waits on a failed event fails in the same way, so bad inputs never feed
+//   later work (a CUDA stream's device work goes on: its owner calls
+//   rethrow_failure(), as the engine does at every call). CUDA errors
+//   surface from the CUDA call that reports them.
 // - Stream::host_task(f) runs f on a host thread once the work submitted
 //   before it has completed, and work submitted after it waits for f (CPU:
 //   a task of the worker; CUDA: cudaLaunchHostFunc, so f must not call CUDA).
+//   What f reads must belong to the stream's order, never to the host
+//   thread's: the host has usually moved on by the time f runs (Note [Order
+//   torture] makes sure of it in the tests).
 // - Timing: record_timed() returns an event that also notes when it
 //   completed; elapsed_seconds(a, b) is the time between two completed
 //   timed events of one device (CPU: the worker's clock; CUDA:
@@ -33,8 +42,12 @@
 // interleaves in orders the schedule would rarely produce by itself. Only
 // ordering through events is then guaranteed; a missing event shows up as
 // changed bits or a failure in the tests that run under it (tests/
-// CMakeLists.txt, label "torture"). Off by default: one load of a flag per
-// task.
+// CMakeLists.txt, label "torture"). A stream created with
+// StreamOptions::lags_under_torture (the engine's compute stream) also
+// sleeps 2 ms each time it takes up work after its queue ran dry, so the
+// host thread enqueues far ahead of it, as it does of a GPU: a stream task
+// that reads host state the host has since changed then fails for sure.
+// Off by default: one load of a flag per task.
 #pragma once
 
 #include <chrono>
@@ -85,10 +98,29 @@ class Event {
 // record_timed(); throws EnforceError otherwise.
 double elapsed_seconds(const Event& start, const Event& end);
 
+// What a task is, for the error it may raise: an op name and, for a
+// model's op, the unit it computes. Both strings must outlive the task
+// (literals, or names the model holds).
+struct TaskName {
+  const char* op = "host task";
+  const char* unit = nullptr;  // null: not a unit's op
+};
+// " [op 'OP' of unit 'U' on stream 'S']": what a failed task's error adds.
+std::string task_context(TaskName name, const std::string& stream);
+// The error a task that threw `error` fails its stream with: `error` with
+// task_context added (from_stream_task()), or `error` itself when another
+// stream's task already named it (a failed event waited for).
+std::exception_ptr task_error(std::exception_ptr error, TaskName name, const std::string& stream);
+
+struct StreamOptions {
+  // Note [Order torture]: pauses when work resumes after an idle spell.
+  bool lags_under_torture = false;
+};
+
 class Stream {
  public:
   // A CPU stream (worker thread) or a new non-blocking CUDA stream.
-  static std::unique_ptr<Stream> create(Device device, std::string name);
+  static std::unique_ptr<Stream> create(Device device, std::string name, StreamOptions options = {});
 
   virtual ~Stream() = default;
   Stream(const Stream&) = delete;
@@ -100,9 +132,12 @@ class Stream {
   virtual Event record_timed() { return record(); }
   virtual void wait(const Event& event) = 0;
   // Runs `task` on a host thread in stream order (Note [Stream and event
-  // semantics]); it must not throw on CUDA streams (an exception there ends
-  // the process), and on CPU streams it fails the stream.
-  virtual void host_task(std::function<void()> task) = 0;
+  // semantics]). If it throws, the stream fails with its error, named by
+  // `name`; it never ends the process.
+  virtual void host_task(std::function<void()> task, TaskName name = {}) = 0;
+  // Rethrows the stream's first failure (Note [Stream and event semantics]),
+  // if any; returns otherwise. Does not wait.
+  virtual void rethrow_failure() = 0;
   void synchronize() { record().synchronize(); }
   const std::string& name() const { return name_; }
 
@@ -130,32 +165,36 @@ bool order_torture() noexcept;
 
 class CpuStream final : public Stream {
  public:
-  explicit CpuStream(std::string name = "cpu");
+  explicit CpuStream(std::string name = "cpu", StreamOptions options = {});
   ~CpuStream() override;  // runs what was submitted, then joins the worker (see abandon_cpu_streams)
 
   Device device() const override { return Device::cpu(); }
   Event record() override;
   Event record_timed() override { return record(); }  // every CPU event notes its time
   void wait(const Event& event) override;
-  void host_task(std::function<void()> task) override { submit(std::move(task)); }
+  void host_task(std::function<void()> task, TaskName name = {}) override { submit(std::move(task), name); }
+  void rethrow_failure() override;
 
   // Runs `task` on the worker after everything submitted before it.
-  void submit(std::function<void()> task);
+  void submit(std::function<void()> task, TaskName name = {});
 
  private:
   class CpuEvent;
   struct Item {
     std::function<void()> task;         // empty for an event marker
     std::shared_ptr<CpuEvent> event;    // set for an event marker
+    TaskName name;
   };
   // Shared with the worker, so a detached worker never touches freed memory.
   struct State {
+    std::string name;  // the stream's
+    bool lags = false;  // StreamOptions::lags_under_torture
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> queue;
     bool stopping = false;
     bool busy = false;         // the worker is inside a task
-    std::exception_ptr error;  // first failure; touched only by the worker
+    std::exception_ptr error;  // first failure; written by the worker under mu
   };
   void push(Item item);
   static void run(State& state);

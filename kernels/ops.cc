@@ -12,6 +12,7 @@
 #include "kernels/cpu/accumulate.h"
 #include "kernels/cpu/grad_stats.h"
 #include "kernels/cpu/update.h"
+#include "kernels/dispatch.h"
 #include "mp/config.h"
 
 #if MP_WITH_CUDA
@@ -27,43 +28,14 @@
 namespace mp::ops {
 namespace {
 
-CpuStream& cpu_stream(Stream& stream, const char* op) {
-  auto* s = dynamic_cast<CpuStream*>(&stream);
-  MP_ENFORCE(s != nullptr, op, " of CPU memory on ", to_string(stream.device()), " stream '", stream.name(), "'");
-  return *s;
-}
-
-#if MP_WITH_CUDA
-cudaStream_t cuda_stream(Stream& stream, Device device, const char* op) {
-  MP_ENFORCE(stream.device() == device, op, " of ", to_string(device), " memory on ", to_string(stream.device()),
-             " stream '", stream.name(), "'");
-  return cuda_handle(&stream);
-}
-#endif
-
-// Runs the CPU body on the stream's worker, or the CUDA body on the stream;
-// with MP_CUDA_SYNC=1 (core/device.h) then waits for it, so a device fault
-// names this op.
+// Runs the CPU body on the stream's worker, or the CUDA body on the stream
+// (Note [Op dispatch] in kernels/dispatch.h), once the memory's device is
+// the stream's.
 template <class Cpu, class Cuda>
 void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda) {
-  if (device.is_cpu()) {
-    cpu_stream(stream, op).submit(std::forward<Cpu>(cpu));
-    return;
-  }
-#if MP_WITH_CUDA
-  const cudaStream_t s = cuda_stream(stream, device, op);
-  cuda(s);
-  if (cuda_sync_each_op()) {
-    const cudaError_t err = cudaStreamSynchronize(s);
-    if (err != cudaSuccess) {
-      MP_THROW(CudaError, "op ", op, " on ", to_string(device), " failed: ", cudaGetErrorName(err), ": ",
-               cudaGetErrorString(err));
-    }
-  }
-#else
-  (void)cuda;
-  MP_THROW(ConfigError, op, " on ", to_string(device), ": mp was built without CUDA");
-#endif
+  MP_ENFORCE(stream.device() == device, op, " of ", to_string(device), " memory on ", to_string(stream.device()),
+             " stream '", stream.name(), "'");
+  OpContext{stream}.run(op, OpFamily::kElementwise, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
 }
 
 bool accumulable(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
@@ -268,19 +240,19 @@ void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device dev
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream) {
   MP_ENFORCE(bytes >= 0 && (bytes == 0 || (dst != nullptr && src != nullptr)), "copy_bytes of ", bytes, " bytes");
-  if (dst_device.is_cpu() && src_device.is_cpu()) {
-    cpu_stream(stream, "copy_bytes").submit([=] {
-      if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));  // null pointers allowed then
-    });
-    return;
-  }
-#if MP_WITH_CUDA
   const Device d = dst_device.is_cuda() ? dst_device : src_device;
-  MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cuda_stream(stream, d, "copy_bytes")));
+  dispatch(
+      d, stream, "copy_bytes",
+      [=] {
+        if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));  // null pointers allowed then
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cs));
 #else
-  MP_THROW(ConfigError, "copy_bytes between ", to_string(src_device), " and ", to_string(dst_device),
-           ": mp was built without CUDA");
+        (void)cs;
 #endif
+      });
 }
 
 }  // namespace mp::ops

@@ -6,14 +6,9 @@
 #include "formats/token_file.h"
 #include "models/gpt_sample.h"
 #include "models/mlp.h"
-#include "mp/config.h"
-#if MP_WITH_CUDA
-#include "models/gpt_cuda.h"
-#endif
 
 namespace mp {
 namespace {
-
 
 RunModel make_mlp(const TrainSettings& s, int threads, Allocator allocator) {
   RunModel m;
@@ -58,28 +53,20 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(c.compute().fp32_ops().begin(), c.compute().fp32_ops().end());
   open_gpt_data(c.data(), g, m);
+  GptOptions o;
+  o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+  auto gpt = std::make_unique<Gpt>(g, allocator, m.train, o);
+  m.gpt = gpt.get();
+  m.model = std::move(gpt);
+  m.description = gpt_describe(g);
   if (allocator.device().is_cuda()) {
-#if MP_WITH_CUDA
-    GptCudaOptions o;
-    o.allow_tf32 = s.engine_options.precision.tf32_matmul;
-    o.sync_each_op = cuda_sync_each_op();  // MP_CUDA_SYNC (core/device.h)
-    auto gpt = std::make_unique<GptCuda>(g, allocator, m.train, o);
-    m.gpt = gpt.get();
-    m.model = std::move(gpt);
-    m.description = gpt_describe(g) + "; CUDA kernels, attention " +
-                    (GptCuda::tensor_core_attention(g, o) ? "on tensor cores (bf16 q, k, v)" : "in fp32") +
-                    ", loss in chunks of " + std::to_string(GptCuda::loss_chunk_rows(g, o)) + " rows";
-#else
-    MP_THROW(ConfigError, "the GPT on ", allocator.device(), ": mp was built without CUDA");
-#endif
-  } else {
-    auto gpt = std::make_unique<Gpt>(g, allocator, m.train);
-    m.gpt = gpt.get();
-    m.model = std::move(gpt);
+    m.description += std::string("; CUDA kernels, attention ") +
+                     (Gpt::tensor_core_attention(g, o) ? "on tensor cores (bf16 q, k, v)" : "in fp32") +
+                     ", loss in chunks of " + std::to_string(Gpt::loss_chunk_rows(g, allocator.device(), o)) +
+                     " rows";
   }
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
-  if (m.description.empty()) m.description = gpt_describe(g);
   m.data_description = "train: " + m.train->describe() + "\n  validation: " +
                        (m.val ? m.val->describe() : "held-out sequences of the same source (index 2^40 on)");
   return m;
@@ -92,12 +79,9 @@ int64_t model_activation_bytes(const TrainSettings& s, Device device) {
   GptConfig g = s.gpt;
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(s.config.compute().fp32_ops().begin(), s.config.compute().fp32_ops().end());
-  if (device.is_cpu()) return Gpt::activation_bytes(g);
-#if MP_WITH_CUDA
-  return GptCuda::workspace_bytes(g);
-#else
-  MP_THROW(ConfigError, "the GPT on ", device, ": mp was built without CUDA");
-#endif
+  GptOptions o;
+  o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+  return Gpt::activation_bytes(g, device, o);
 }
 
 RunModel make_model(const TrainSettings& settings, int threads, Allocator allocator) {

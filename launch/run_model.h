@@ -23,7 +23,7 @@ inline constexpr int64_t kHeldOutFirst = int64_t{1} << 40;
 
 struct RunModel {
   std::unique_ptr<Model> model;
-  GptControl* gpt = nullptr;                            // when the model is the GPT (host or CUDA)
+  Gpt* gpt = nullptr;                                   // when the model is the GPT
   std::shared_ptr<const TokenBatchSource> train, val;  // GPT sources; val null: held-out indices of train
   int64_t val_first = kHeldOutFirst;                    // first validation micro-batch index
   std::optional<double> floor;                          // the synthetic language's entropy floor

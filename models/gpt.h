@@ -1,6 +1,7 @@
-// models/gpt.h: a small GPT-2 on the CPU, deterministic, on synthetic data:
-// the transformer the engine's tests train ("sharded training equals
-// single-rank training"), to be grown into the production GPT.
+// models/gpt.h: GPT-2, one model for every device: the model mp_worker
+// trains (on the synthetic language or llm.c token files), that the
+// engine's tests train ("sharded training equals single-rank training"),
+// and that Hugging Face GPT-2 checkpoints map onto (models/gpt_hf.h).
 //
 // Architecture (GPT-2, as llm.c): token and position embeddings; `layers`
 // pre-LN blocks x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with causal
@@ -30,21 +31,21 @@
 // The head (the last unit) needs wte, which lives in unit 0, and the engine
 // may have released unit 0's gathered buffer by then (FULL_SHARD). So:
 //   forward(0)      copies wte, as the head's GEMM input (fp32, or its bf16
-//                   values for a bf16 head: Note [GPT autocast]), into a
-//                   model workspace;
-//   forward(last)   computes the logits from that copy;
-//   backward(last)  computes d loss / d (final LayerNorm output) only;
-//   backward(0)     writes d wte = (the head's contribution, d logits^T
-//                   times the final LayerNorm output, computed there from
-//                   the loss's d logits and the forward's activations) +
-//                   (the embedding's, added row by row in position order)
+//                   values for a bf16 head: Note [GPT autocast]), into the
+//                   model's workspace;
+//   forward(last)   computes the logits from that copy, the loss, and the
+//                   head's backward products (Note [GPT loss]): d loss /
+//                   d (final LayerNorm output) and the head's d wte, into
+//                   workspace buffers;
+//   backward(last)  takes the final LayerNorm's backward from there;
+//   backward(0)     writes d wte = (the head's contribution) + (the
+//                   embedding's, added row by row in position order)
 //                   straight into unit 0's grads.
 // backward(0) reads no parameters, and the spec says so
 // (UnitSpec::backward_reads_params): the engine gathers nothing for it.
-// The wte copy is activation memory, allocated once with the model, as are
-// the d logits and activations unit 0 reads. So unit 0's grads carry the
-// whole tied gradient and no other unit's do, with no [vocab, C] gradient
-// buffer or copy of one in the model.
+// The wte copy and the head's d wte are activation memory, allocated once
+// with the model. So unit 0's grads carry the whole tied gradient and no
+// other unit's do.
 //
 // Note [GPT data]
 // A first-order Markov chain over the vocabulary, a pure function of
@@ -79,15 +80,53 @@
 // fp32 inputs, bit for bit the matmul_dtype fp32 op.
 // bf16 parameters from the engine (param_dtype bf16) are the GEMM weights
 // as they are, never widened and rounded again; the same values given as
-// fp32 give the same bits. The double instantiation of gpt_loss_and_grads
-// (the reference) ignores matmul_dtype and fp32_ops: exact math.
+// fp32 give the same bits. The double gpt_loss_and_grads (the reference)
+// ignores matmul_dtype and fp32_ops: exact math.
 //
-// Determinism: the op math (kernels/cpu/gpt_ops.h) computes every element on one
-// thread in a fixed order, and the GEMMs split their work into tiles that do
-// not depend on the thread count (Note [CPU GEMM threads] in
-// kernels/cpu/gemm.h), so the model gives the same bits for any thread count
-// and on any process of the same CPU type (oneDNN picks its kernels by
-// instruction set, so AVX2 and AVX-512 machines may differ in the last bits).
+// Note [GPT on every device]
+// Gpt is one class for the CPU and CUDA. Its forward, backward, loss and
+// data loading are written once (gpt.cc), as ops on the engine's compute
+// stream (kernels/nn/: embedding, layernorm, attention, gelu, gemm, loss),
+// each with a CPU body (kernels/cpu/gpt_ops.h, oneDNN GEMMs) and a CUDA
+// body (kernels/cuda/: cuBLASLt GEMMs, flash attention) next to each other
+// (Note [Op dispatch] in kernels/dispatch.h). The device is the
+// allocator's. So every CPU test runs the model with the GPU's semantics:
+// the host thread enqueues and runs ahead, the stream executes later (Note
+// [Host runs ahead] in models/model.h); state that ops read is the
+// stream's (one workspace of device buffers, values captured at enqueue);
+// the call-order checks run on the host at enqueue time; tokens reach the
+// device through a ring of pinned slots (models/input_ring.h); the loss and
+// a kept logits row come back by stream-ordered copies into pinned host
+// memory. What differs by device is inside the ops: attention keeps its
+// probabilities on the CPU and only the row log-sum-exp on a GPU (flash
+// attention, on tensor cores for bf16 GEMMs and head sizes 64 and 128);
+// a GPU fuses the bias, the MLP's GELU and the residual add before ln_2
+// into the GEMM epilogue and one kernel, with the same math; and bf16 GEMM
+// inputs are stored as bf16 on a GPU and as their exact fp32 on CPUs whose
+// oneDNN has no native bf16 GEMM (nn::bf16_storage).
+//
+// Note [GPT loss]
+// The loss never holds more than `chunk` rows of logits
+// (GptOptions::loss_chunk_rows; all rows on the CPU, at most
+// kGptLogitsChunkBytes of fp32 logits on a GPU): the head's forward runs,
+// per chunk of rows, the logits GEMM, the softmax cross-entropy (d logits
+// in place when there are several chunks) and both backward GEMMs of the
+// head: d (ln_f output) for backward(last), and the head's share of d wte,
+// accumulated over the chunks in an fp32 [Vp, C] buffer that backward(0)
+// copies into unit 0's gradients before adding the embedding's (Note [Tied
+// head]). The mean loss is summed in double from the rows' losses (in row
+// order on the CPU). With one chunk the bits are those of the whole-batch
+// products; with several, d wte is summed chunk by chunk.
+//
+// Determinism: the CPU op math (kernels/cpu/gpt_ops.h) computes every
+// element on one thread in a fixed order, and the GEMMs split their work
+// into tiles that do not depend on the thread count (Note [CPU GEMM
+// threads] in kernels/cpu/gemm.h), so the model gives the same bits for any
+// thread count and on any process of the same CPU type (oneDNN picks its
+// kernels by instruction set, so AVX2 and AVX-512 machines may differ in the
+// last bits). The CUDA kernels are deterministic too (no floating-point
+// atomics, fixed reduction orders, one cuBLASLt algorithm per shape), with
+// other bits than the CPU's within fp32 rounding.
 #pragma once
 
 #include <cstdint>
@@ -97,9 +136,15 @@
 #include <utility>
 #include <vector>
 
-#include "models/token_data.h"
-#include "models/model.h"
+#include "core/allocator.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
+#include "kernels/nn/attention.h"
+#include "kernels/nn/cast.h"
+#include "models/model.h"
+#include "models/token_data.h"
+#include "models/input_ring.h"
 
 namespace mp {
 
@@ -208,8 +253,11 @@ class GptData final : public TokenBatchSource {
 // ---- whole model on flat buffers ---------------------------------------------
 
 // The whole model on one micro-batch (inputs and targets: micro_batch_size *
-// context tokens) through the same unit code as Gpt, with T = double for
-// reference tests. Unit u's parameters and gradients are flat buffers in the
+// context tokens). T = float runs Gpt itself on the CPU (the same bits as
+// the engine's model); T = double is the reference the tests compare
+// against: the same math written plainly over the double loops of
+// kernels/cpu/gpt_ops.h, exact (no bf16 rounding: it ignores matmul_dtype
+// and fp32_ops). Unit u's parameters and gradients are flat buffers in the
 // layout of FlatLayout(Gpt::spec_for(config), 1) (or any group size);
 // gradients are resized to at least the unit's numel and overwritten on the
 // parameters' ranges only. Returns the mean loss.
@@ -219,95 +267,138 @@ double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const 
 
 // ---- the model ----------------------------------------------------------------
 
-// What a trainer needs of a GPT beyond Model, on any device: the host Gpt
-// below and GptCuda (models/gpt_cuda.h).
-class GptControl {
- public:
-  virtual ~GptControl() = default;
-  virtual const GptConfig& config() const = 0;
-  // Switches the token source (e.g. to validation data and back); its batch
-  // and context must equal the config's (EnforceError otherwise).
-  virtual void set_source(std::shared_ptr<const TokenBatchSource> source) = 0;
-  virtual const std::shared_ptr<const TokenBatchSource>& shared_source() const = 0;
-  // Keeps logits row `row` (0 .. micro_batch_size * context - 1; -1: none)
-  // of every later forward, for kept_logits() after it: sampling reads one
-  // row per forward, and a model that never holds all the logits (GptCuda)
-  // copies only that one.
-  virtual void keep_logits_row(int64_t row) = 0;
-  // The kept row's gpt_padded_vocab(vocab) logits from the last whole
-  // forward, on the host; call once the forward has run (after the engine's
-  // evaluate returned). EnforceError without a kept row or forward.
-  virtual std::vector<float> kept_logits() const = 0;
-  // Puts every op time recorded so far into the op profile (Note [Op
-  // profile] in kernels/op_profile.h): a device model times its ops
-  // with events and adds them later; the host model adds them as it goes.
-  virtual void flush_profile() {}
+// Which CUDA attention kernels run (kernels/nn/attention.h).
+using GptAttention = nn::AttentionKernel;
+
+struct GptOptions {
+  // CUDA: tensor cores for bf16 GEMMs and head sizes 64 and 128, else fp32.
+  GptAttention attention = GptAttention::kAuto;
+  // Rows of logits the loss holds at once; 0: all of them on the CPU, at
+  // most kGptLogitsChunkBytes of fp32 logits on a GPU (Note [GPT loss]).
+  int64_t loss_chunk_rows = 0;
+  bool allow_tf32 = false;  // CUDA: fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
 };
 
-namespace detail {
-struct GptWorkspace;  // activations and scratch, carved from one buffer (gpt.cc)
-}
+inline constexpr int64_t kGptLogitsChunkBytes = int64_t{256} << 20;
 
-class Gpt final : public HostModel, public GptControl {
+namespace gpt {
+struct Plan;     // sizes on a device (models/gpt_workspace.h)
+struct Buffers;  // the workspace's buffers
+}  // namespace gpt
+
+class Gpt final : public Model {
  public:
-  // Validates config; allocates every workspace (MemCategory::kActivations)
-  // here, so forward and backward never allocate. source: the tokens
-  // (models/token_data.h); null: GptData(config), the synthetic language.
+  // Computes on the allocator's device (the engine's: CPU or CUDA), where it
+  // allocates its one workspace (MemCategory::kActivations) here, so nothing
+  // is allocated per micro-batch. Validates config and options. source:
+  // the tokens (models/token_data.h); null: GptData(config), the synthetic
+  // language.
   explicit Gpt(const GptConfig& config, Allocator allocator = Allocator(),
-               std::shared_ptr<const TokenBatchSource> source = nullptr);
+               std::shared_ptr<const TokenBatchSource> source = nullptr, GptOptions options = {});
   ~Gpt() override;
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   static ModelSpec spec_for(const GptConfig& config);  // validates config
-  // The bytes the constructor allocates (MemCategory::kActivations): the
-  // workspace, the fp32 copy of a unit and the tokens. The memory plan's
-  // activations row.
-  static int64_t activation_bytes(const GptConfig& config);
+  // The bytes the constructor allocates on `device` (MemCategory::
+  // kActivations): the memory plan's activations row. For a CUDA device,
+  // that device must be current (the ops ask CUB for scratch sizes).
+  static int64_t activation_bytes(const GptConfig& config, Device device = Device::cpu(),
+                                  const GptOptions& options = {});
+  // The rows of logits the loss computes at once, and whether attention
+  // runs on tensor cores, on `device`.
+  static int64_t loss_chunk_rows(const GptConfig& config, Device device, const GptOptions& options = {});
+  static bool tensor_core_attention(const GptConfig& config, const GptOptions& options = {});
 
-  const GptConfig& config() const override { return config_; }
+  const GptConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
-  // Loads micro-batch global_index of the current source.
-  void begin_micro_batch(int64_t global_index) override;
-  void set_source(std::shared_ptr<const TokenBatchSource> source) override;
-  const TokenBatchSource& source() const { return *source_; }
-  const std::shared_ptr<const TokenBatchSource>& shared_source() const override { return source_; }
-  void keep_logits_row(int64_t row) override;
-  std::vector<float> kept_logits() const override;
-  // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements
-  // (non-fp32 parameters are converted to an fp32 workspace first).
-  void forward(int unit, const Tensor& params) override;
-  double loss() const override;
-  // grads: CPU, 1-D, fp32, at least the unit's numel elements. Unit 0's wte
-  // gradient includes the tied head's (Note [Tied head]).
-  void backward(int unit, const Tensor& params, const Tensor& grads) override;
+  Device device() const;
 
-  // The current micro-batch (for tests): micro_batch_size * context each.
+  // ---- Model (models/model.h): enqueued on the engine's compute stream
+  void begin_micro_batch_on(int64_t global_index, Stream& s) override;
+  void forward_on(int unit, const Tensor& params, Stream& s) override;
+  void loss_on(double* loss, Stream& s) override;
+  void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override;
+
+  // Switches the token source (e.g. to validation data and back): later
+  // begin_micro_batch_on calls read it. Its batch and context must equal
+  // the config's (EnforceError otherwise).
+  void set_source(std::shared_ptr<const TokenBatchSource> source);
+  const TokenBatchSource& source() const { return *source_; }
+  const std::shared_ptr<const TokenBatchSource>& shared_source() const { return source_; }
+  // Keeps logits row `row` (0 .. micro_batch_size * context - 1; -1: none)
+  // of every forward enqueued later, for kept_logits(): sampling reads one
+  // row per forward, and the model never holds all logits on a GPU.
+  void keep_logits_row(int64_t row);
+  // The kept row's gpt_padded_vocab(vocab) logits from the last whole
+  // forward, on the host; call once the stream has run it (after the
+  // engine's evaluate returned). EnforceError without a kept row or forward.
+  std::vector<float> kept_logits() const;
+  // Puts the GPU op times recorded so far into the op profile (Note [Op
+  // dispatch] in kernels/dispatch.h; CPU ops add theirs as they run).
+  void flush_profile();
+
+  // ---- Direct calls, CPU only, for tests and tools: each enqueues on the
+  // model's own CPU stream and waits for it.
+  void begin_micro_batch(int64_t global_index);
+  // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
+  void forward(int unit, const Tensor& params);
+  double loss() const;
+  // grads: 1-D, fp32, at least the unit's numel elements. Unit 0's wte
+  // gradient includes the tied head's (Note [Tied head]).
+  void backward(int unit, const Tensor& params, const Tensor& grads);
+  // The current micro-batch: micro_batch_size * context each.
   const int32_t* inputs() const;
   const int32_t* targets() const;
   // The logits of the last forward, [micro_batch_size * context rows,
-  // gpt_padded_vocab(vocab)] row-major (the columns past vocab are padding);
-  // valid until the next forward. EnforceError before a whole forward.
+  // gpt_padded_vocab(vocab)] row-major (the columns past vocab are padding),
+  // valid until the next forward: only where the loss keeps them all (one
+  // chunk; EnforceError otherwise or before a whole forward).
   const float* logits() const;
 
  private:
-  const float* unit_params(int unit, const Tensor& params);  // fp32 view, converted if needed
-  std::vector<std::pair<int64_t, int64_t>> fp32_ranges(int unit, DType params) const;  // what unit_params widens
+  struct UnitParams;
+  UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
+  nn::Ranges fp32_ranges(int unit, DType params) const;
+  OpContext context(Stream& s, int unit);
   void check_unit(int unit, const char* what) const;
+  Stream& direct_stream() const;
+  void enqueue_loss(double* loss, Stream& s) const;
+  // The units' math (Note [GPT on every device]).
+  void embed_forward(const OpContext& cx, const UnitParams& w);
+  void block_forward(const OpContext& cx, int unit, const UnitParams& w);
+  void head_forward(const OpContext& cx, int unit, const UnitParams& w);
+  void head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x);
+  void embed_backward(const OpContext& cx, float* g);
+  void block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
+  void head_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
+  nn::Operand gemm_weight(const OpContext& cx, const UnitParams& w, int param, size_t op);
+  void linear_forward(const OpContext& cx, size_t op, const UnitParams& w, int weight, int bias, const float* x,
+                      int64_t in, int64_t out, float* y, float* gelu_pre = nullptr);
+  void linear_backward(const OpContext& cx, size_t op, const UnitParams& w, int weight, const float* x,
+                       const float* dy, int64_t in, int64_t out, float* dx, float* dw, float* db,
+                       const float* gelu_pre = nullptr);
 
   GptConfig config_;
+  GptOptions options_;
   ModelSpec spec_;
   std::vector<UnitLayout> layout_;  // FlatLayout(spec_, 1)
   std::shared_ptr<const TokenBatchSource> source_;
-  Tensor workspace_;  // fp32 activations and scratch (detail::GptWorkspace points into it)
-  Tensor param_ws_;   // fp32 copy of a non-fp32 unit
-  Buffer tokens_;     // int32 inputs then targets, micro_batch_size * context each
-  std::unique_ptr<detail::GptWorkspace> ws_;
-  int64_t micro_batch_ = -1;  // loaded by begin_micro_batch; -1: none yet
-  int forwarded_ = 0;         // units forwarded in the current micro-batch
-  int next_backward_ = -1;    // the unit backward expects next; -1: none
-  double loss_ = 0.0;
+  std::unique_ptr<gpt::Plan> plan_;
+  Buffer workspace_;
+  std::unique_ptr<gpt::Buffers> b_;
+  InputRing tokens_;  // inputs then targets, rows each
+  PinnedBuffer kept_host_;  // the kept logits row, copied back on the stream
+  OpTimer timer_;
+  // Call order, checked on the host at enqueue time (Note [Host runs ahead]).
+  bool loaded_ = false;
+  int forwarded_ = 0;
+  int next_backward_ = -1;
   int64_t kept_row_ = -1;
+  bool kept_written_ = false;  // a forward with a kept row was enqueued
+  // Direct calls (CPU): their stream and loss slot, made on first use.
+  mutable std::unique_ptr<Stream> direct_;
+  mutable PinnedBuffer direct_loss_;
 };
 
 }  // namespace mp

@@ -1,8 +1,9 @@
-// models/gpt_config.cc: the GPT's config rules, sizes, costs and GEMM op
-// dtypes (models/gpt.h); the model itself is gpt.cc.
+// models/gpt_config.cc: the GPT's config rules, sizes, costs, GEMM op
+// dtypes and units (models/gpt.h); the model itself is gpt.cc.
 #include "models/gpt.h"
 
 #include <algorithm>
+#include <cmath>
 #include <regex>
 #include <string>
 #include <utility>
@@ -120,6 +121,40 @@ std::vector<DType> gpt_matmul_op_dtypes(const GptConfig& config) {
 
 int64_t gpt_padded_vocab(int64_t vocab) {
   return (vocab + kGptVocabMultiple - 1) / kGptVocabMultiple * kGptVocabMultiple;
+}
+
+// ---- units ----------------------------------------------------------------------
+
+ModelSpec Gpt::spec_for(const GptConfig& config) {
+  validate(config);
+  using Kind = ParamInit::Kind;
+  const int64_t c = config.channels;
+  const ParamInit ones{Kind::kOnes, 0.0}, zeros{Kind::kZeros, 0.0}, normal{Kind::kNormal, 0.02};
+  const ParamInit residual{Kind::kNormal, 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers))};
+  ModelSpec spec;
+  spec.units.push_back(UnitSpec{"embed",
+                                {ParamSpec{"wte", {gpt_padded_vocab(config.vocab), c}, normal},
+                                 ParamSpec{"wpe", {config.context, c}, normal}},
+                                /*backward_reads_params=*/false});  // Note [Tied head]
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const std::string h = "h" + std::to_string(l);
+    // Declaration order is the BlockParam order.
+    spec.units.push_back(UnitSpec{h,
+                                  {ParamSpec{h + ".ln_1.weight", {c}, ones},
+                                   ParamSpec{h + ".ln_1.bias", {c}, zeros},
+                                   ParamSpec{h + ".attn.c_attn.weight", {c, 3 * c}, normal},
+                                   ParamSpec{h + ".attn.c_attn.bias", {3 * c}, zeros},
+                                   ParamSpec{h + ".attn.c_proj.weight", {c, c}, residual},
+                                   ParamSpec{h + ".attn.c_proj.bias", {c}, zeros},
+                                   ParamSpec{h + ".ln_2.weight", {c}, ones},
+                                   ParamSpec{h + ".ln_2.bias", {c}, zeros},
+                                   ParamSpec{h + ".mlp.c_fc.weight", {c, 4 * c}, normal},
+                                   ParamSpec{h + ".mlp.c_fc.bias", {4 * c}, zeros},
+                                   ParamSpec{h + ".mlp.c_proj.weight", {4 * c, c}, residual},
+                                   ParamSpec{h + ".mlp.c_proj.bias", {c}, zeros}}});
+  }
+  spec.units.push_back(UnitSpec{"head", {ParamSpec{"ln_f.weight", {c}, ones}, ParamSpec{"ln_f.bias", {c}, zeros}}});
+  return spec;
 }
 
 }  // namespace mp

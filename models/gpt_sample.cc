@@ -45,7 +45,7 @@ int32_t draw(const float* row, int64_t vocab, double u, std::vector<double>& p) 
 // Puts the model's own source back when sampling ends, also by an error.
 class SourceRestore {
  public:
-  explicit SourceRestore(GptControl& gpt) : gpt_(gpt), source_(gpt.shared_source()) {}
+  explicit SourceRestore(Gpt& gpt) : gpt_(gpt), source_(gpt.shared_source()) {}
   ~SourceRestore() {
     gpt_.set_source(source_);
     gpt_.keep_logits_row(-1);
@@ -54,13 +54,13 @@ class SourceRestore {
   SourceRestore& operator=(const SourceRestore&) = delete;
 
  private:
-  GptControl& gpt_;
+  Gpt& gpt_;
   std::shared_ptr<const TokenBatchSource> source_;
 };
 
 }  // namespace
 
-std::vector<int32_t> gpt_sample(GptControl& gpt, const std::function<void()>& forward, int count, uint64_t seed,
+std::vector<int32_t> gpt_sample(Gpt& gpt, const std::function<void()>& forward, int count, uint64_t seed,
                                 int64_t step) {
   const GptConfig& g = gpt.config();
   auto prompt = std::make_shared<PromptSource>(g.micro_batch_size, g.context);

@@ -24,7 +24,7 @@ namespace mp {
 // collective: every rank samples together); the next token comes from
 // gpt.kept_logits() after it. The model reads the prompt meanwhile and its
 // own source (and no kept row) again after.
-std::vector<int32_t> gpt_sample(GptControl& gpt, const std::function<void()>& forward, int count, uint64_t seed,
+std::vector<int32_t> gpt_sample(Gpt& gpt, const std::function<void()>& forward, int count, uint64_t seed,
                                 int64_t step);
 
 // Tokens as text: for vocabularies up to 256 bytes as characters (10 as

@@ -3,13 +3,16 @@
 // unit's parameters before the model runs it and takes the gradients back.
 //
 // Contract, for one micro-batch, every call enqueuing its work on the
-// engine's compute stream `s` (core/stream.h) and returning at once:
+// engine's compute stream `s` (core/stream.h) and returning at once, on the
+// host thread that steps the engine:
 //   begin_micro_batch_on(g, s)    g: the micro-batch's global index in the
 //                                 step's batch; the model loads its data
 //   forward_on(u, params, s)      for u = 0 .. U-1, in order
-//   loss()                        this micro-batch's mean loss: read in
-//                                 stream order after the last forward (the
-//                                 engine calls it from a host task of s)
+//   loss_on(loss, s)              after the last forward: a stream-ordered
+//                                 write of this micro-batch's mean loss to
+//                                 *loss, host memory the engine owns (one
+//                                 slot per micro-batch, pinned for a device:
+//                                 core/pinned.h) and reads once s has passed
 //   backward_on(u, params, grads, s)  for u = U-1 .. 0, in order
 // `params` is the unit's flat buffer (FlatLayout: padded_numel elements, in
 // the precision policy's param dtype, on the engine's device); a parameter
@@ -21,6 +24,18 @@
 // the gaps alone. Both are valid until the work enqueued by the call has run
 // on `s`: the engine orders their producers and later users by events on s
 // (Note [Engine events] in runtime/engine.h).
+//
+// Note [Host runs ahead]
+// The host thread returns from each call long before the stream has run its
+// work: on a GPU, and on the CPU too (the compute stream is a worker
+// thread), by up to a whole step. So state a stream task reads must belong
+// to the stream: a device buffer written by earlier work of the stream, or
+// a value captured when the task was enqueued, never a member the host
+// thread changes on the next call. Checks of call order run on the host,
+// at enqueue time. A task that throws fails the stream with the op's name
+// and the engine rethrows it at its next call (Note [Stream and event
+// semantics] in core/stream.h). MP_ORDER_TORTURE=1 makes the compute stream
+// lag far behind the host in the tests (Note [Order torture]).
 // A model must be deterministic: the same parameters and micro-batch give
 // the same bits on any rank.
 #pragma once
@@ -41,38 +56,49 @@ class Model {
   virtual const ModelSpec& spec() const = 0;
   virtual void begin_micro_batch_on(int64_t global_index, Stream& s) = 0;
   virtual void forward_on(int unit, const Tensor& params, Stream& s) = 0;
-  virtual double loss() const = 0;
+  virtual void loss_on(double* loss, Stream& s) = 0;
   virtual void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) = 0;
 };
 
-// A model computed by the host (CPU memory): each call runs its host body
-// below as a host task of the compute stream, on the stream's worker thread,
-// in order. The bodies may use every core (the GEMMs and loops are
-// multi-threaded themselves); they run one at a time.
+// A model computed by the host (CPU memory), such as an embedding host's
+// (launch/c_api.cc): each call runs its host body below as a host task of
+// the compute stream, on the stream's worker thread, in order, so the
+// bodies only ever see state of the stream's order (Note [Host runs
+// ahead]). The bodies may use every core; they run one at a time.
 class HostModel : public Model {
  public:
   void begin_micro_batch_on(int64_t g, Stream& s) final {
-    host_stream(s).host_task([this, g] {
-      ModelCallScope profiled;  // Note [Op profile]
-      begin_micro_batch(g);
-    });
+    host_stream(s).host_task(
+        [this, g] {
+          ModelCallScope profiled;  // Note [Op profile]
+          begin_micro_batch(g);
+        },
+        TaskName{"begin micro-batch"});
   }
   void forward_on(int unit, const Tensor& params, Stream& s) final {
-    host_stream(s).host_task([this, unit, params] {
-      ModelCallScope profiled;
-      forward(unit, params);
-    });
+    host_stream(s).host_task(
+        [this, unit, params] {
+          ModelCallScope profiled;
+          forward(unit, params);
+        },
+        TaskName{"forward"});
+  }
+  void loss_on(double* loss, Stream& s) final {
+    host_stream(s).host_task([this, loss] { *loss = this->loss(); }, TaskName{"loss"});
   }
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) final {
-    host_stream(s).host_task([this, unit, params, grads] {
-      ModelCallScope profiled;
-      backward(unit, params, grads);
-    });
+    host_stream(s).host_task(
+        [this, unit, params, grads] {
+          ModelCallScope profiled;
+          backward(unit, params, grads);
+        },
+        TaskName{"backward"});
   }
 
   // The host bodies, also called directly by tests and tools.
   virtual void begin_micro_batch(int64_t global_index) = 0;
   virtual void forward(int unit, const Tensor& params) = 0;
+  virtual double loss() const = 0;  // after the last forward of a micro-batch
   virtual void backward(int unit, const Tensor& params, const Tensor& grads) = 0;
 
  private:

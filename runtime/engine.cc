@@ -69,12 +69,12 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
       opt_(std::make_unique<Optimizer>(optimizer_config(config, o_))),
       world_(w),
       device_(engine_device(w, alloc_)),
-      losses_(static_cast<size_t>(o_.micro_batches)),
       comm_(w, o_.serialize_communication, steps_run_),
       stats_(layout_.num_units(), o_.micro_batches, o_.locate_non_finite, alloc_),
       decision_(*opt_, o_.optimizer_in_backward) {
   set_current_device(device_);
-  compute_ = Stream::create(device_, "compute");
+  compute_ = Stream::create(device_, "compute", StreamOptions{.lags_under_torture = true});
+  losses_ = PinnedBuffer(device_, static_cast<size_t>(o_.micro_batches) * sizeof(double));
   comm_.set_compute(compute_.get());
   scalars_device_ = alloc_.allocate(sizeof(StepScalars), MemCategory::kOther);
   if (o_.deterministic && o_.precision.loss_scaling != LossScalingMode::kNone) {
@@ -138,7 +138,7 @@ StepResult Engine::Impl::step(Model& model) {
     const int64_t g = (steps_run_ - 1) * static_cast<int64_t>(W) * k + static_cast<int64_t>(m) * W + r;
     on_compute([&] { model.begin_micro_batch_on(g, *compute_); });
     forward(model);                                // gather ring: each unit waited for, the next k prefetched
-    compute_->host_task([this, &model, m] { losses_[static_cast<size_t>(m)] = model.loss(); });
+    model.loss_on(losses_.as<double>() + m, *compute_);
     backward(model, m);                            // each unit's reduction issued as its gradients exist
   }
   const GradStats total = reduced_statistics();    // reductions landed: statistics, one read, one exchange
@@ -301,7 +301,7 @@ StepResult Engine::Impl::finish_step(StepResult result, const StepPlan& plan, co
     MP_THROW(NumericError, "step ", steps_run_, ": non-finite gradients reached the update with ",
              "sharding.optimizer_in_backward (nothing can skip the step there); turn it off to skip such steps");
   }
-  result.loss = mean_loss(losses_);
+  result.loss = mean_loss(losses_.as<double>(), o_.micro_batches);
   result.grad_norm = plan.grad_norm;
   result.skipped = plan.skip;
   result.loss_scale = o_.precision.loss_scaling == LossScalingMode::kStatic ? o_.precision.static_loss_scale
@@ -340,9 +340,9 @@ void Engine::Impl::stop_if_needed(const StepResult& result) const {
 // The mean of every rank's micro-batch losses (losses[m] is this rank's
 // m-th), summed in the order of their global index m * W + r, so it does not
 // depend on the world size. Collective over the world.
-double Engine::Impl::mean_loss(const std::vector<double>& losses) {
-  const size_t k = losses.size(), W = static_cast<size_t>(world_.size());
-  const std::vector<double> all = world_.all_gather_double(losses);
+double Engine::Impl::mean_loss(const double* losses, int count) {
+  const size_t k = static_cast<size_t>(count), W = static_cast<size_t>(world_.size());
+  const std::vector<double> all = world_.all_gather_double(std::span<const double>(losses, k));
   double loss = 0;
   for (size_t m = 0; m < k; ++m) {
     for (size_t j = 0; j < W; ++j) loss += all[j * k + m];
@@ -356,8 +356,11 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
   MP_ENFORCE(count >= 1 && first >= 0, "evaluate: first ", first, ", count ", count);
   set_current_device(device_);
   const int W = world_.size(), r = world_.rank(), U = layout_.num_units();
-  // A member, not a local: queued host tasks write it (the engine outlives them).
-  eval_losses_.assign(static_cast<size_t>(count), 0.0);
+  // A member, not a local: the queued copies write it (the engine outlives them).
+  if (eval_losses_.size_bytes() < static_cast<size_t>(count) * sizeof(double)) {
+    compute_->synchronize();  // no earlier evaluation's copy still writes the old slots
+    eval_losses_ = PinnedBuffer(device_, static_cast<size_t>(count) * sizeof(double));
+  }
   for (int j = 0; j < count; ++j) {
     model.begin_micro_batch_on(first + static_cast<int64_t>(j) * W + r, *compute_);
     for (int u = 0; u < U; ++u) {
@@ -365,10 +368,10 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
       model.forward_on(u, params, *compute_);
       gathers_->release(u, compute_->record());
     }
-    compute_->host_task([this, &model, j] { eval_losses_[static_cast<size_t>(j)] = model.loss(); });
+    model.loss_on(eval_losses_.as<double>() + j, *compute_);
   }
   comm_.finish(compute_->record());
-  return mean_loss(eval_losses_);
+  return mean_loss(eval_losses_.as<double>(), count);
 }
 
 std::vector<float> Engine::Impl::master_shard(int u) const {
@@ -457,17 +460,40 @@ std::string Engine::Impl::failure_context() const {
                      "; last collective issued: ", last.empty() ? std::string("none") : last);
 }
 
-StepResult Engine::step(Model& model) {
-  try {
-    return impl_->step(model);
-  } catch (const CudaError& e) {
-    // A device fault surfaces at whatever CUDA call comes next: say where.
-    throw CudaError(e.file(), e.line(), e.message() + " [" + impl_->failure_context() + "]");
+void Engine::Impl::rethrow_stream_failures() const {
+  for (Stream* s : {compute_.get(), shard_stream_, replicate_stream_}) {
+    if (s != nullptr) s->rethrow_failure();
   }
 }
-double Engine::evaluate(Model& model, int64_t first, int count) { return impl_->evaluate(model, first, count); }
-std::vector<float> Engine::master_shard(int unit) const { return impl_->master_shard(unit); }
-std::vector<float> Engine::gather_master(int unit) { return impl_->gather_master(unit); }
-void Engine::set_weights(int unit, const std::vector<float>& full) { impl_->set_weights(unit, full); }
+
+// A device fault surfaces at whatever CUDA call comes next, and a stream
+// task's failure at the next wait or engine call: both get where the rank
+// was. Every other error already says what it needs.
+template <class F>
+auto Engine::Impl::call(F&& f) -> decltype(f()) {
+  try {
+    rethrow_stream_failures();
+    return f();
+  } catch (const Error& e) {
+    if (!e.from_stream_task() && dynamic_cast<const CudaError*>(&e) == nullptr) throw;
+    rethrow_with_context(std::current_exception(), " [" + failure_context() + "]");
+  }
+}
+
+StepResult Engine::step(Model& model) {
+  return impl_->call([&] { return impl_->step(model); });
+}
+double Engine::evaluate(Model& model, int64_t first, int count) {
+  return impl_->call([&] { return impl_->evaluate(model, first, count); });
+}
+std::vector<float> Engine::master_shard(int unit) const {
+  return impl_->call([&] { return impl_->master_shard(unit); });
+}
+std::vector<float> Engine::gather_master(int unit) {
+  return impl_->call([&] { return impl_->gather_master(unit); });
+}
+void Engine::set_weights(int unit, const std::vector<float>& full) {
+  impl_->call([&] { impl_->set_weights(unit, full); });
+}
 
 }  // namespace mp

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/mesh.h"
+#include "core/pinned.h"
 #include "runtime/comm_watch.h"
 #include "runtime/engine.h"
 #include "runtime/grad_reducer.h"
@@ -45,6 +46,11 @@ class Engine::Impl {
   void state_replaced();
   // Lets issued collectives and tasks finish (before the buffers go).
   void synchronize();
+  // Runs one engine call: first rethrows an earlier stream-task failure,
+  // and a failure of the call's own device or stream work comes out with
+  // failure_context() added (Engine's public calls go through here).
+  template <class F>
+  auto call(F&& f) -> decltype(f());
 
   const ModelSpec& spec() const { return spec_; }
   const EngineOptions& options() const { return o_; }
@@ -74,7 +80,10 @@ class Engine::Impl {
   void update_unit(int u, Stream& stream);
   StepResult finish_step(StepResult result, const StepPlan& plan, const GradStats& total);
   void stop_if_needed(const StepResult& result) const;
-  double mean_loss(const std::vector<double>& losses);
+  double mean_loss(const double* losses, int count);
+  // Rethrows the first failure of a task on any of the engine's streams
+  // (Note [Stream and event semantics]).
+  void rethrow_stream_failures() const;
   void init_params();
   template <class F>
   Event on_compute(F&& enqueue);
@@ -102,8 +111,11 @@ class Engine::Impl {
   StepScalars scalars_host_;  // the source of write_scalars' copy
   bool scalars_written_ = false;
   Event scalars_ready_;
-  std::vector<double> losses_;  // this rank's micro-batch losses, written in compute order
-  std::vector<double> eval_losses_;  // evaluate()'s, the same way
+  // This rank's micro-batch losses, one slot per micro-batch, written on
+  // the compute stream (Model::loss_on) and read once it has passed them;
+  // evaluate()'s likewise, grown to the largest count asked for.
+  PinnedBuffer losses_;
+  PinnedBuffer eval_losses_;
   int64_t casts_before_ = 0;  // gathers_' cast count when the step began
 
   // ---- state and its owners

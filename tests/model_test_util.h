@@ -138,8 +138,10 @@ inline NarrowAndRounded narrow_and_rounded(Allocator& alloc, const Units32& p32,
   return t;
 }
 
-// One micro-batch through the Model interface; grads are overwritten in place.
-inline double run_model(HostModel& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+// One micro-batch through a model's direct calls (each waits for its work);
+// grads are overwritten in place.
+template <class M>
+double run_model(M& model, int64_t g, const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
   model.begin_micro_batch(g);
   const int units = static_cast<int>(params.size());
   for (int u = 0; u < units; ++u) model.forward(u, params[static_cast<size_t>(u)]);

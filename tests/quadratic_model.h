@@ -7,8 +7,8 @@
 // 0.5 * sum_u |w_u - t_u|^2 with fixed targets t_u (every micro-batch the
 // same), so d loss / d w_u = w_u - t_u. Forward u computes d_u = w_u - t_u in
 // fp32 (a cast of the params, then an fp32 add of -t_u) and its sum of
-// squares; the last forward copies the sums to the host, where loss() adds
-// them in unit order. Backward u writes d_u into the gradient buffer.
+// squares; the last forward copies the sums to the host, where loss_on's
+// host task adds them in unit order. Backward u writes d_u into the gradient buffer.
 #pragma once
 
 #include <cmath>
@@ -63,10 +63,15 @@ class QuadraticModel final : public Model {
                       static_cast<int64_t>(host_slots_.size() * sizeof(ops::GradStatsSlot)), s);
     }
   }
-  double loss() const override {
-    double sum = 0;
-    for (const ops::GradStatsSlot& slot : host_slots_) sum += slot.sum_sq;
-    return 0.5 * sum;
+  void loss_on(double* loss, Stream& s) override {
+    // In stream order, after the last forward's copy of the sums.
+    s.host_task(
+        [this, loss] {
+          double sum = 0;
+          for (const ops::GradStatsSlot& slot : host_slots_) sum += slot.sum_sq;
+          *loss = 0.5 * sum;
+        },
+        TaskName{"quadratic loss"});
   }
   void backward_on(int u, const Tensor&, const Tensor& grads, Stream& s) override {
     const Tensor& d = diffs_[static_cast<size_t>(u)];

@@ -179,6 +179,21 @@ double gpt_softmax_xent_bf16(const float* logits, const int32_t* targets, int64_
                              int64_t padded_vocab, float* row_loss, float* dlogits, DType storage, void* dlogits16,
                              int threads);
 
+// A chunk of the float loss: rows [0, rows) of a loss over loss_rows >=
+// rows rows, so dlogits := (softmax - onehot) / loss_rows, and row_loss as
+// above. Without dlogits16 (null) the gradient is written to dlogits, which
+// may be logits itself (in place); with it, as in gpt_softmax_xent_bf16,
+// only its bf16 rounding goes to dlogits16 and dlogits is scratch (one row
+// per thread, which may also be logits). With loss_rows = rows: the bits
+// of gpt_softmax_xent / gpt_softmax_xent_bf16.
+void gpt_softmax_xent_rows(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits, DType storage,
+                           void* dlogits16, int threads);
+
+// The mean of row_loss [rows > 0], summed in double in row order: what the
+// two functions above return.
+double gpt_mean_loss(const float* row_loss, int64_t rows);
+
 // ---- residual -------------------------------------------------------------------
 // out = a + b elementwise; out may alias a or b.
 template <class T>

@@ -58,6 +58,7 @@ struct StdExp {
 
 template <class T, class Exp = StdExp>
 T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz, Exp exp = Exp()) {
+  const T z_target = z[target];  // read first: dz may be z itself (in place)
   T m = z[0];
   for (int64_t c = 1; c < classes; ++c) m = std::max(m, z[c]);
   for (int64_t c = 0; c < classes; ++c) dz[c] = exp(z[c] - m);
@@ -66,7 +67,7 @@ T softmax_xent_row(const T* z, int64_t classes, int32_t target, T scale, T* dz, 
   const T inv_sum = T(1) / sum;
   for (int64_t c = 0; c < classes; ++c) dz[c] = dz[c] * inv_sum * scale;
   dz[target] -= scale;
-  return std::log(sum) + m - z[target];
+  return std::log(sum) + m - z_target;
 }
 
 #if defined(MP_LOOPS_PRIVATE)

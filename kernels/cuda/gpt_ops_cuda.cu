@@ -146,12 +146,14 @@ void column_sums(Term term, int64_t rows, int64_t cols, ColumnOutputs outs, void
 
 // ---- embedding ------------------------------------------------------------------
 
-__global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte, const float* wpe, int64_t seq,
+// wte fp32, or bf16 widened exactly (math::to_f32): the same sums.
+template <class E>
+__global__ void embedding_forward_kernel(const int32_t* tokens, const E* wte, const float* wpe, int64_t seq,
                                          int64_t channels, int64_t vocab_rows, int64_t count, float* out) {
   for (int64_t i = global_thread(); i < count; i += grid_threads()) {
     const int64_t n = i / channels, c = i % channels;
     const int32_t token = tokens[n];
-    out[i] = token >= 0 && token < vocab_rows ? wte[token * channels + c] + wpe[(n % seq) * channels + c]
+    out[i] = token >= 0 && token < vocab_rows ? math::to_f32(wte[token * channels + c]) + wpe[(n % seq) * channels + c]
                                               : __int_as_float(0x7fc00000);  // NaN
   }
 }
@@ -458,16 +460,27 @@ void check_elementwise(int64_t n, const void* a, const void* b, const void* out,
 
 // ---- launchers ------------------------------------------------------------------------
 
-void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
-                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream) {
+template <class E>
+void embedding_forward(const int32_t* tokens, const E* wte, const float* wpe, int64_t batch, int64_t seq,
+                       int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream) {
   MP_ENFORCE(batch >= 0 && seq >= 0 && channels >= 0 && vocab_rows > 0, "embedding of batch ", batch, ", seq ",
              seq, ", channels ", channels, ", vocab rows ", vocab_rows);
   const int64_t count = batch * seq * channels;
   if (count == 0) return;
   MP_ENFORCE(tokens != nullptr && wte != nullptr && wpe != nullptr && out != nullptr, "embedding of null memory");
-  embedding_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels, vocab_rows,
-                                                                       count, out);
+  embedding_forward_kernel<E><<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
+                                                                          vocab_rows, count, out);
   MP_CHECK_CUDA(cudaGetLastError());
+}
+
+void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream) {
+  embedding_forward(tokens, wte, wpe, batch, seq, channels, vocab_rows, out, stream);
+}
+
+void gpt_embedding_forward_cuda(const int32_t* tokens, const bf16* wte, const float* wpe, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream) {
+  embedding_forward(tokens, wte, wpe, batch, seq, channels, vocab_rows, out, stream);
 }
 
 int64_t gpt_embedding_backward_cuda_workspace_bytes(int64_t rows, int64_t vocab_rows) {

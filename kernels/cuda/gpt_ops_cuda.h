@@ -40,6 +40,10 @@ namespace mp {
 // out[n, :] = wte[tokens[n], :] + wpe[n % seq, :]; wte has vocab_rows rows.
 void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
                                 int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream);
+// The same with wte in bf16 (each element widened exactly): the bits of the
+// fp32 version on the widened table, reading only the rows it needs.
+void gpt_embedding_forward_cuda(const int32_t* tokens, const bf16* wte, const float* wpe, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t vocab_rows, float* out, cudaStream_t stream);
 
 // Workspace of gpt_embedding_backward_cuda (needs a current device: it asks
 // CUB for its radix-sort scratch).

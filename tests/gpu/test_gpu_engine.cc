@@ -8,7 +8,7 @@
 // CUDA: per-block partials), so they agree to 1e-12 relative.
 // - gpu_engine_np1: the data plane is NCCL on one GPU, then the staged MPI
 //   backend on the same GPU.
-// - The CUDA GPT (models/gpt_cuda.h) trained by the CUDA engine against
+// - The GPT (models/gpt.h) trained by the CUDA engine against
 //   the host GPT trained by the CPU engine, fp32 and bf16_master: the same
 //   model and data, so the losses agree to fp32 rounding (fp32) or to the
 //   bf16 band (bf16_master) over several steps.
@@ -32,7 +32,6 @@
 #include "tests/mpi/engine_test_util.h"
 #include "tests/quadratic_model.h"
 #include "models/gpt.h"
-#include "models/gpt_cuda.h"
 #if MP_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"
 #endif
@@ -136,12 +135,7 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
   const Precision precision = resolve_precision(c.precision(), true);
   g.matmul_dtype = gpt_matmul_dtype(std::nullopt, precision.param_dtype);
   Allocator alloc(device);
-  std::unique_ptr<Model> model;
-  if (device.is_cpu()) {
-    model = std::make_unique<Gpt>(g, alloc);
-  } else {
-    model = std::make_unique<GptCuda>(g, alloc);
-  }
+  auto model = std::make_unique<Gpt>(g, alloc);  // on the allocator's device
   Engine engine(model->spec(), c, world, alloc);
   std::vector<double> losses;
   for (int s = 0; s < 5; ++s) losses.push_back(engine.step(*model).loss);

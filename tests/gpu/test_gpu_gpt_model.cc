@@ -1,14 +1,15 @@
-// GPU tests (label "gpu") of the CUDA GPT (models/gpt_cuda.h) and its flash
+// GPU tests (label "gpu") of the GPT on CUDA (models/gpt.h) and its flash
 // attention kernels (kernels/cuda/flash_attention_cuda.h):
 // - the flash kernels against the probability-keeping reference kernel
 //   (itself checked against the CPU op in double, test_gpu_gpt_ops.cc) on
 //   head sizes 8 .. 128 and sequence lengths that are not multiples of the
 //   tile, forward and backward, and bitwise repeatable; the tensor-core
 //   variant within bf16's norm-wise bound, every element written;
-// - GptCuda against the host Gpt on the same parameters and micro-batch:
-//   the loss, every unit's gradients and a kept logits row, with fp32 and
-//   with bf16 GEMM inputs, the loss in several chunks; its workspace is
-//   what workspace_bytes() says (the memory plan's activations);
+// - the GPT on the GPU against the same GPT on the CPU on the same
+//   parameters and micro-batch: the loss, every unit's gradients and a
+//   kept logits row, with fp32 and with bf16 GEMM inputs, the loss in
+//   several chunks; its workspace is what activation_bytes() says (the
+//   memory plan's activations);
 // - bf16 parameters give the same bits as fp32 parameters holding the same
 //   values, and a second run gives the same bits as the first.
 #include <cuda_runtime_api.h>
@@ -23,6 +24,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda_stream.h"
+#include "core/pinned.h"
 #include "core/error_cuda.h"
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
@@ -30,7 +32,6 @@
 #include "kernels/cuda/gpt_ops_cuda.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
-#include "models/gpt_cuda.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {
@@ -219,13 +220,13 @@ std::vector<std::vector<float>> unit_params(const GptConfig& c, bool round_to_bf
 Pass host_pass(const GptConfig& c, const std::vector<std::vector<float>>& params) {
   Gpt gpt(c);
   Pass pass;
+  gpt.keep_logits_row(kKeptRow);
   gpt.begin_micro_batch(3);
   for (size_t u = 0; u < params.size(); ++u) {
     gpt.forward(static_cast<int>(u), Tensor::wrap(const_cast<float*>(params[u].data()), Device::cpu(), DType::kF32,
                                                   {static_cast<int64_t>(params[u].size())}));
   }
   pass.loss = gpt.loss();
-  gpt.keep_logits_row(kKeptRow);
   pass.kept = gpt.kept_logits();
   pass.grads.resize(params.size());
   for (size_t u = params.size(); u-- > 0;) {
@@ -237,37 +238,45 @@ Pass host_pass(const GptConfig& c, const std::vector<std::vector<float>>& params
   return pass;
 }
 
+// The same GPT on the GPU, through the Model calls on a stream as the
+// engine makes them; the loss comes back into a pinned slot.
 Pass device_pass(const GptConfig& c, const std::vector<std::vector<float>>& params, DType param_dtype,
                  int64_t chunk_rows) {
   const Device dev = Device::cuda(0);
   Allocator alloc(dev);
   CudaStream stream(dev, "gpt test");
-  GptCudaOptions o;
+  GptOptions o;
   o.loss_chunk_rows = chunk_rows;
-  GptCuda gpt(c, alloc, nullptr, o);
+  Gpt gpt(c, alloc, nullptr, o);
   std::vector<Tensor> p, g;
   for (const auto& host : params) {
     const auto n = static_cast<int64_t>(host.size());
     Tensor t = Tensor::empty(alloc, param_dtype, {n}, MemCategory::kOther);
     if (param_dtype == DType::kF32) {
-      MP_CHECK_CUDA(cudaMemcpy(t.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+      testing::copy_on_stream(t.data(), host.data(), host.size() * 4, stream.handle());
     } else {
       std::vector<bf16> narrow(host.size());
       for (size_t i = 0; i < host.size(); ++i) narrow[i] = math::from_f32<bf16>(host[i]);
-      MP_CHECK_CUDA(cudaMemcpy(t.data(), narrow.data(), narrow.size() * 2, cudaMemcpyHostToDevice));
+      testing::copy_on_stream(t.data(), narrow.data(), narrow.size() * 2, stream.handle());
     }
     p.push_back(std::move(t));
     g.push_back(Tensor::empty(alloc, DType::kF32, {n}, MemCategory::kOther));
   }
+  PinnedBuffer loss(dev, sizeof(double));
   gpt.keep_logits_row(kKeptRow);
   gpt.begin_micro_batch_on(3, stream);
   for (size_t u = 0; u < p.size(); ++u) gpt.forward_on(static_cast<int>(u), p[u], stream);
+  gpt.loss_on(loss.as<double>(), stream);
   for (size_t u = p.size(); u-- > 0;) gpt.backward_on(static_cast<int>(u), p[u], g[u], stream);
-  MP_CHECK_CUDA(cudaStreamSynchronize(stream.handle()));
+  stream.synchronize();
   Pass pass;
-  pass.loss = gpt.loss();
+  pass.loss = *loss.as<double>();
   pass.kept = gpt.kept_logits();
-  for (const Tensor& t : g) pass.grads.push_back(to_host(t.data_as<float>(), static_cast<size_t>(t.numel())));
+  for (const Tensor& t : g) {
+    std::vector<float> host(static_cast<size_t>(t.numel()));
+    testing::copy_on_stream(host.data(), t.data(), host.size() * 4, stream.handle());
+    pass.grads.push_back(std::move(host));
+  }
   return pass;
 }
 
@@ -313,7 +322,7 @@ TEST_F(GpuGptModel, Bf16GemmsMatchTheHostModel) {
 TEST_F(GpuGptModel, TensorCoreAttentionMatchesTheHostModelWithinBf16) {
   GptConfig c = small_gpt(DType::kBF16);
   c.channels = 128;  // head size 64: tensor-core attention
-  ASSERT_TRUE(GptCuda::tensor_core_attention(c));
+  ASSERT_TRUE(Gpt::tensor_core_attention(c));
   const auto params = unit_params(c, false);
   expect_close(device_pass(c, params, DType::kF32, 0), host_pass(c, params), 5e-3, 5e-2);
 }
@@ -332,18 +341,14 @@ TEST_F(GpuGptModel, Bf16ParametersGiveTheBitsOfTheirFp32ValuesAndRunsRepeat) {
   }
 }
 
-TEST_F(GpuGptModel, WorkspaceBytesAreWhatTheModelAllocates) {
+TEST_F(GpuGptModel, ActivationBytesAreWhatTheModelAllocates) {
   for (DType matmul : {DType::kF32, DType::kBF16}) {
     const GptConfig c = small_gpt(matmul);
     Allocator alloc(Device::cuda(0));
-    const GptCuda gpt(c, alloc);
+    const Gpt gpt(c, alloc);
     EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
-              GptCuda::workspace_bytes(c));
+              Gpt::activation_bytes(c, Device::cuda(0)));
   }
-}
-
-TEST_F(GpuGptModel, RefusesAHostAllocator) {
-  EXPECT_THROW(GptCuda(small_gpt(DType::kF32), Allocator(Device::cpu())), ConfigError);
 }
 
 }  // namespace

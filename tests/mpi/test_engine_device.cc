@@ -68,7 +68,8 @@ class DeviceStream final : public Stream {
   Device device() const override { return Device::cuda(0); }
   Event record() override { return Event(); }
   void wait(const Event&) override {}
-  void host_task(std::function<void()>) override { ADD_FAILURE() << "a host model enqueued on a device stream"; }
+  void host_task(std::function<void()>, TaskName) override { ADD_FAILURE() << "a host model enqueued on a device stream"; }
+  void rethrow_failure() override {}
 };
 
 TEST_F(EngineDeviceTest, AHostModelRefusesADeviceStream) {
@@ -87,7 +88,7 @@ class FaultyModel final : public Model {
   const ModelSpec& spec() const override { return inner_.spec(); }
   void begin_micro_batch_on(int64_t g, Stream& s) override { inner_.begin_micro_batch_on(g, s); }
   void forward_on(int u, const Tensor& params, Stream& s) override { inner_.forward_on(u, params, s); }
-  double loss() const override { return inner_.loss(); }
+  void loss_on(double* loss, Stream& s) override { inner_.loss_on(loss, s); }
   void backward_on(int u, const Tensor& params, const Tensor& grads, Stream& s) override {
     if (++backwards_ > static_cast<int>(spec().units.size())) {
       auto* cpu = dynamic_cast<CpuStream*>(&s);

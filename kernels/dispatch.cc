@@ -1,0 +1,130 @@
+// Op dispatch (kernels/dispatch.h): the CPU submission with its error name
+// and profile scope, the CUDA launch's checks, timing and MP_CUDA_SYNC.
+#include "kernels/dispatch.h"
+
+#include <vector>
+
+#include "core/error.h"
+#if MP_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_stream.h"
+#include "core/error_cuda.h"
+#endif
+
+namespace mp {
+
+// ---- OpTimer -----------------------------------------------------------------
+
+#if MP_WITH_CUDA
+struct OpTimer::Impl {
+  struct Timed {
+    OpFamily family;
+    cudaEvent_t start, end;
+  };
+  std::vector<Timed> pending;
+  std::vector<cudaEvent_t> free_events, used_events;
+
+  cudaEvent_t take() {
+    if (free_events.empty()) {
+      cudaEvent_t e = nullptr;
+      MP_CHECK_CUDA(cudaEventCreate(&e));  // timed
+      free_events.push_back(e);
+    }
+    cudaEvent_t e = free_events.back();
+    free_events.pop_back();
+    used_events.push_back(e);
+    return e;
+  }
+  ~Impl() {
+    for (const auto* events : {&free_events, &used_events}) {
+      for (cudaEvent_t e : *events) (void)cudaEventDestroy(e);
+    }
+  }
+};
+#else
+struct OpTimer::Impl {};
+#endif
+
+OpTimer::OpTimer() : impl_(std::make_unique<Impl>()) {}
+OpTimer::~OpTimer() = default;
+
+void OpTimer::flush() {
+#if MP_WITH_CUDA
+  for (const Impl::Timed& t : impl_->pending) {
+    MP_CHECK_CUDA(cudaEventSynchronize(t.end));
+    float ms = 0;
+    MP_CHECK_CUDA(cudaEventElapsedTime(&ms, t.start, t.end));
+    detail::op_profile_add(t.family, ms / 1e3);
+  }
+  impl_->pending.clear();
+  impl_->free_events.insert(impl_->free_events.end(), impl_->used_events.begin(), impl_->used_events.end());
+  impl_->used_events.clear();
+#endif
+}
+
+namespace detail {
+
+// ---- CPU ---------------------------------------------------------------------
+
+void submit_cpu_op(const OpContext& cx, const char* name, OpFamily family, std::function<void()> body) {
+  auto* cpu = dynamic_cast<CpuStream*>(&cx.stream);
+  MP_ENFORCE(cpu != nullptr, "op ", name, " on CPU stream '", cx.stream.name(), "' of another kind");
+  if (!cx.profiled) {
+    cpu->submit(std::move(body), TaskName{name, cx.unit});
+    return;
+  }
+  cpu->submit(
+      [family, body = std::move(body)] {
+        ModelCallScope call;  // Note [Op profile]: a model's compute
+        ScopedOp op(family);
+        body();
+      },
+      TaskName{name, cx.unit});
+}
+
+[[noreturn]] void op_without_cuda(const OpContext& cx, const char* name) {
+  MP_THROW(ConfigError, "op ", name, " on ", cx.device(), ": mp was built without CUDA");
+}
+
+// ---- CUDA --------------------------------------------------------------------
+
+#if MP_WITH_CUDA
+
+namespace {
+bool timing(const OpContext& cx) { return cx.profiled && cx.timer != nullptr && op_profile_enabled(); }
+}  // namespace
+
+CudaOpMark begin_cuda_op(const OpContext& cx) {
+  CudaOpMark mark{cuda_handle(&cx.stream), nullptr};
+  if (timing(cx)) {
+    cudaEvent_t start = cx.timer->impl()->take();
+    MP_CHECK_CUDA(cudaEventRecord(start, mark.stream));
+    mark.start = start;
+  }
+  return mark;
+}
+
+void end_cuda_op(const OpContext& cx, const char* name, OpFamily family, const CudaOpMark& mark) {
+  if (mark.start != nullptr) {
+    cudaEvent_t end = cx.timer->impl()->take();
+    MP_CHECK_CUDA(cudaEventRecord(end, mark.stream));
+    cx.timer->impl()->pending.push_back(OpTimer::Impl::Timed{family, static_cast<cudaEvent_t>(mark.start), end});
+  }
+  if (!cuda_sync_each_op()) return;
+  const cudaError_t err = cudaStreamSynchronize(mark.stream);
+  if (err != cudaSuccess) {
+    MP_THROW(CudaError, "op ", name, cx.unit != nullptr ? " of unit " : "", cx.unit != nullptr ? cx.unit : "", " on ",
+             cx.device(), " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  }
+}
+
+#else
+
+CudaOpMark begin_cuda_op(const OpContext& cx) { op_without_cuda(cx, "a CUDA op"); }
+void end_cuda_op(const OpContext& cx, const char* name, OpFamily, const CudaOpMark&) { op_without_cuda(cx, name); }
+
+#endif
+
+}  // namespace detail
+}  // namespace mp
