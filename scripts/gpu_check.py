@@ -27,6 +27,10 @@ without a GPU (tests/check_gpu_check.py).
                                      the commit and the GPU (the call's
                                      gpu_check_summary.json)
   commit                             the commit measured (git_commit)
+  mtimes save|restore STAMP [ROOT]   the sources' content hashes and mtimes
+                                     after a build; restored for the files
+                                     whose bytes did not change, so that a
+                                     tree copied afresh does not rebuild
   merge OUT_JSON SUMMARY...          the summaries of several calls in one
                                      report (bench/results/gpu_check.json; a
                                      stage run twice: its last run), and the
@@ -40,6 +44,7 @@ final loss (bf16 rounding flips differ, the curves wander apart step by
 step, the end point is what matters).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -259,6 +264,59 @@ def memcheck(build_dir, sanitizer, log_dir, test_timeout, budget):
     return 1 if failed else 0
 
 
+# ---- a build kept between calls -----------------------------------------------
+
+SKIP_DIRS = {"out", "__pycache__"}
+
+
+def source_files(root):
+    """Every file of the tree the build reads: all but the build folders,
+    hidden folders (.git, .gpu_deps) and out/."""
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "build")) and d not in SKIP_DIRS)
+        for name in sorted(files):
+            yield os.path.relpath(os.path.join(top, name), root)
+
+
+def file_hash(path):
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_mtimes(stamp, root):
+    """After a build: each source's hash and mtime (ns)."""
+    lines = [f"{file_hash(os.path.join(root, f))} {os.stat(os.path.join(root, f)).st_mtime_ns} {f}\n"
+             for f in source_files(root)]
+    with open(stamp, "w") as out:
+        out.writelines(lines)
+    return len(lines)
+
+
+def restore_mtimes(stamp, root):
+    """Before a build: the recorded mtime back on each source whose bytes are
+    those of the last build, so that ninja, which compares mtimes, rebuilds
+    only what changed even when the tree was copied afresh. The number of
+    files whose mtime was put back."""
+    if not os.path.exists(stamp):
+        return 0
+    restored = 0
+    with open(stamp) as f:
+        for line in f:
+            digest, mtime, rel = line.rstrip("\n").split(" ", 2)
+            path = os.path.join(root, rel)
+            try:
+                st = os.stat(path)
+                if st.st_mtime_ns != int(mtime) and file_hash(path) == digest:
+                    os.utime(path, ns=(st.st_atime_ns, int(mtime)))
+                    restored += 1
+            except OSError:
+                continue
+    return restored
+
+
 # ---- reports: the rows of the stages, one call's summary, several calls ---------
 
 def git_commit():
@@ -446,6 +504,10 @@ def main():
     u.add_argument("--deadline", type=int, default=0)
     u.add_argument("--print", action="store_true", help="the last write of the call: print the table")
     sub.add_parser("commit")
+    mt = sub.add_parser("mtimes")
+    mt.add_argument("action", choices=["save", "restore"])
+    mt.add_argument("stamp")
+    mt.add_argument("root", nargs="?", default=ROOT)
     g = sub.add_parser("merge")
     g.add_argument("out_json")
     g.add_argument("summaries", nargs="+")
@@ -474,6 +536,12 @@ def main():
         write_json(args.out_json, s)
         if args.print:
             print_summary(s)
+        return 0
+    if args.cmd == "mtimes":
+        if args.action == "save":
+            print(f"gpu_check: {save_mtimes(args.stamp, args.root)} sources recorded in {args.stamp}")
+        else:
+            print(f"gpu_check: the mtimes of {restore_mtimes(args.stamp, args.root)} unchanged sources put back")
         return 0
     if args.cmd == "commit":
         print(git_commit())

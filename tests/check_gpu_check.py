@@ -6,7 +6,8 @@ band, NaN), the speed row (tokens/s median, MFU, ratios to PyTorch, a
 failed torch.compile), the smoke run, ctest's lines, the memcheck verdict
 and where the sanitizer goes in a test's command, a call's summary (its
 result from the stages' statuses and rows), the merge of several calls'
-summaries, and the exit status of the report and the merge."""
+summaries, the exit status of the report and the merge, and the sources'
+mtimes put back for a build kept between calls."""
 import json
 import os
 import subprocess
@@ -164,6 +165,25 @@ def main():
         bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "merge", merged,
                               paths[1], paths[0]], capture_output=True, text=True)
         check("merge ending on a failed stage exits 1", bad.returncode == 1 and "FAIL tests" in bad.stdout)
+
+        # A tree copied afresh: unchanged sources get their old mtimes back, changed ones keep theirs.
+        tree = os.path.join(t, "tree")
+        os.makedirs(os.path.join(tree, "kernels"))
+        os.makedirs(os.path.join(tree, "build-gpu"))
+        for name, text in (("kernels/a.cu", "a"), ("kernels/b.cc", "b"), ("build-gpu/x.o", "o")):
+            with open(os.path.join(tree, name), "w") as f:
+                f.write(text)
+            os.utime(os.path.join(tree, name), ns=(10**18, 10**18))
+        stamp = os.path.join(t, "sources.stamp")
+        check("mtimes saved, build folder left out", gpu_check.save_mtimes(stamp, tree) == 2)
+        for name in ("kernels/a.cu", "kernels/b.cc"):
+            os.utime(os.path.join(tree, name), ns=(2 * 10**18, 2 * 10**18))
+        with open(os.path.join(tree, "kernels/b.cc"), "w") as f:
+            f.write("changed")
+        check("one mtime put back", gpu_check.restore_mtimes(stamp, tree) == 1)
+        check("unchanged source: its old mtime", os.stat(os.path.join(tree, "kernels/a.cu")).st_mtime_ns == 10**18)
+        check("changed source: its new mtime", os.stat(os.path.join(tree, "kernels/b.cc")).st_mtime_ns != 10**18)
+        check("no stamp: nothing to do", gpu_check.restore_mtimes(os.path.join(t, "none"), tree) == 0)
 
     for f in failures:
         print("FAIL:", f)
