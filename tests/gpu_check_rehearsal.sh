@@ -46,7 +46,7 @@ for _ in $(seq 300); do
   grep -q "^gpu_check: stage agree" "$state/logs/gpu_check.log" 2> /dev/null && break
   sleep 0.1
 done
-sleep 0.5
+sleep 0.2
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
