@@ -12,7 +12,7 @@ Prints one JSON line per case, mp_bench style:
 and, given mp_bench's output (--ours FILE: the JSON lines of
 `launch/mprun -np N --bind-to none build/mp_bench gpt`, one or several N),
 one line per GPT-2 row of ours: its tokens/s over the better of PyTorch's
-fp32 and autocast bf16 (the issue-19 target: >= 1.5 for bf16_master), and
+fp32 and autocast bf16 (the CPU target: >= 1.5 for bf16_master), and
 over PyTorch's same-precision case (bf16_master against autocast bf16, fp32
 against fp32).
 

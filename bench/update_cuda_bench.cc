@@ -4,7 +4,7 @@
 // as bytes read plus bytes written), both timed with CUDA events, median of
 // --iters. Case adamw_fp32master_bf16grad_<N>: AdamW, bf16 gradients, fp32
 // moments and master, bf16 copy written (28 bytes per parameter); value =
-// GB/s, ref = d2d_copy GB/s, ratio = value / ref (issue 20's target: >= 0.8).
+// GB/s, ref = d2d_copy GB/s, ratio = value / ref (the GPU target: >= 0.8).
 // Without a device the suite throws ConfigError saying why.
 #include <cuda_runtime_api.h>
 
@@ -66,8 +66,8 @@ void run_case(const BenchContext& ctx, int64_t n, cudaStream_t stream) {
   const auto un = static_cast<size_t>(n);
   DeviceBuffer master(un * 4), m(un * 4), v(un * 4), grad(un * 2), copy(un * 2), scalars_d(sizeof(StepScalars));
   fill(master.p, math::f32_to_bf16_bits(0.01f) << 16, un * 4, stream);
-  // Moments not zero: timings on zeros can flatter (a bf16 product ran 13%
-  // faster on zeros than on random data on an H200 of the device tool).
+  // Moments not zero: timings on zeros can flatter (a bf16 product has run
+  // 13% faster on zeros than on random data on an H200).
   fill(m.p, 0x3a83126fu, un * 4, stream);  // 1e-3
   fill(v.p, 0x358637bdu, un * 4, stream);  // 1e-6
   const uint32_t half = math::f32_to_bf16_bits(0.5f);

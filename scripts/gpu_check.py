@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""scripts/gpu_check.py: the judgements and the report of scripts/gpu_check
-(plain Python 3, no packages), so that they can be tested without a GPU
-(tests/check_gpu_check.py).
+"""scripts/gpu_check.py: the judgements, the summaries and the report of
+scripts/gpu_check (plain Python 3, no packages), so that they can be tested
+without a GPU (tests/check_gpu_check.py).
 
   agree GPU_RUN CPU_RUN --recipe R   the loss curves of two mp_worker run
                                      directories (metrics.jsonl) against the
@@ -12,8 +12,29 @@
                                      FLOPs per token as mp_worker logs them,
                                      6 N + 12 L C T), and the ratio to
                                      PyTorch's rows in FILE; one JSON line
+  smoke RUN LOG --steps N            the smoke run: every step logged, the loss
+                                     finite; one JSON line
+  ctest-rows LOG                     one JSON line per test of a `ctest -V` log
+  memcheck BUILD SANITIZER LOG_DIR [--test-timeout S] [--budget S]
+                                     every CTest of label "gpu" once, its test
+                                     binary under compute-sanitizer memcheck;
+                                     one JSON line per test as it ends
   report STATE_DIR OUT_JSON          every STAGE.jsonl of STATE_DIR in one JSON
                                      object, and a table on stdout
+  summary STATE_DIR CALL_TSV OUT_JSON [--print] ...
+                                     one call of scripts/gpu_check: each
+                                     stage's status, seconds and result rows,
+                                     the commit and the GPU (the call's
+                                     gpu_check_summary.json)
+  commit                             the commit measured (git_commit)
+  mtimes save|restore STAMP [ROOT]   the sources' content hashes and mtimes
+                                     after a build; restored for the files
+                                     whose bytes did not change, so that a
+                                     tree copied afresh does not rebuild
+  merge OUT_JSON SUMMARY...          the summaries of several calls in one
+                                     report (bench/results/gpu_check.json; a
+                                     stage run twice: its last run), and the
+                                     table
 
 Tolerances (docs/benchmarks.md "GPU check"): the fp32 recipe agrees with the
 CPU at every step within FP32_REL_TOL of the CPU's loss (the GEMMs and
@@ -23,12 +44,19 @@ final loss (bf16 rounding flips differ, the curves wander apart step by
 step, the end point is what matters).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
+import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FP32_REL_TOL = 2e-3
 BF16_FINAL_BAND = 0.05
@@ -97,36 +125,345 @@ def speed(run_dir, peak_tflops, torch_file, skip):
     return out
 
 
-def git_commit():
+def smoke(run_dir, log, steps):
+    """The smoke run (MP_CUDA_SYNC=1): all its steps logged, every loss finite."""
+    row = {"case": "smoke_cuda_sync", "steps_expected": steps}
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        rows = read_metrics(run_dir)
+    except (OSError, SystemExit) as e:
+        row.update({"pass": False, "why": f"no metrics: {e}"})
+        rows = []
+    if rows:
+        losses = [r["loss"] for r in rows]
+        row.update({"steps": len(rows), "final_loss": losses[-1],
+                    "pass": len(rows) == steps and all(math.isfinite(x) for x in losses)})
+    try:
+        with open(log, errors="replace") as f:
+            device = [line.strip() for line in f if line.startswith("device (rank 0):")]
+        if device:
+            row["device"] = device[0][len("device (rank 0): "):]
+    except OSError:
+        pass
+    return row
+
+
+CTEST_LINE = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+) \.*\s*(?:\*\*\*)?(.+?)\s+([\d.]+) sec\s*$")
+
+
+def ctest_rows(log_text):
+    """One row per test line of ctest's output (name, result, seconds)."""
+    rows = []
+    for line in log_text.splitlines():
+        m = CTEST_LINE.match(line)
+        if m:
+            name, result, secs = m.groups()
+            rows.append({"case": f"ctest_{name}", "pass": result == "Passed", "result": result,
+                         "seconds": float(secs)})
+    return rows
+
+
+# ---- memcheck: the GPU CTests under compute-sanitizer ------------------------------
+
+def gpu_ctests(build_dir):
+    """The CTests of label "gpu" as ctest lists them: name, command, working
+    directory, environment, the regular expression that marks a skip."""
+    listing = subprocess.run(["ctest", "--test-dir", build_dir, "-L", "gpu", "--show-only=json-v1"],
+                             capture_output=True, text=True, check=True).stdout
+    tests = []
+    for t in json.loads(listing).get("tests", []):
+        props = {p["name"]: p["value"] for p in t.get("properties", [])}
+        skip = props.get("SKIP_REGULAR_EXPRESSION") or []
+        tests.append({"name": t["name"], "command": t.get("command", []),
+                      "cwd": props.get("WORKING_DIRECTORY"), "env": props.get("ENVIRONMENT") or [],
+                      "skip": skip if isinstance(skip, list) else [skip]})
+    return tests
+
+
+def sanitized_command(command, build_dir, sanitizer_args):
+    """The command with the sanitizer in front of the test binary: the first
+    argument that is an executable file inside the build folder (the test
+    binary itself, or the one launch/mprun starts on every rank). None when
+    there is none."""
+    build = os.path.realpath(build_dir)
+    for i, arg in enumerate(command):
+        path = os.path.realpath(arg)
+        if path.startswith(build + os.sep) and os.path.isfile(path) and os.access(path, os.X_OK):
+            return command[:i] + list(sanitizer_args) + command[i:]
+    return None
+
+
+SANITIZER_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def sanitizer_verdict(log_text, exit_code, skip_patterns):
+    """(pass, errors, why) of one test under compute-sanitizer: it ran (not
+    skipped), every process printed a summary, no errors, exit 0."""
+    counts = [int(n) for n in SANITIZER_SUMMARY.findall(log_text)]
+    errors = sum(counts)
+    if any(re.search(p, log_text) for p in skip_patterns if p):
+        return False, errors, "skipped: the device was not usable"
+    if errors:
+        return False, errors, f"{errors} memcheck error(s)"
+    if not counts:
+        return False, 0, "no ERROR SUMMARY: the sanitizer did not finish"
+    if exit_code != 0:
+        return False, 0, f"exit {exit_code}"
+    return True, 0, ""
+
+
+def run_in_group(cmd, cwd, env, log_path, timeout):
+    """cmd in a process group of its own, output to log_path; at the timeout
+    the whole group (mpirun and its ranks too) is ended. (exit code, timed out)."""
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return p.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(p.pid, sig)
+                    return p.wait(timeout=wait), True
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            return None, True
+
+
+def memcheck(build_dir, sanitizer, log_dir, test_timeout, budget):
+    """Every GPU CTest once under compute-sanitizer memcheck; prints a row per
+    test as it ends (a stage cut short keeps those). 0 when all pass."""
+    t_start = time.monotonic()
+    tests = gpu_ctests(build_dir)
+    if not tests:
+        print(json.dumps({"case": "memcheck", "pass": False, "why": "no CTest of label gpu in this build"}))
+        return 1
+    args = [sanitizer, "--tool", "memcheck", "--error-exitcode", "97"]
+    failed = 0
+    for t in tests:
+        row = {"case": f"memcheck_{t['name']}"}
+        left = budget - (time.monotonic() - t_start)
+        cmd = sanitized_command(t["command"], build_dir, args)
+        if cmd is None:
+            row.update({"pass": False, "why": "no test binary in its command"})
+        elif left < 20:
+            row.update({"pass": False, "why": "not run: no time left in the stage"})
+        else:
+            env = dict(os.environ)
+            env.update(kv.split("=", 1) for kv in t["env"] if "=" in kv)
+            log_path = os.path.join(log_dir, f"memcheck_{t['name']}.log")
+            t0 = time.monotonic()
+            code, timed_out = run_in_group(cmd, t["cwd"], env, log_path, min(test_timeout, left))
+            with open(log_path, errors="replace") as f:
+                ok, errors, why = sanitizer_verdict(f.read(), code, t["skip"])
+            if timed_out:
+                ok, why = False, f"timed out after {min(test_timeout, left):.0f} s"
+            row.update({"pass": ok, "errors": errors, "exit": code, "seconds": round(time.monotonic() - t0, 1)})
+            if why:
+                row["why"] = why
+        failed += not row["pass"]
+        print(json.dumps(row), flush=True)
+    return 1 if failed else 0
+
+
+# ---- a build kept between calls -----------------------------------------------
+
+SKIP_DIRS = {"out", "__pycache__"}
+
+
+def source_files(root):
+    """Every file of the tree the build reads: all but the build folders,
+    hidden folders (.git, .gpu_deps) and out/."""
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "build")) and d not in SKIP_DIRS)
+        for name in sorted(files):
+            yield os.path.relpath(os.path.join(top, name), root)
+
+
+def file_hash(path):
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_mtimes(stamp, root):
+    """After a build: each source's hash and mtime (ns)."""
+    lines = [f"{file_hash(os.path.join(root, f))} {os.stat(os.path.join(root, f)).st_mtime_ns} {f}\n"
+             for f in source_files(root)]
+    with open(stamp, "w") as out:
+        out.writelines(lines)
+    return len(lines)
+
+
+def restore_mtimes(stamp, root):
+    """Before a build: the recorded mtime back on each source whose bytes are
+    those of the last build, so that ninja, which compares mtimes, rebuilds
+    only what changed even when the tree was copied afresh. The number of
+    files whose mtime was put back."""
+    if not os.path.exists(stamp):
+        return 0
+    restored = 0
+    with open(stamp) as f:
+        for line in f:
+            digest, mtime, rel = line.rstrip("\n").split(" ", 2)
+            path = os.path.join(root, rel)
+            try:
+                st = os.stat(path)
+                if st.st_mtime_ns != int(mtime) and file_hash(path) == digest:
+                    os.utime(path, ns=(st.st_atime_ns, int(mtime)))
+                    restored += 1
+            except OSError:
+                continue
+    return restored
+
+
+# ---- reports: the rows of the stages, one call's summary, several calls ---------
+
+def git_commit():
+    """The commit measured: MP_GPU_CHECK_COMMIT, else git (with -dirty when
+    tracked files differ from it), else .gpu_deps/commit (scripts/gpu_deps
+    writes it where git works, for a checkout copied without .git)."""
+    if os.environ.get("MP_GPU_CHECK_COMMIT"):
+        return os.environ["MP_GPU_CHECK_COMMIT"]
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7", "--match", "NO_TAGS"],
+                              capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        with open(os.path.join(ROOT, ".gpu_deps", "commit")) as f:
+            return f.read().split()[0]
+    except (OSError, IndexError):
         return "unknown"
+
+
+def read_rows(path):
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+    return rows
+
+
+def print_rows(stage, rows):
+    """The table's lines of one stage; the number of rows that failed."""
+    failed = 0
+    for r in rows:
+        verdict = {True: "PASS", False: "FAIL"}.get(r.get("pass"), "    ")
+        failed += r.get("pass") is False
+        keys = [k for k in r if k not in ("case", "pass", "suite")][:6]
+        print(f"  {verdict} {stage:8} {r.get('case', '?'):34} " + ", ".join(f"{k}={r[k]}" for k in keys))
+    return failed
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def report(state_dir, out_json):
     result = {"commit": git_commit(), "stages": {}}
     for name in sorted(os.listdir(state_dir)):
-        if not name.endswith(".jsonl"):
-            continue
-        rows = []
-        with open(os.path.join(state_dir, name)) as f:
-            for line in f:
-                if line.startswith("{"):
-                    rows.append(json.loads(line))
-        result["stages"][name[:-len(".jsonl")]] = rows
-    os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
-    with open(out_json, "w") as f:
-        json.dump(result, f, indent=1)
-    failed = 0
+        if name.endswith(".jsonl"):
+            result["stages"][name[:-len(".jsonl")]] = read_rows(os.path.join(state_dir, name))
+    write_json(out_json, result)
     print(f"gpu_check report, commit {result['commit']}: {out_json}")
-    for stage, rows in result["stages"].items():
-        for r in rows:
-            verdict = {True: "PASS", False: "FAIL"}.get(r.get("pass"), "    ")
-            failed += r.get("pass") is False
-            keys = [k for k in r if k not in ("case", "pass", "suite")][:6]
-            print(f"  {verdict} {stage:8} {r.get('case', '?'):34} " + ", ".join(f"{k}={r[k]}" for k in keys))
+    failed = sum(print_rows(stage, rows) for stage, rows in result["stages"].items())
+    return 1 if failed else 0
+
+
+STATUSES = ("pass", "fail", "timeout", "interrupted", "skipped", "running", "pending")
+
+
+def machine(state_dir, device):
+    """The GPU, its driver and the CUDA compiler (read once per machine)."""
+    cache = os.path.join(state_dir, "machine.json")
+    if os.path.exists(cache):
+        with open(cache) as f:
+            return json.load(f)
+    info = {"host_cpus": os.cpu_count()}
+    if device == "CUDA":
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        for key, cmd in (("gpu", ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                  "--format=csv,noheader"]), ("nvcc", [nvcc, "--version"])):
+            try:
+                text = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+                info[key] = text.splitlines()[-1 if key == "nvcc" else 0] if text else None
+            except (OSError, subprocess.TimeoutExpired):
+                info[key] = None
+        write_json(cache, info)
+    return info
+
+
+def call_summary(state_dir, call_tsv, device, tarball, seconds, deadline, final):
+    """One call's summary: each stage's status (STATUSES), seconds, note and
+    result rows; "result": pass (every stage passed, every judged row too),
+    fail (a stage failed or a row missed its target), or incomplete (else: a
+    stage timed out, was interrupted, skipped or has not run yet)."""
+    stages = {}
+    with open(call_tsv) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 2:
+                continue
+            stage, status = parts[0], parts[1]
+            entry = {"status": status, "seconds": int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0}
+            if len(parts) > 3 and parts[3]:
+                entry["note"] = parts[3]
+            if status not in ("pending", "skipped") and stage != "report":
+                entry["rows"] = read_rows(os.path.join(state_dir, f"{stage}.jsonl"))
+            stages[stage] = entry
+    rows_failed = any(r.get("pass") is False for e in stages.values() for r in e.get("rows", []))
+    if any(e["status"] == "fail" for e in stages.values()) or rows_failed:
+        result = "fail"
+    elif all(e["status"] == "pass" for e in stages.values()):
+        result = "pass"
+    else:
+        result = "incomplete"
+    return {"commit": git_commit(), "device": device, "machine": machine(state_dir, device),
+            "stages_asked": list(stages), "result": result, "final": final, "seconds": seconds,
+            "deadline_s": deadline, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tarball": tarball, "stages": stages}
+
+
+def print_summary(s):
+    gpu = (s.get("machine") or {}).get("gpu") or s.get("device")
+    print(f"gpu_check summary: {s['result'].upper()}, stages {' '.join(s['stages_asked'])}, commit {s['commit']}, "
+          f"{gpu}, {s['seconds']} s")
+    for stage, e in s["stages"].items():
+        note = f" ({e['note']})" if e.get("note") else ""
+        print(f"  {e['status']:11} {stage:8} {e['seconds']:4d} s{note}")
+        print_rows(stage, e.get("rows", []))
+
+
+def merge(out_json, summaries):
+    """Several calls' summaries in one report: the last run of each stage."""
+    result = {"commit": None, "machine": None, "calls": [], "stages": {}}
+    commits = []
+    for path in summaries:
+        with open(path) as f:
+            s = json.load(f)
+        commits.append(s.get("commit", "unknown"))
+        result["machine"] = s.get("machine") or result["machine"]
+        result["calls"].append({k: s.get(k) for k in ("stages_asked", "result", "final", "seconds", "finished_at")}
+                               | {"status": {st: e["status"] for st, e in s.get("stages", {}).items()}})
+        for stage, e in s.get("stages", {}).items():
+            if e["status"] not in ("pending", "skipped") and stage != "report":
+                result["stages"][stage] = e.get("rows", []) + ([] if e["status"] == "pass" else [
+                    {"case": f"{stage}_stage", "pass": False, "status": e["status"], "note": e.get("note", "")}])
+    result["commit"] = commits[-1] if len(set(commits)) == 1 else ",".join(commits)
+    write_json(out_json, result)
+    print(f"gpu_check merge of {len(summaries)} call(s), commit {result['commit']}: {out_json}")
+    failed = sum(print_rows(stage, rows) for stage, rows in result["stages"].items())
+    if len(set(commits)) > 1:
+        print("gpu_check merge: the calls measured different commits")
+        failed += 1
     return 1 if failed else 0
 
 
@@ -142,9 +479,38 @@ def main():
     s.add_argument("--peak-tflops", type=float, required=True)
     s.add_argument("--torch")
     s.add_argument("--skip", type=int, default=5)
+    m = sub.add_parser("smoke")
+    m.add_argument("run_dir")
+    m.add_argument("log")
+    m.add_argument("--steps", type=int, required=True)
+    c = sub.add_parser("ctest-rows")
+    c.add_argument("log")
+    k = sub.add_parser("memcheck")
+    k.add_argument("build_dir")
+    k.add_argument("sanitizer")
+    k.add_argument("log_dir")
+    k.add_argument("--test-timeout", type=float, default=150)
+    k.add_argument("--budget", type=float, default=600)
     r = sub.add_parser("report")
     r.add_argument("state_dir")
     r.add_argument("out_json")
+    u = sub.add_parser("summary")
+    u.add_argument("state_dir")
+    u.add_argument("call_tsv")
+    u.add_argument("out_json")
+    u.add_argument("--device", default="CUDA")
+    u.add_argument("--tarball", default="")
+    u.add_argument("--seconds", type=int, default=0)
+    u.add_argument("--deadline", type=int, default=0)
+    u.add_argument("--print", action="store_true", help="the last write of the call: print the table")
+    sub.add_parser("commit")
+    mt = sub.add_parser("mtimes")
+    mt.add_argument("action", choices=["save", "restore"])
+    mt.add_argument("stamp")
+    mt.add_argument("root", nargs="?", default=ROOT)
+    g = sub.add_parser("merge")
+    g.add_argument("out_json")
+    g.add_argument("summaries", nargs="+")
     args = ap.parse_args()
     if args.cmd == "agree":
         row = agree(args.gpu_dir, args.cpu_dir, args.recipe)
@@ -153,6 +519,35 @@ def main():
     if args.cmd == "speed":
         print(json.dumps(speed(args.run_dir, args.peak_tflops, args.torch, args.skip)))
         return 0
+    if args.cmd == "smoke":
+        row = smoke(args.run_dir, args.log, args.steps)
+        print(json.dumps(row))
+        return 0 if row["pass"] else 1
+    if args.cmd == "ctest-rows":
+        with open(args.log, errors="replace") as f:
+            for row in ctest_rows(f.read()):
+                print(json.dumps(row))
+        return 0
+    if args.cmd == "memcheck":
+        return memcheck(args.build_dir, args.sanitizer, args.log_dir, args.test_timeout, args.budget)
+    if args.cmd == "summary":
+        s = call_summary(args.state_dir, args.call_tsv, args.device, args.tarball, args.seconds, args.deadline,
+                         args.print)
+        write_json(args.out_json, s)
+        if args.print:
+            print_summary(s)
+        return 0
+    if args.cmd == "mtimes":
+        if args.action == "save":
+            print(f"gpu_check: {save_mtimes(args.stamp, args.root)} sources recorded in {args.stamp}")
+        else:
+            print(f"gpu_check: the mtimes of {restore_mtimes(args.stamp, args.root)} unchanged sources put back")
+        return 0
+    if args.cmd == "commit":
+        print(git_commit())
+        return 0
+    if args.cmd == "merge":
+        return merge(args.out_json, args.summaries)
     return report(args.state_dir, args.out_json)
 
 

@@ -3,7 +3,11 @@
 made-up run directories, so they are known to pass and fail as documented
 before a GPU ever runs them: loss agreement (fp32 per step, bf16 final
 band, NaN), the speed row (tokens/s median, MFU, ratios to PyTorch, a
-failed torch.compile) and the report's exit status."""
+failed torch.compile), the smoke run, ctest's lines, the memcheck verdict
+and where the sanitizer goes in a test's command, a call's summary (its
+result from the stages' statuses and rows), the merge of several calls'
+summaries, the exit status of the report and the merge, and the sources'
+mtimes put back for a build kept between calls."""
 import json
 import os
 import subprocess
@@ -75,6 +79,111 @@ def main():
         bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "report", state, out],
                              capture_output=True, text=True)
         check("report with a failure exits 1", bad.returncode == 1 and "FAIL update" in bad.stdout)
+
+        # The smoke run: every step logged and finite.
+        smoke_dir = run_dir(t, "smoke", [5.5, 5.4, 5.3])
+        log = os.path.join(t, "smoke.log")
+        with open(log, "w") as f:
+            f.write("model: ...\ndevice (rank 0): cuda:0 (NVIDIA H100), data plane NCCL\n")
+        s = gpu_check.smoke(smoke_dir, log, 3)
+        check("smoke passes", s["pass"] and s["final_loss"] == 5.3 and s["device"].startswith("cuda:0"))
+        check("smoke with a step missing fails", not gpu_check.smoke(smoke_dir, log, 4)["pass"])
+        check("smoke with NaN fails", not gpu_check.smoke(run_dir(t, "smoke_nan", [5.5, float("nan")]), log, 2)["pass"])
+        check("smoke without a run fails", not gpu_check.smoke(os.path.join(t, "none"), log, 3)["pass"])
+
+        # ctest's result lines.
+        rows = gpu_check.ctest_rows("\n".join([
+            "1/4 Test #61: gpu_core .........................   Passed   12.34 sec",
+            "2/4 Test #62: gpu_nccl .........................***Failed    1.00 sec",
+            "3/4 Test #63: gpu_staged_np2 ...................***Skipped   0.50 sec",
+            "4/4 Test #64: gpu_engine_np1 ...................***Timeout 600.02 sec",
+            "61: [  PASSED  ] 40 tests."]))
+        check("ctest rows", [(r["case"], r["pass"], r["result"], r["seconds"]) for r in rows] == [
+            ("ctest_gpu_core", True, "Passed", 12.34), ("ctest_gpu_nccl", False, "Failed", 1.0),
+            ("ctest_gpu_staged_np2", False, "Skipped", 0.5), ("ctest_gpu_engine_np1", False, "Timeout", 600.02)])
+
+        # memcheck: the sanitizer goes in front of the test binary, also under mprun.
+        build = os.path.join(t, "build")
+        os.makedirs(os.path.join(build, "tests"))
+        binary = os.path.join(build, "tests", "mp_gpu_tests")
+        with open(binary, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(binary, 0o755)
+        cs = ["compute-sanitizer", "--tool", "memcheck"]
+        check("sanitizer before a direct binary", gpu_check.sanitized_command([binary, "--x"], build, cs) ==
+              cs + [binary, "--x"])
+        check("sanitizer before the binary mprun starts",
+              gpu_check.sanitized_command(["/src/launch/mprun", "-np", "2", binary], build, cs) ==
+              ["/src/launch/mprun", "-np", "2"] + cs + [binary])
+        check("no binary of the build: no command", gpu_check.sanitized_command(["/bin/true"], build, cs) is None)
+        clean = "========= COMPUTE-SANITIZER\n[  PASSED  ] 3 tests.\n========= ERROR SUMMARY: 0 errors\n"
+        check("memcheck clean passes", gpu_check.sanitizer_verdict(clean, 0, ["no CUDA device: "])[0])
+        bad = clean + "========= Invalid __global__ write of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n"
+        v = gpu_check.sanitizer_verdict(bad, 97, [])
+        check("memcheck errors fail and are counted", not v[0] and v[1] == 2)
+        check("memcheck skip fails", not gpu_check.sanitizer_verdict(
+            "no CUDA device: none\n========= ERROR SUMMARY: 0 errors\n", 0, ["no CUDA device: "])[0])
+        check("memcheck without a summary fails", not gpu_check.sanitizer_verdict("Segmentation fault\n", 139, [])[0])
+
+        # A call's summary: statuses and rows give its result.
+        call_state = os.path.join(t, "call")
+        os.makedirs(call_state)
+        with open(os.path.join(call_state, "tests.jsonl"), "w") as f:
+            f.write(json.dumps({"case": "ctest_gpu", "pass": True}) + "\n")
+        with open(os.path.join(call_state, "gpt2.jsonl"), "w") as f:
+            f.write(json.dumps({"case": "gpt2_124m_speed", "mfu": 0.2, "pass": False}) + "\n")
+
+        def summary_of(lines):
+            tsv = os.path.join(call_state, "call.tsv")
+            with open(tsv, "w") as f:
+                f.write("".join("\t".join(line) + "\n" for line in lines))
+            return gpu_check.call_summary(call_state, tsv, "CPU", "x.tar.gz", 10, 480, True)
+
+        s = summary_of([("build", "pass", "90", ""), ("tests", "pass", "60", "")])
+        check("summary pass", s["result"] == "pass" and s["stages"]["tests"]["rows"][0]["case"] == "ctest_gpu"
+              and s["stages_asked"] == ["build", "tests"] and s["commit"])
+        check("summary of a timeout is incomplete",
+              summary_of([("build", "pass", "90", ""), ("tests", "timeout", "300", "stopped")])["result"] == "incomplete")
+        check("summary of a skip is incomplete, without rows", (lambda s: s["result"] == "incomplete" and "rows" not in
+              s["stages"]["tests"])(summary_of([("build", "pass", "9", ""), ("tests", "skipped", "0", "no time")])))
+        check("summary of a failed stage fails",
+              summary_of([("build", "fail", "9", "exit 1"), ("tests", "skipped", "0", "")])["result"] == "fail")
+        check("summary of a missed target fails", summary_of([("gpt2", "pass", "200", "")])["result"] == "fail")
+
+        # Several calls merged: the last run of a stage wins; a stage that did not pass is a failed row.
+        paths = []
+        for i, lines in enumerate([[("build", "pass", "90", ""), ("tests", "fail", "60", "exit 1")],
+                                   [("build", "pass", "2", ""), ("tests", "pass", "50", "")]]):
+            paths.append(os.path.join(t, f"summary{i}.json"))
+            gpu_check.write_json(paths[-1], summary_of(lines))
+        merged = os.path.join(t, "merged.json")
+        ok = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "merge", merged] + paths,
+                            capture_output=True, text=True)
+        m = json.load(open(merged))
+        check("merge of passes exits 0", ok.returncode == 0 and len(m["calls"]) == 2
+              and m["stages"]["tests"] == [{"case": "ctest_gpu", "pass": True}])
+        bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check.py"), "merge", merged,
+                              paths[1], paths[0]], capture_output=True, text=True)
+        check("merge ending on a failed stage exits 1", bad.returncode == 1 and "FAIL tests" in bad.stdout)
+
+        # A tree copied afresh: unchanged sources get their old mtimes back, changed ones keep theirs.
+        tree = os.path.join(t, "tree")
+        os.makedirs(os.path.join(tree, "kernels"))
+        os.makedirs(os.path.join(tree, "build-gpu"))
+        for name, text in (("kernels/a.cu", "a"), ("kernels/b.cc", "b"), ("build-gpu/x.o", "o")):
+            with open(os.path.join(tree, name), "w") as f:
+                f.write(text)
+            os.utime(os.path.join(tree, name), ns=(10**18, 10**18))
+        stamp = os.path.join(t, "sources.stamp")
+        check("mtimes saved, build folder left out", gpu_check.save_mtimes(stamp, tree) == 2)
+        for name in ("kernels/a.cu", "kernels/b.cc"):
+            os.utime(os.path.join(tree, name), ns=(2 * 10**18, 2 * 10**18))
+        with open(os.path.join(tree, "kernels/b.cc"), "w") as f:
+            f.write("changed")
+        check("one mtime put back", gpu_check.restore_mtimes(stamp, tree) == 1)
+        check("unchanged source: its old mtime", os.stat(os.path.join(tree, "kernels/a.cu")).st_mtime_ns == 10**18)
+        check("changed source: its new mtime", os.stat(os.path.join(tree, "kernels/b.cc")).st_mtime_ns != 10**18)
+        check("no stamp: nothing to do", gpu_check.restore_mtimes(os.path.join(t, "none"), tree) == 0)
 
     for f in failures:
         print("FAIL:", f)
