@@ -23,6 +23,10 @@ CudaInfo cuda_probe() {
 
 void cuda_set_device(int index) { MP_CHECK_CUDA(cudaSetDevice(index)); }
 
+void cuda_wait_idle(int index) noexcept {
+  if (cudaSetDevice(index) == cudaSuccess) (void)cudaDeviceSynchronize();
+}
+
 int cuda_get_device() {
   int d = 0;
   MP_CHECK_CUDA(cudaGetDevice(&d));

@@ -13,6 +13,8 @@ namespace mp::detail {
 
 CudaInfo cuda_probe();                 // never throws
 void cuda_set_device(int index);
+// cudaDeviceSynchronize on device `index`, errors ignored (teardown).
+void cuda_wait_idle(int index) noexcept;
 int cuda_get_device();
 std::string cuda_describe(int index);
 void* cuda_malloc(int index, size_t size_bytes);  // nullptr on out-of-memory

@@ -34,6 +34,13 @@ void set_current_device(Device d) {
 #endif
 }
 
+void wait_for_device_idle(Device d) noexcept {
+  if (d.is_cpu()) return;
+#if MP_WITH_CUDA
+  detail::cuda_wait_idle(d.index);
+#endif
+}
+
 bool cuda_sync_each_op() {
   static const bool on = [] {
     const char* env = std::getenv("MP_CUDA_SYNC");

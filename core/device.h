@@ -37,6 +37,11 @@ CudaInfo cuda_info();
 // Makes `d` current for the calling thread (cudaSetDevice); no-op for CPU.
 void set_current_device(Device d);
 
+// Waits until every stream of CUDA device `d` is idle, ignoring errors: for
+// owners of buffers that queued device work may still read, before they
+// free them. No-op for CPU.
+void wait_for_device_idle(Device d) noexcept;
+
 // MP_CUDA_SYNC=1: the debug mode in which CUDA ops synchronise after every
 // kernel, so a device fault throws CudaError naming the kernel that caused
 // it rather than a later call (the engine's ops, kernels/ops.h, and the

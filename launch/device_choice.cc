@@ -8,15 +8,13 @@ std::string device_request_name(proto::ComputeConfig::Device requested) {
   return proto::ComputeConfig::Device_Name(requested);
 }
 
-DeviceChoice choose_device(proto::ComputeConfig::Device requested, bool device_kernels, int rank, int local_rank,
+DeviceChoice choose_device(proto::ComputeConfig::Device requested, int rank, int local_rank,
                            int local_size, const CudaInfo& cuda, bool share_gpus) {
   MP_ENFORCE(local_rank >= 0 && local_rank < local_size, "local rank ", local_rank, " of ", local_size);
   if (requested == proto::ComputeConfig::CPU) return DeviceChoice{Device::cpu(), "compute.device CPU: the CPU"};
   // Why this rank cannot compute on CUDA; empty when it can.
   std::string why;
-  if (!device_kernels) {
-    why = "the model (model.mlp) computes on the host only";
-  } else if (cuda.device_count == 0) {
+  if (cuda.device_count == 0) {
     why = cuda.unavailable_reason.empty() ? std::string("no CUDA device visible") : cuda.unavailable_reason;
   } else if (cuda.device_count < local_size && !share_gpus) {
     why = detail::str("this node shows ", cuda.device_count, " CUDA device(s) for ", local_size,

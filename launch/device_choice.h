@@ -1,14 +1,14 @@
 // launch/device_choice.h: where a rank computes (compute.device).
 //
 // Note [Device choice]
-// - AUTO takes CUDA device `local rank` when the model has device kernels
-//   (the GPT) and the node shows at least one CUDA device per local rank;
+// - AUTO takes CUDA device `local rank` when the node shows at least one
+//   CUDA device per local rank (both built-in models compute on either);
 //   otherwise the CPU, and the choice's note says why in one line for the
 //   run log ("compute.device AUTO: the CPU (no CUDA device visible)").
 //   Sharing a GPU between ranks is never chosen silently.
 // - CUDA demands the same and throws ConfigError naming the rank and the
-//   reason otherwise: built without CUDA, no usable driver, no device, fewer
-//   devices than local ranks, or a model that computes on the host only.
+//   reason otherwise: built without CUDA, no usable driver, no device, or
+//   fewer devices than local ranks.
 // - compute.share_gpus: fewer devices than local ranks is no reason against
 //   CUDA; rank r takes device local_rank % count, and `shared` says so (the
 //   data plane must then be the staged MPI backend: NCCL needs a device per
@@ -32,9 +32,8 @@ struct DeviceChoice {
   bool shared = false;  // CUDA devices shared between this node's ranks (compute.share_gpus)
 };
 
-// `cuda`: the node's CUDA facts (cuda_info()). `device_kernels`: whether the
-// model computes on a CUDA device (the GPT) or only on the host (the MLP).
-DeviceChoice choose_device(proto::ComputeConfig::Device requested, bool device_kernels, int rank, int local_rank,
+// `cuda`: the node's CUDA facts (cuda_info()).
+DeviceChoice choose_device(proto::ComputeConfig::Device requested, int rank, int local_rank,
                            int local_size, const CudaInfo& cuda, bool share_gpus = false);
 
 // "AUTO", "CPU", "CUDA".

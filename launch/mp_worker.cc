@@ -103,7 +103,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   const EngineOptions o = resolve_engine_options(s.config.engine(), world_size);
   // The model's activations on the device this machine's rank 0 would
   // compute on (Note [Device choice], one rank per node).
-  const DeviceChoice device = choose_device(s.config.compute().device(), s.model == ModelKind::kGpt, 0, 0, 1,
+  const DeviceChoice device = choose_device(s.config.compute().device(), 0, 0, 1,
                                             cuda_info(), s.config.compute().share_gpus());
   set_current_device(device.device);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
@@ -118,7 +118,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
 // [Device choice]), and the links between hosts (each ping-pong bounded by
 // the communication timeout `timeout`).
 void print_ranks(const MpiWorld& world, const TrainSettings& s, std::chrono::milliseconds timeout) {
-  const Device device = choose_device(s.config.compute().device(), s.model == ModelKind::kGpt, world.rank(),
+  const Device device = choose_device(s.config.compute().device(), world.rank(),
                                       world.local_rank(), world.local_size(), cuda_info(),
                                       s.config.compute().share_gpus())
                             .device;

@@ -75,7 +75,7 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
 }  // namespace
 
 int64_t model_activation_bytes(const TrainSettings& s, Device device) {
-  if (s.model == ModelKind::kMlp) return Mlp::activation_bytes(s.mlp);
+  if (s.model == ModelKind::kMlp) return Mlp::activation_bytes(s.mlp, device);
   GptConfig g = s.gpt;
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(s.config.compute().fp32_ops().begin(), s.config.compute().fp32_ops().end());

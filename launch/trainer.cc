@@ -85,7 +85,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   op_profile_enable(profile);
   // Note [Device choice] in launch/device_choice.h.
   const DeviceChoice device =
-      choose_device(c.compute().device(), s.model == ModelKind::kGpt, world.rank(), world.local_rank(),
+      choose_device(c.compute().device(), world.rank(), world.local_rank(),
                     world.local_size(), cuda_info(), c.compute().share_gpus());
   set_current_device(device.device);
   const CommOptions comm_options = comm_options_from_config(c.engine().comm());

@@ -19,9 +19,6 @@
 #include "kernels/ops.h"
 #include "models/flat_layout.h"
 #include "models/gpt_workspace.h"
-#if MP_WITH_CUDA
-#include "core/cuda_stream.h"
-#endif
 
 namespace mp {
 
@@ -74,7 +71,8 @@ bool Gpt::tensor_core_attention(const GptConfig& config, const GptOptions& optio
 
 Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const TokenBatchSource> source,
          GptOptions options)
-    : config_(config), options_(options), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()) {
+    : config_(config), options_(options), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
+      order_("Gpt", static_cast<int>(layout_.size())) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));
   const Device device = allocator.device();
   DeviceScope scope(device);
@@ -90,15 +88,10 @@ Gpt::~Gpt() {
   // Queued work reads the workspace and the pinned buffers: let it finish.
   try {
     if (direct_) direct_->synchronize();
-#if MP_WITH_CUDA
-    if (plan_ && plan_->device.is_cuda()) {
-      set_current_device(plan_->device);
-      (void)cudaDeviceSynchronize();
-    }
-#endif
   } catch (...) {
     // A failed task was reported where it was waited for.
   }
+  if (plan_) wait_for_device_idle(plan_->device);
 }
 
 Device Gpt::device() const { return plan_->device; }
@@ -111,16 +104,16 @@ void Gpt::set_source(std::shared_ptr<const TokenBatchSource> source) {
   source_ = std::move(source);
 }
 
-OpContext Gpt::context(Stream& s, int unit) {
-  MP_ENFORCE(s.device() == plan_->device, "the GPT computes on ", plan_->device, ", but stream '", s.name(),
-             "' runs on ", s.device());
-  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, &timer_};
+void Gpt::check_stream(const Stream& s) const {
+  if (s.device() != plan_->device) {
+    MP_THROW(ConfigError, "the GPT computes on ", plan_->device, " (its allocator's device), but stream '", s.name(), "' runs on ",
+             s.device(), ": give the model the engine's allocator");
+  }
 }
 
-void Gpt::check_unit(int unit, const char* what) const {
-  MP_ENFORCE(loaded_, "Gpt::", what, " before begin_micro_batch");
-  MP_ENFORCE(unit >= 0 && unit < static_cast<int>(layout_.size()), "Gpt::", what, " of unit ", unit, " of ",
-             layout_.size());
+OpContext Gpt::context(Stream& s, int unit) {
+  check_stream(s);
+  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, &timer_};
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -349,19 +342,15 @@ void Gpt::head_backward(const OpContext& cx, int unit, const UnitParams& w, floa
 // ---- the Model calls --------------------------------------------------------------
 
 void Gpt::begin_micro_batch_on(int64_t global_index, Stream& s) {
-  MP_ENFORCE(s.device() == plan_->device, "the GPT computes on ", plan_->device, ", but stream '", s.name(),
-             "' runs on ", s.device());
+  check_stream(s);
   auto* host = static_cast<int32_t*>(tokens_.next());
   source_->micro_batch(global_index, host, host + plan_->rows);
   tokens_.send(b_->tokens, s);
-  loaded_ = true;
-  forwarded_ = 0;
-  next_backward_ = -1;
+  order_.begin();
 }
 
 void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
-  check_unit(unit, "forward");
-  MP_ENFORCE_EQ(unit, forwarded_, "Gpt::forward runs units in order");
+  order_.check_forward(unit);
   const OpContext cx = context(s, unit);
   const UnitParams w = unit_params(cx, unit, params);
   if (unit == 0) {
@@ -371,21 +360,18 @@ void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   } else {
     head_forward(cx, unit, w);
   }
-  ++forwarded_;
-  if (forwarded_ == static_cast<int>(layout_.size())) next_backward_ = forwarded_ - 1;
+  order_.forwarded();
 }
 
 void Gpt::loss_on(double* loss, Stream& s) { enqueue_loss(loss, s); }
 
 void Gpt::enqueue_loss(double* loss, Stream& s) const {
-  MP_ENFORCE(loaded_ && forwarded_ == static_cast<int>(layout_.size()), "Gpt::loss before the forward of every unit");
+  order_.after_forward("loss");
   ops::copy_bytes(loss, Device::cpu(), b_->mean_loss, plan_->device, sizeof(double), s);
 }
 
 void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) {
-  check_unit(unit, "backward");
-  MP_ENFORCE(next_backward_ >= 0, "Gpt::backward before the forward of every unit (or after unit 0)");
-  MP_ENFORCE_EQ(unit, next_backward_, "Gpt::backward runs units in reverse order, once each");
+  order_.check_backward(unit);
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
   MP_ENFORCE(grads.defined() && grads.device() == plan_->device && grads.dtype() == DType::kF32 &&
                  grads.shape().size() == 1 && grads.numel() >= layout.numel,
@@ -403,7 +389,7 @@ void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
       head_backward(cx, unit, w, g);
     }
   }
-  --next_backward_;
+  order_.backwarded();
 }
 
 void Gpt::keep_logits_row(int64_t row) {
@@ -457,14 +443,14 @@ void Gpt::backward(int unit, const Tensor& params, const Tensor& grads) {
 }
 
 const int32_t* Gpt::inputs() const {
-  MP_ENFORCE(plan_->device.is_cpu() && loaded_, "Gpt::inputs of a loaded micro-batch on the CPU");
+  MP_ENFORCE(plan_->device.is_cpu() && order_.loaded(), "Gpt::inputs of a loaded micro-batch on the CPU");
   return b_->tokens;
 }
 const int32_t* Gpt::targets() const { return inputs() + plan_->rows; }
 
 const float* Gpt::logits() const {
-  MP_ENFORCE(plan_->device.is_cpu() && loaded_ && forwarded_ == static_cast<int>(layout_.size()),
-             "Gpt::logits before the forward of every unit");
+  MP_ENFORCE(plan_->device.is_cpu(), "Gpt::logits of a GPT on the CPU");
+  order_.after_forward("logits");
   MP_ENFORCE(!plan_->logits_in_place(), "Gpt::logits with the loss in chunks of ", plan_->chunk, " rows");
   return b_->logits;
 }

@@ -144,6 +144,7 @@
 #include "kernels/nn/cast.h"
 #include "models/model.h"
 #include "models/token_data.h"
+#include "models/call_order.h"
 #include "models/input_ring.h"
 
 namespace mp {
@@ -361,8 +362,8 @@ class Gpt final : public Model {
   UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Ranges fp32_ranges(int unit, DType params) const;
   OpContext context(Stream& s, int unit);
-  void check_unit(int unit, const char* what) const;
   Stream& direct_stream() const;
+  void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
   void enqueue_loss(double* loss, Stream& s) const;
   // The units' math (Note [GPT on every device]).
   void embed_forward(const OpContext& cx, const UnitParams& w);
@@ -390,10 +391,7 @@ class Gpt final : public Model {
   InputRing tokens_;  // inputs then targets, rows each
   PinnedBuffer kept_host_;  // the kept logits row, copied back on the stream
   OpTimer timer_;
-  // Call order, checked on the host at enqueue time (Note [Host runs ahead]).
-  bool loaded_ = false;
-  int forwarded_ = 0;
-  int next_backward_ = -1;
+  CallOrder order_;  // checked on the host at enqueue time (Note [Host runs ahead])
   int64_t kept_row_ = -1;
   bool kept_written_ = false;  // a forward with a kept row was enqueued
   // Direct calls (CPU): their stream and loss slot, made on first use.

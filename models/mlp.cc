@@ -5,18 +5,15 @@
 #include <string>
 #include <utility>
 
-#include "kernels/convert.h"
-#include "kernels/philox_math.h"
-#include "models/model_util.h"
 #include "core/error.h"
+#include "kernels/cpu/mlp_ops.h"
+#include "kernels/nn/cast.h"
+#include "kernels/ops.h"
+#include "kernels/philox_math.h"
 #include "models/flat_layout.h"
-#include "core/parallel.h"
 
 namespace mp {
 namespace {
-
-// Columns of dx one tile of the input-gradient loop keeps in cache.
-constexpr int64_t kDxTile = 256;
 
 // Uniform in [-1, 1) with 24 random bits: exact in fp32.
 float uniform_pm1(uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-23f - 1.0f; }
@@ -87,72 +84,6 @@ void MlpData::micro_batch(int64_t global_index, float* inputs, int32_t* labels) 
   }
 }
 
-// ---- layer math -------------------------------------------------------------
-
-template <class T>
-void mlp_layer_forward(const T* x, const T* w, const T* b, int64_t batch, int64_t in, int64_t out,
-                       bool hidden, T* y, int threads) {
-  parallel_for(out, threads, 1, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const T* wo = w + o * in;
-      for (int64_t r = 0; r < batch; ++r) {
-        const T z = b[o] + dot(x + r * in, wo, in);
-        y[r * out + o] = hidden ? std::tanh(z) : z;
-      }
-    }
-  });
-}
-
-template <class T>
-double mlp_softmax_xent(const T* logits, const int32_t* labels, int64_t batch, int64_t classes,
-                        T* dlogits) {
-  const T inv_batch = T(1) / static_cast<T>(batch);
-  double total = 0.0;
-  for (int64_t r = 0; r < batch; ++r) {
-    const T* z = logits + r * classes;
-    T* dz = dlogits + r * classes;
-    const int32_t label = labels[r];
-    MP_ENFORCE(label >= 0 && label < classes, "label ", label, " of row ", r, " with ", classes, " classes");
-    total += static_cast<double>(softmax_xent_row(z, classes, label, inv_batch, dz));
-  }
-  return total / static_cast<double>(batch);
-}
-
-template <class T>
-void mlp_layer_backward(const T* x, const T* w, const T* y, T* dy, int64_t batch, int64_t in,
-                        int64_t out, bool hidden, T* dw, T* db, T* dx, int threads) {
-  // dz := dy * tanh'(z), then dw, db: the thread owning output o owns column o of dz.
-  parallel_for(out, threads, 1, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      T* dwo = dw + o * in;
-      std::fill(dwo, dwo + in, T(0));
-      T bias_grad = 0;
-      for (int64_t r = 0; r < batch; ++r) {
-        T& dz = dy[r * out + o];
-        if (hidden) {
-          const T yo = y[r * out + o];
-          dz = dz * (T(1) - yo * yo);
-        }
-        bias_grad += dz;
-        axpy(dz, x + r * in, dwo, in);
-      }
-      db[o] = bias_grad;
-    }
-  });
-  if (dx == nullptr) return;
-  // dx = dz w: the thread owning columns [j0, j1) of dx sums over o in order.
-  parallel_for(in, threads, 16, [&](int64_t j0, int64_t j1) {
-    for (int64_t t0 = j0; t0 < j1; t0 += kDxTile) {
-      const int64_t t1 = std::min(j1, t0 + kDxTile);
-      for (int64_t r = 0; r < batch; ++r) std::fill(dx + r * in + t0, dx + r * in + t1, T(0));
-      for (int64_t o = 0; o < out; ++o) {
-        const T* wo = w + o * in;
-        for (int64_t r = 0; r < batch; ++r) axpy(dy[r * out + o], wo + t0, dx + r * in + t0, t1 - t0);
-      }
-    }
-  });
-}
-
 template <class T>
 double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const int32_t* labels,
                           const std::vector<std::vector<T>>& unit_params,
@@ -194,11 +125,6 @@ double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const in
 }
 
 #define MP_MLP_INSTANTIATE(T)                                                                      \
-  template void mlp_layer_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, bool, \
-                                     T*, int);                                                     \
-  template double mlp_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, T*);              \
-  template void mlp_layer_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t,  \
-                                      bool, T*, T*, T*, int);                                      \
   template double mlp_loss_and_grads<T>(const MlpConfig&, const float*, const int32_t*,             \
                                         const std::vector<std::vector<T>>&,                        \
                                         std::vector<std::vector<T>>&);
@@ -224,102 +150,214 @@ ModelSpec Mlp::spec_for(const MlpConfig& config) {
   return spec;
 }
 
-int64_t Mlp::activation_bytes(const MlpConfig& config) {
-  const ModelSpec spec = spec_for(config);
-  const int64_t batch = config.micro_batch_size;
+// ---- workspace ----------------------------------------------------------------
+
+namespace mlp {
+
+// Every buffer of the model, carved from its one workspace.
+struct Buffers {
+  std::vector<float*> acts;  // acts[0] = x, acts[i + 1] = output of layer i
+  int32_t* labels = nullptr;  // [batch], right after acts[0]: one copy brings both
+  float* param_ws = nullptr;  // a narrow unit widened to fp32
+  float *grad_a = nullptr, *grad_b = nullptr;  // d loss / d activation, ping-pong
+  float* row_loss = nullptr;
+  double* mean_loss = nullptr;
+  void* dense_ws = nullptr;
+};
+
+}  // namespace mlp
+
+namespace {
+
+// The buffers carved from `base` (null: only count); *bytes := bytes used.
+mlp::Buffers carve(const MlpConfig& c, const std::vector<UnitLayout>& layout, Device device, char* base,
+                   int64_t* bytes) {
+  int64_t used = 0;
+  auto take = [&](int64_t n) {
+    char* p = base == nullptr ? nullptr : base + used;
+    used += (n + 255) / 256 * 256;
+    return p;
+  };
+  const int64_t batch = c.micro_batch_size, max_dim = *std::max_element(c.dims.begin(), c.dims.end());
   int64_t max_numel = 0;
-  const FlatLayout layout(spec, 1);
-  for (const UnitLayout& unit : layout.units()) max_numel = std::max(max_numel, unit.numel);
-  int64_t acts = 0;
-  for (int64_t d : config.dims) acts += batch * d;
-  const int64_t max_dim = *std::max_element(config.dims.begin(), config.dims.end());
-  return static_cast<int64_t>(sizeof(float)) * (max_numel + acts + 2 * batch * max_dim) +
-         static_cast<int64_t>(sizeof(int32_t)) * batch;
+  for (const UnitLayout& unit : layout) max_numel = std::max(max_numel, unit.numel);
+  mlp::Buffers b;
+  const int64_t input_bytes = batch * c.dims.front() * 4;
+  char* samples = take(input_bytes + batch * 4);  // inputs then labels
+  b.acts.push_back(reinterpret_cast<float*>(samples));
+  b.labels = reinterpret_cast<int32_t*>(samples == nullptr ? nullptr : samples + input_bytes);
+  for (size_t i = 1; i < c.dims.size(); ++i) b.acts.push_back(reinterpret_cast<float*>(take(batch * c.dims[i] * 4)));
+  b.param_ws = reinterpret_cast<float*>(take(max_numel * 4));
+  b.grad_a = reinterpret_cast<float*>(take(batch * max_dim * 4));
+  b.grad_b = reinterpret_cast<float*>(take(batch * max_dim * 4));
+  b.row_loss = reinterpret_cast<float*>(take(batch * 4));
+  b.mean_loss = reinterpret_cast<double*>(take(8));
+  b.dense_ws = take(nn::dense_backward_workspace_bytes(device, batch, max_dim));
+  *bytes = used;
+  return b;
+}
+
+int64_t sample_bytes(const MlpConfig& c) { return c.micro_batch_size * (c.dims.front() + 1) * 4; }
+
+}  // namespace
+
+int64_t Mlp::activation_bytes(const MlpConfig& config, Device device) {
+  int64_t bytes = 0;
+  set_current_device(device);
+  carve(config, FlatLayout(spec_for(config), 1).units(), device, nullptr, &bytes);
+  return bytes;
 }
 
 Mlp::Mlp(const MlpConfig& config, Allocator allocator)
-    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), data_(config) {
-  const int64_t batch = config_.micro_batch_size;
-  int64_t max_numel = 0;
-  for (const UnitLayout& unit : layout_) max_numel = std::max(max_numel, unit.numel);
-  param_ws_ = Tensor::empty(allocator, DType::kF32, {max_numel}, MemCategory::kActivations);
-  for (int64_t d : config_.dims) {
-    acts_.push_back(Tensor::empty(allocator, DType::kF32, {batch * d}, MemCategory::kActivations));
-  }
-  const int64_t max_dim = *std::max_element(config_.dims.begin(), config_.dims.end());
-  grad_a_ = Tensor::empty(allocator, DType::kF32, {batch * max_dim}, MemCategory::kActivations);
-  grad_b_ = Tensor::empty(allocator, DType::kF32, {batch * max_dim}, MemCategory::kActivations);
-  labels_ = allocator.allocate(static_cast<size_t>(batch) * sizeof(int32_t), MemCategory::kActivations);
+    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), device_(allocator.device()),
+      data_(config), order_("Mlp", static_cast<int>(layout_.size())) {
+  set_current_device(device_);
+  int64_t bytes = 0;
+  carve(config_, layout_, device_, nullptr, &bytes);
+  workspace_ = allocator.allocate(static_cast<size_t>(bytes), MemCategory::kActivations);
+  b_ = std::make_unique<mlp::Buffers>(carve(config_, layout_, device_, static_cast<char*>(workspace_.data()), &bytes));
+  samples_ = InputRing(device_, static_cast<size_t>(sample_bytes(config_)));
 }
 
-const float* Mlp::inputs() const { return acts_[0].data_as<float>(); }
-const int32_t* Mlp::labels() const { return static_cast<const int32_t*>(labels_.data()); }
+Mlp::~Mlp() {
+  // Queued work reads the workspace and the pinned slots: let it finish.
+  try {
+    if (direct_) direct_->synchronize();
+  } catch (...) {
+    // A failed task was reported where it was waited for.
+  }
+  wait_for_device_idle(device_);
+}
+
+void Mlp::check_stream(const Stream& s) const {
+  if (s.device() != device_) {
+    MP_THROW(ConfigError, "the MLP computes on ", device_, " (its allocator's device), but stream '", s.name(), "' runs on ",
+             s.device(), ": give the model the engine's allocator");
+  }
+}
+
+OpContext Mlp::context(Stream& s, int unit) const {
+  check_stream(s);
+  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true};
+}
+
+nn::Dense Mlp::layer(int unit) const {
+  const auto u = static_cast<size_t>(unit);
+  return nn::Dense{config_.micro_batch_size, config_.dims[u], config_.dims[u + 1],
+                   unit + 1 < static_cast<int>(layout_.size())};
+}
+
+const float* Mlp::unit_params(const OpContext& cx, int unit, const Tensor& params) {
+  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
+  MP_ENFORCE(params.defined() && params.device() == device_ && params.shape().size() == 1 &&
+                 params.numel() >= layout.numel,
+             "parameters of unit ", layout.name, " (", layout.numel, " elements on ", device_, "): got ",
+             params.defined() ? params.describe() : std::string("none"));
+  if (params.dtype() == DType::kF32) return params.data_as<float>();
+  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
+             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
+  nn::widen(cx, params, {{0, layout.numel}}, b_->param_ws);
+  return b_->param_ws;
+}
+
+// ---- the Model calls --------------------------------------------------------------
+
+void Mlp::begin_micro_batch_on(int64_t global_index, Stream& s) {
+  check_stream(s);
+  auto* host = static_cast<float*>(samples_.next());
+  data_.micro_batch(global_index, host,
+                    reinterpret_cast<int32_t*>(host + config_.micro_batch_size * config_.dims.front()));
+  samples_.send(b_->acts[0], s);
+  order_.begin();
+}
+
+void Mlp::forward_on(int unit, const Tensor& params, Stream& s) {
+  order_.check_forward(unit);
+  const OpContext cx = context(s, unit);
+  const auto u = static_cast<size_t>(unit);
+  const float* p = unit_params(cx, unit, params);
+  const UnitLayout& l = layout_[u];
+  nn::dense_forward(cx, layer(unit), b_->acts[u], p + l.params[0].offset, p + l.params[1].offset, b_->acts[u + 1]);
+  if (unit + 1 == static_cast<int>(layout_.size())) {
+    // d loss / d logits lands in grad_a, where the last unit's backward reads it.
+    nn::dense_loss(cx, b_->acts.back(), b_->labels, config_.micro_batch_size, config_.dims.back(), b_->grad_a,
+                   b_->row_loss, b_->mean_loss);
+  }
+  order_.forwarded();
+}
+
+void Mlp::loss_on(double* loss, Stream& s) { enqueue_loss(loss, s); }
+
+void Mlp::enqueue_loss(double* loss, Stream& s) const {
+  order_.after_forward("loss");
+  ops::copy_bytes(loss, Device::cpu(), b_->mean_loss, device_, sizeof(double), s);
+}
+
+void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) {
+  order_.check_backward(unit);
+  const auto u = static_cast<size_t>(unit);
+  const int layers = static_cast<int>(layout_.size());
+  const UnitLayout& l = layout_[u];
+  MP_ENFORCE(grads.defined() && grads.device() == device_ && grads.dtype() == DType::kF32 &&
+                 grads.shape().size() == 1 && grads.numel() >= l.numel,
+             "gradients of unit ", l.name, " (fp32, ", l.numel, " elements on ", device_, "): got ",
+             grads.defined() ? grads.describe() : std::string("none"));
+  const OpContext cx = context(s, unit);
+  // Unit 0 needs no input gradient, so no weights either.
+  const float* p = unit > 0 ? unit_params(cx, unit, params) : nullptr;
+  // The last unit reads grad_a (the loss wrote it); the buffers swap roles per unit.
+  const bool dy_in_a = (layers - 1 - unit) % 2 == 0;
+  float* dy = dy_in_a ? b_->grad_a : b_->grad_b;
+  float* dx = unit > 0 ? (dy_in_a ? b_->grad_b : b_->grad_a) : nullptr;
+  float* g = grads.data_as<float>();
+  nn::dense_backward(cx, layer(unit), b_->acts[u], p != nullptr ? p + l.params[0].offset : nullptr, b_->acts[u + 1],
+                     dy, g + l.params[0].offset, g + l.params[1].offset, dx, b_->dense_ws);
+  order_.backwarded();
+}
+
+// ---- direct calls (CPU) -------------------------------------------------------------
+
+Stream& Mlp::direct_stream() const {
+  MP_ENFORCE(device_.is_cpu(), "Mlp's direct calls run on the CPU; this MLP computes on ", device_);
+  if (!direct_) {
+    direct_ = std::make_unique<CpuStream>("mlp direct");
+    direct_loss_ = PinnedBuffer(Device::cpu(), sizeof(double));
+  }
+  return *direct_;
+}
 
 void Mlp::begin_micro_batch(int64_t global_index) {
-  data_.micro_batch(global_index, acts_[0].data_as<float>(), static_cast<int32_t*>(labels_.data()));
-  micro_batch_ = global_index;
-  forwarded_ = 0;
-  next_backward_ = -1;
-}
-
-void Mlp::check_unit(int unit, const char* what) const {
-  MP_ENFORCE(micro_batch_ >= 0, "Mlp::", what, " before begin_micro_batch");
-  MP_ENFORCE(unit >= 0 && unit < static_cast<int>(layout_.size()), "Mlp::", what, " of unit ", unit, " of ",
-             layout_.size());
-}
-
-const float* Mlp::unit_params(int unit, const Tensor& params) {
-  return unit_params_fp32(layout_[static_cast<size_t>(unit)], params, param_ws_);
+  Stream& s = direct_stream();
+  begin_micro_batch_on(global_index, s);
+  s.synchronize();
 }
 
 void Mlp::forward(int unit, const Tensor& params) {
-  check_unit(unit, "forward");
-  MP_ENFORCE_EQ(unit, forwarded_, "Mlp::forward runs units in order");
-  const auto u = static_cast<size_t>(unit);
-  const int layers = static_cast<int>(layout_.size());
-  const float* p = unit_params(unit, params);
-  const LayerParams lp = layer_params(layout_[u]);
-  mlp_layer_forward(acts_[u].data_as<float>(), p + lp.weight_offset, p + lp.bias_offset, config_.micro_batch_size,
-                    config_.dims[u], config_.dims[u + 1], unit + 1 < layers, acts_[u + 1].data_as<float>(),
-                    config_.threads);
-  ++forwarded_;
-  if (forwarded_ == layers) {
-    // d loss / d logits lands in grad_a_, where backward of the last unit reads it.
-    loss_ = mlp_softmax_xent(acts_.back().data_as<float>(), labels(), config_.micro_batch_size,
-                             config_.dims.back(), grad_a_.data_as<float>());
-    next_backward_ = layers - 1;
-  }
+  Stream& s = direct_stream();
+  forward_on(unit, params, s);
+  s.synchronize();
 }
 
 double Mlp::loss() const {
-  MP_ENFORCE(micro_batch_ >= 0 && forwarded_ == static_cast<int>(layout_.size()),
-             "Mlp::loss before the forward of every unit");
-  return loss_;
+  Stream& s = direct_stream();
+  enqueue_loss(direct_loss_.as<double>(), s);
+  s.synchronize();
+  return *direct_loss_.as<double>();
 }
 
 void Mlp::backward(int unit, const Tensor& params, const Tensor& grads) {
-  check_unit(unit, "backward");
-  MP_ENFORCE(next_backward_ >= 0, "Mlp::backward before the forward of every unit (or after unit 0)");
-  MP_ENFORCE_EQ(unit, next_backward_, "Mlp::backward runs units in reverse order, once each");
-  const auto u = static_cast<size_t>(unit);
-  const int layers = static_cast<int>(layout_.size());
-  const UnitLayout& layout = layout_[u];
-  MP_ENFORCE(grads.device().is_cpu() && grads.dtype() == DType::kF32 && grads.shape().size() == 1 &&
-                 grads.numel() >= layout.numel,
-             "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements): got ", grads.describe());
-  // Unit 0 needs no input gradient, so no weights either.
-  const float* p = unit > 0 ? unit_params(unit, params) : nullptr;
-  const LayerParams lp = layer_params(layout);
-  // The last unit reads grad_a_ (Mlp::forward); the buffers swap roles per unit.
-  const bool dy_in_a = (layers - 1 - unit) % 2 == 0;
-  float* dy = (dy_in_a ? grad_a_ : grad_b_).data_as<float>();
-  float* dx = unit > 0 ? (dy_in_a ? grad_b_ : grad_a_).data_as<float>() : nullptr;
-  float* g = grads.data_as<float>();
-  const float* w = p != nullptr ? p + lp.weight_offset : nullptr;
-  mlp_layer_backward(acts_[u].data_as<float>(), w, acts_[u + 1].data_as<float>(), dy, config_.micro_batch_size,
-                     config_.dims[u], config_.dims[u + 1], unit + 1 < layers, g + lp.weight_offset,
-                     g + lp.bias_offset, dx, config_.threads);
-  --next_backward_;
+  Stream& s = direct_stream();
+  backward_on(unit, params, grads, s);
+  s.synchronize();
+}
+
+const float* Mlp::inputs() const {
+  MP_ENFORCE(device_.is_cpu() && order_.loaded(), "Mlp::inputs of a loaded micro-batch on the CPU");
+  return b_->acts[0];
+}
+const int32_t* Mlp::labels() const {
+  MP_ENFORCE(device_.is_cpu() && order_.loaded(), "Mlp::labels of a loaded micro-batch on the CPU");
+  return b_->labels;
 }
 
 }  // namespace mp

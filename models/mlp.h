@@ -17,17 +17,24 @@
 // and the labels are learnable.
 //
 // Note [MLP math]
-// The layer math is written once as templates over the scalar (float for the
-// model, double for reference tests). Every output element is computed by
-// one thread in a fixed order, so results are bitwise identical for any
-// thread count.
+// The layer math is kernels/cpu/mlp_ops.h: templates over the scalar (float
+// for the model's CPU ops, double for the reference), every output element
+// computed by one thread in a fixed order, so results are bitwise identical
+// for any thread count.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "models/model.h"
+#include "core/allocator.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
+#include "kernels/nn/dense.h"
+#include "models/call_order.h"
+#include "models/input_ring.h"
+#include "models/model.h"
 
 namespace mp {
 
@@ -60,29 +67,8 @@ class MlpData {
   std::vector<double> teacher_;  // [classes, in]
 };
 
-// ---- layer math (Note [MLP math]) -------------------------------------------
-// Row-major: x [batch, in], w [out, in], b [out], y [batch, out].
-
-// y = x w^T + b, then tanh if `hidden`.
-template <class T>
-void mlp_layer_forward(const T* x, const T* w, const T* b, int64_t batch, int64_t in, int64_t out,
-                       bool hidden, T* y, int threads);
-
-// Mean cross-entropy of softmax(logits) against labels; dlogits := its
-// gradient with respect to the logits.
-template <class T>
-double mlp_softmax_xent(const T* logits, const int32_t* labels, int64_t batch, int64_t classes,
-                        T* dlogits);
-
-// Given dy = d loss / d y (y the layer's output, after tanh if `hidden`),
-// overwrites dw and db with the parameters' gradients and, unless dx is null,
-// dx with d loss / d x (w is read only for dx, and may be null without it).
-// dy is overwritten (with d loss / d(x w^T + b)).
-template <class T>
-void mlp_layer_backward(const T* x, const T* w, const T* y, T* dy, int64_t batch, int64_t in,
-                        int64_t out, bool hidden, T* dw, T* db, T* dx, int threads);
-
-// The whole model on one micro-batch through the functions above. Unit u's
+// The whole model on one micro-batch through the layer math
+// (kernels/cpu/mlp_ops.h). Unit u's
 // parameters and gradients are flat buffers in the layout of
 // FlatLayout(Mlp::spec_for(config), 1); gradients are overwritten on the
 // parameters' ranges only. Returns the mean loss.
@@ -93,44 +79,71 @@ double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const in
 
 // ---- the model ----------------------------------------------------------------
 
-class Mlp final : public HostModel {
+namespace mlp {
+struct Buffers;  // the workspace's buffers (mlp.cc)
+}
+
+// One model for every device (as the GPT: Note [GPT on every device] in
+// models/gpt.h): each layer's forward and backward and the loss are ops on
+// the engine's compute stream (kernels/nn/dense.h) with a CPU body (the
+// fp32 loops of kernels/cpu/mlp_ops.h) and a CUDA body (fp32 cuBLASLt
+// GEMMs and tanh kernels); the samples reach the device through a ring of
+// pinned slots (models/input_ring.h).
+class Mlp final : public Model {
  public:
-  explicit Mlp(const MlpConfig& config, Allocator allocator = Allocator());  // validates config
+  // Computes on the allocator's device, where it allocates its one
+  // workspace (MemCategory::kActivations). Validates config.
+  explicit Mlp(const MlpConfig& config, Allocator allocator = Allocator());
+  ~Mlp() override;
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
 
   static ModelSpec spec_for(const MlpConfig& config);  // validates config
-  // The bytes the constructor allocates (MemCategory::kActivations).
-  static int64_t activation_bytes(const MlpConfig& config);
+  // The bytes the constructor allocates on `device` (MemCategory::kActivations).
+  static int64_t activation_bytes(const MlpConfig& config, Device device = Device::cpu());
 
   const MlpConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
-  // Loads micro-batch global_index (Note [MLP data]).
-  void begin_micro_batch(int64_t global_index) override;
-  // params: CPU, 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
-  void forward(int unit, const Tensor& params) override;
-  double loss() const override;
-  // grads: CPU, 1-D, fp32, at least the unit's numel elements.
-  void backward(int unit, const Tensor& params, const Tensor& grads) override;
 
-  // The current micro-batch (for tests).
+  // ---- Model (models/model.h): enqueued on the engine's compute stream
+  // Loads micro-batch global_index (Note [MLP data]).
+  void begin_micro_batch_on(int64_t global_index, Stream& s) override;
+  // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
+  void forward_on(int unit, const Tensor& params, Stream& s) override;
+  void loss_on(double* loss, Stream& s) override;
+  // grads: 1-D, fp32, at least the unit's numel elements.
+  void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override;
+
+  // ---- Direct calls, CPU only, for tests and tools: each enqueues on the
+  // model's own CPU stream and waits for it.
+  void begin_micro_batch(int64_t global_index);
+  void forward(int unit, const Tensor& params);
+  double loss() const;
+  void backward(int unit, const Tensor& params, const Tensor& grads);
+  // The current micro-batch.
   const float* inputs() const;
   const int32_t* labels() const;
 
  private:
-  const float* unit_params(int unit, const Tensor& params);  // fp32 view, converted if needed
-  void check_unit(int unit, const char* what) const;
+  OpContext context(Stream& s, int unit) const;
+  const float* unit_params(const OpContext& cx, int unit, const Tensor& params);
+  nn::Dense layer(int unit) const;
+  Stream& direct_stream() const;
+  void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
+  void enqueue_loss(double* loss, Stream& s) const;
 
   MlpConfig config_;
   ModelSpec spec_;
   std::vector<UnitLayout> layout_;  // FlatLayout(spec_, 1)
+  Device device_;
   MlpData data_;
-  Tensor param_ws_;              // fp32 copy of a non-fp32 unit
-  std::vector<Tensor> acts_;     // acts_[0] = x, acts_[i + 1] = output of layer i
-  Buffer labels_;                // int32 [micro_batch_size]
-  Tensor grad_a_, grad_b_;       // d loss / d activation, ping-pong
-  int64_t micro_batch_ = -1;     // loaded by begin_micro_batch; -1: none yet
-  int forwarded_ = 0;            // units forwarded in the current micro-batch
-  int next_backward_ = -1;       // the unit backward expects next; -1: none
-  double loss_ = 0.0;
+  Buffer workspace_;
+  std::unique_ptr<mlp::Buffers> b_;
+  InputRing samples_;  // inputs then labels of a micro-batch
+  CallOrder order_;
+  // Direct calls (CPU): their stream and loss slot, made on first use.
+  mutable std::unique_ptr<Stream> direct_;
+  mutable PinnedBuffer direct_loss_;
 };
 
 }  // namespace mp

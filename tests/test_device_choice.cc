@@ -28,50 +28,45 @@ const CudaInfo kNoDriver{0, "no usable CUDA driver (cudaErrorInsufficientDriver:
 const CudaInfo kTwoGpus{2, ""};
 
 TEST(DeviceChoice, AutoTakesTheLocalRanksGpu) {
-  const DeviceChoice c = choose_device(ComputeConfig::AUTO, true, 5, 1, 2, kTwoGpus);
+  const DeviceChoice c = choose_device(ComputeConfig::AUTO, 5, 1, 2, kTwoGpus);
   EXPECT_EQ(c.device, Device::cuda(1));
   EXPECT_EQ(c.note, "compute.device AUTO: CUDA device 1 of 2");
 }
 
 TEST(DeviceChoice, AutoFallsBackToTheCpuAndSaysWhy) {
-  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 1, kNoDriver).note,
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, 0, 0, 1, kNoDriver).note,
             "compute.device AUTO: the CPU (" + kNoDriver.unavailable_reason + ")");
-  const DeviceChoice few = choose_device(ComputeConfig::AUTO, true, 3, 3, 4, kTwoGpus);
+  const DeviceChoice few = choose_device(ComputeConfig::AUTO, 3, 3, 4, kTwoGpus);
   EXPECT_EQ(few.device, Device::cpu());
   EXPECT_NE(few.note.find("this node shows 2 CUDA device(s) for 4 local ranks"), std::string::npos) << few.note;
-  const DeviceChoice mlp = choose_device(ComputeConfig::AUTO, false, 0, 0, 1, kTwoGpus);
-  EXPECT_EQ(mlp.device, Device::cpu());
-  EXPECT_EQ(mlp.note, "compute.device AUTO: the CPU (the model (model.mlp) computes on the host only)");
-  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 1, CudaInfo{}).note,
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, 0, 0, 1, CudaInfo{}).note,
             "compute.device AUTO: the CPU (no CUDA device visible)");
 }
 
 TEST(DeviceChoice, SharedGpusAreTakenInTurn) {
-  const DeviceChoice c = choose_device(ComputeConfig::CUDA, true, 3, 3, 4, kTwoGpus, /*share_gpus=*/true);
+  const DeviceChoice c = choose_device(ComputeConfig::CUDA, 3, 3, 4, kTwoGpus, /*share_gpus=*/true);
   EXPECT_EQ(c.device, Device::cuda(1));
   EXPECT_TRUE(c.shared);
   EXPECT_EQ(c.note, "4 local ranks share 2 CUDA device(s) (compute.share_gpus)");
-  const DeviceChoice a = choose_device(ComputeConfig::AUTO, true, 2, 2, 4, kTwoGpus, true);
+  const DeviceChoice a = choose_device(ComputeConfig::AUTO, 2, 2, 4, kTwoGpus, true);
   EXPECT_EQ(a.device, Device::cuda(0));
   EXPECT_EQ(a.note, "compute.device AUTO: CUDA device 0 of 2; 4 local ranks share 2 CUDA device(s) (compute.share_gpus)");
-  EXPECT_FALSE(choose_device(ComputeConfig::CUDA, true, 1, 1, 2, kTwoGpus, true).shared);
+  EXPECT_FALSE(choose_device(ComputeConfig::CUDA, 1, 1, 2, kTwoGpus, true).shared);
   // No device is still no device.
-  EXPECT_EQ(choose_device(ComputeConfig::AUTO, true, 0, 0, 2, kNoDriver, true).device, Device::cpu());
+  EXPECT_EQ(choose_device(ComputeConfig::AUTO, 0, 0, 2, kNoDriver, true).device, Device::cpu());
 }
 
 TEST(DeviceChoice, CpuIsTheCpu) {
-  EXPECT_EQ(choose_device(ComputeConfig::CPU, true, 0, 0, 1, kTwoGpus).device, Device::cpu());
+  EXPECT_EQ(choose_device(ComputeConfig::CPU, 0, 0, 1, kTwoGpus).device, Device::cpu());
 }
 
 TEST(DeviceChoice, CudaWithoutAUsableGpuNamesTheRankAndTheReason) {
   expect_config_error(
-      [] { choose_device(ComputeConfig::CUDA, true, 7, 0, 1, kNoDriver); },
+      [] { choose_device(ComputeConfig::CUDA, 7, 0, 1, kNoDriver); },
       "rank 7: compute.device = CUDA, but no usable CUDA driver (cudaErrorInsufficientDriver");
-  expect_config_error([] { choose_device(ComputeConfig::CUDA, true, 3, 2, 3, kTwoGpus); },
+  expect_config_error([] { choose_device(ComputeConfig::CUDA, 3, 2, 3, kTwoGpus); },
                                           "rank 3: compute.device = CUDA, but this node shows 2 CUDA device(s) for 3 local ranks");
-  expect_config_error([] { choose_device(ComputeConfig::CUDA, false, 0, 0, 1, kTwoGpus); },
-                                          "rank 0: compute.device = CUDA, but the model (model.mlp) computes on the host only");
-  EXPECT_EQ(choose_device(ComputeConfig::CUDA, true, 1, 1, 2, kTwoGpus).device, Device::cuda(1));
+  EXPECT_EQ(choose_device(ComputeConfig::CUDA, 1, 1, 2, kTwoGpus).device, Device::cuda(1));
 }
 
 TEST(DeviceChoice, RequestNames) {

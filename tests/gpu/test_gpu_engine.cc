@@ -8,6 +8,7 @@
 // CUDA: per-block partials), so they agree to 1e-12 relative.
 // - gpu_engine_np1: the data plane is NCCL on one GPU, then the staged MPI
 //   backend on the same GPU.
+// - The MLP (models/mlp.h), five fp32 steps, against the same on the CPU.
 // - The GPT (models/gpt.h) trained by the CUDA engine against
 //   the host GPT trained by the CPU engine, fp32 and bf16_master: the same
 //   model and data, so the losses agree to fp32 rounding (fp32) or to the
@@ -155,6 +156,27 @@ TEST_F(GpuEngine, GptTrainsAsOnTheCpu) {
     }
     EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
   }
+}
+
+// Five steps of the MLP (fp32): the losses, on `world`'s device.
+std::vector<double> mlp_losses(Communicator& world, Device device) {
+  proto::EngineConfig c = engine_config(proto::ShardingConfig::FULL_SHARD, "fp32", world.size(), 2);
+  c.set_deterministic(true);
+  Allocator alloc(device);
+  Mlp model(small_mlp(), alloc);  // on the allocator's device
+  Engine engine(model.spec(), c, world, alloc);
+  std::vector<double> losses;
+  for (int s = 0; s < 5; ++s) losses.push_back(engine.step(model).loss);
+  return losses;
+}
+
+TEST_F(GpuEngine, MlpTrainsAsOnTheCpu) {
+  auto cpu_world = MpiCommunicator::create_world("cpu mlp", {});
+  const std::vector<double> cpu = mlp_losses(*cpu_world, Device::cpu());
+  auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged mlp", {}), device_);
+  const std::vector<double> gpu = mlp_losses(*staged, device_);
+  for (size_t s = 0; s < cpu.size(); ++s) EXPECT_NEAR(gpu[s], cpu[s], 1e-4 * cpu[s]) << "step " << s + 1;
+  EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
 }
 
 }  // namespace

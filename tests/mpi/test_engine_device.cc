@@ -72,11 +72,40 @@ class DeviceStream final : public Stream {
   void rethrow_failure() override {}
 };
 
+// A host model: bodies that do nothing.
+class EmptyHostModel final : public HostModel {
+ public:
+  const ModelSpec& spec() const override { return spec_; }
+  void begin_micro_batch(int64_t) override {}
+  void forward(int, const Tensor&) override {}
+  double loss() const override { return 0.0; }
+  void backward(int, const Tensor&, const Tensor&) override {}
+
+ private:
+  ModelSpec spec_;
+};
+
 TEST_F(EngineDeviceTest, AHostModelRefusesADeviceStream) {
-  Mlp model(small_mlp());
+  EmptyHostModel model;
   DeviceStream s;
   const std::string e = error_of<ConfigError>([&] { model.begin_micro_batch_on(0, s); });
   EXPECT_NE(e.find("this model computes on the host, but the engine runs on cuda:0"), std::string::npos) << e;
+}
+
+// The built-in models compute on their allocator's device, and say so when
+// handed another device's stream.
+TEST_F(EngineDeviceTest, ABuiltInModelRefusesAStreamOfAnotherDevice) {
+  DeviceStream s;
+  Mlp mlp(small_mlp());
+  std::string e = error_of<ConfigError>([&] { mlp.begin_micro_batch_on(0, s); });
+  EXPECT_NE(e.find("the MLP computes on cpu (its allocator's device), but stream 'device stream' runs on cuda:0"),
+            std::string::npos)
+      << e;
+  Gpt gpt(small_gpt());
+  e = error_of<ConfigError>([&] { gpt.begin_micro_batch_on(0, s); });
+  EXPECT_NE(e.find("the GPT computes on cpu (its allocator's device), but stream 'device stream' runs on cuda:0"),
+            std::string::npos)
+      << e;
 }
 
 // A device fault surfaces at the rank's next device call, far from its
