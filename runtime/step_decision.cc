@@ -15,7 +15,8 @@ GradStatistics::GradStatistics(int num_units, int micro_batches, bool locate_non
   const size_t count = static_cast<size_t>(num_units) * (locate_non_finite ? 1 + micro_batches : 1);
   slots_ = alloc.allocate(count * sizeof(ops::GradStatsSlot), MemCategory::kOther);
   workspace_ = alloc.allocate(count * static_cast<size_t>(workspace_bytes_), MemCategory::kOther);
-  host_.resize(count);
+  host_ = PinnedBuffer(device_, count * sizeof(ops::GradStatsSlot));
+  count_ = count;
 }
 
 // Which rank and unit produced non-finite values, while it is still known
@@ -38,7 +39,7 @@ void GradStatistics::take_shard(int u, const Tensor& grad_shard, int64_t n, floa
 
 Event GradStatistics::read_back(Stream& s) {
   ops::copy_bytes(host_.data(), Device::cpu(), slots_.data(), device_,
-                  static_cast<int64_t>(host_.size() * sizeof(ops::GradStatsSlot)), s);
+                  static_cast<int64_t>(count_ * sizeof(ops::GradStatsSlot)), s);
   return s.record();
 }
 
@@ -46,7 +47,7 @@ GradStats GradStatistics::total(Communicator& shard_group, bool deterministic) c
   double sum_sq = 0;
   bool non_finite = false;
   for (int u = 0; u < num_units_; ++u) {
-    const ops::GradStatsSlot& s = host_[static_cast<size_t>(u)];
+    const ops::GradStatsSlot& s = host_slot(static_cast<size_t>(u));
     sum_sq += s.sum_sq;
     non_finite = non_finite || s.non_finite != 0;
   }
@@ -68,7 +69,7 @@ std::pair<int, int> GradStatistics::locate(Communicator& world) const {
   int64_t mine = -1;  // the first non-finite unit in backward order, micro-batch by micro-batch
   for (int m = 0; m < micro_batches_ && mine < 0; ++m) {
     for (int u = num_units_ - 1; u >= 0; --u) {
-      if (host_[static_cast<size_t>(num_units_) * (1 + static_cast<size_t>(m)) + static_cast<size_t>(u)].non_finite) {
+      if (host_slot(static_cast<size_t>(num_units_) * (1 + static_cast<size_t>(m)) + static_cast<size_t>(u)).non_finite) {
         mine = u;
         break;
       }

@@ -12,8 +12,11 @@
 //    after each unit's reductions; with optimizer_in_backward the
 //    communication stream does, just before the unit's update there.
 // 2. read_back: one copy of every slot to the host, the step's only
-//    device-to-host read (on the compute stream, after every take). The
-//    host waits for it, then GradStatistics::total adds the units' sums in
+//    device-to-host read (on the compute stream, after every take, into
+//    pinned memory: cudaMemcpyAsync to pageable memory would block the host
+//    until the stream got there, so a hung peer would hang the rank
+//    silently). The host waits for it, bounded by the communicator's
+//    timeout (Note [Engine waits] in runtime/comm_watch.h), then GradStatistics::total adds the units' sums in
 //    unit order and makes one exchange over the shard group (replicas hold
 //    the same shards): every rank's (sum, flag), summed in rank order on the
 //    control plane (Note [Control plane]). Deterministic mode rounds the sum
@@ -46,6 +49,7 @@
 
 #include "comm/communicator.h"
 #include "core/allocator.h"
+#include "core/pinned.h"
 #include "kernels/cpu/grad_stats.h"
 #include "kernels/ops.h"
 #include "optim/optimizer.h"
@@ -85,7 +89,11 @@ class GradStatistics {
   int64_t workspace_bytes_ = 0;
   Buffer slots_;       // ops::GradStatsSlot [units + micro_batches x units when locating], device
   Buffer workspace_;   // one workspace per slot (ops::grad_stats), device
-  std::vector<ops::GradStatsSlot> host_;  // read_back's copy
+  // read_back's copy: pinned for a device, so the copy never blocks the
+  // host and the wait for it stays bounded (a hung peer is named).
+  PinnedBuffer host_;
+  size_t count_ = 0;  // slots
+  const ops::GradStatsSlot& host_slot(size_t i) const { return host_.as<const ops::GradStatsSlot>()[i]; }
 };
 
 class StepDecision {

@@ -5,7 +5,8 @@
 #               promptly, mpirun names rank 1, nothing is left running.
 #   hang:       rank 1 stops at step 4: rank 0's collective times out (3 s)
 #               naming the collective and rank 1; the job ends; the last
-#               checkpoint (every step) verifies and resumes.
+#               checkpoint (every step) verifies and resumes. Again with 4
+#               micro-batches, where the host runs far ahead of the stream.
 #   straggler:  rank 1 sleeps 1.5 s at step 4 (timeout 10 s): training
 #               goes on and the log names rank 1 at step 4.
 #   nan:        rank 1's gradients of unit 2 are NaN at steps 4-5: both
@@ -75,6 +76,14 @@ hang)
   expect resume "^resumed from .*step_00000003 at step 3 "
   echo "hang: rank 1 stopped at step 4; rank 0 named it after the 3 s timeout; the job ended in $hang_ms ms from" \
        "start (exit $hang_rc); checkpoint step 3 verified and resumed: 0 completed steps lost"
+  # With 4 micro-batches the host enqueues far ahead of the compute stream
+  # (Note [Host runs ahead]); its waits must stay bounded all the same.
+  run hang_accumulating "hang@4:1" --out "$dir/run4" --set engine.micro_batches=4 --set engine.comm.timeout_s=3
+  [[ $rc -ne 0 ]] || fail "exit code 0 after a rank hung (4 micro-batches)"
+  expect hang_accumulating "did not complete within 3 s"
+  expect hang_accumulating "Not arrived: rank 1"
+  [[ $ms -lt 30000 ]] || fail "the hung rank was named only after $ms ms (timeout 3 s)"
+  echo "hang with 4 micro-batches: named the same way; the job ended in $ms ms from start"
   ;;
 straggler)
   run straggler "sleep@4:1:1.5" --set engine.comm.timeout_s=10

@@ -580,3 +580,40 @@ TEST(Gpt, ActivationBytesAreWhatTheModelAllocates) {
 
 }  // namespace
 }  // namespace mp::testing
+
+namespace mp::testing {
+namespace {
+
+// Note [GPT loss]: the loss in chunks of rows (as on a GPU, with d logits
+// in place) gives the same loss bit for bit (the same rows' losses, summed
+// in the same order) and the same gradients up to the order d wte's chunks
+// are summed in.
+TEST(Gpt, LossInChunksEqualsTheWholeBatchLoss) {
+  for (DType matmul : {DType::kF32, DType::kBF16}) {
+    GptConfig c = gpt_config(50, 8, 16, 2, 2, 2);  // 16 rows: chunks of 7, 7 and 2
+    c.matmul_dtype = matmul;
+    const FlatLayout layout(Gpt::spec_for(c), 1);
+    Units32 p = init_params(layout, 17, 1.0f, 0.1f);
+    Units32 g_whole = p, g_chunks = p;
+    const std::vector<Tensor> pt = wrap_units(p), gw = wrap_units(g_whole), gc = wrap_units(g_chunks);
+    Gpt whole(c);
+    GptOptions o;
+    o.loss_chunk_rows = 7;
+    Gpt chunks(c, Allocator(), nullptr, o);
+    ASSERT_EQ(Gpt::loss_chunk_rows(c, Device::cpu(), o), 7);
+    const double lw = run_model(whole, 3, pt, gw), lc = run_model(chunks, 3, pt, gc);
+    EXPECT_EQ(std::memcmp(&lw, &lc, sizeof(double)), 0) << lw << " vs " << lc << ", " << dtype_name(matmul);
+    for (size_t u = 0; u < p.size(); ++u) {
+      const double scale = *std::max_element(g_whole[u].begin(), g_whole[u].end(),
+                                              [](float a, float b) { return std::abs(a) < std::abs(b); });
+      for (size_t i = 0; i < p[u].size(); ++i) {
+        ASSERT_NEAR(g_chunks[u][i], g_whole[u][i], 1e-5 * std::abs(scale) + 1e-12)
+            << "unit " << u << " element " << i << ", " << dtype_name(matmul);
+      }
+    }
+    EXPECT_THROW(chunks.logits(), EnforceError);  // overwritten by d logits, chunk by chunk
+  }
+}
+
+}  // namespace
+}  // namespace mp::testing

@@ -1,6 +1,8 @@
 // CPU streams and events: ordering, real concurrency, waits, failures.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include <atomic>
 #include <chrono>
 #include <vector>
@@ -81,6 +83,47 @@ TEST(CpuStream, FailurePoisonsLaterWorkAndWaiters) {
     EXPECT_NE(std::string(e.what()).find("disk on fire"), std::string::npos);
   }
   EXPECT_FALSE(downstream_ran);
+}
+
+// A failed task's error keeps its type and gains the task's name; a stream
+// that fails by waiting on it passes it on unchanged; rethrow_failure
+// rethrows it without waiting; other exceptions arrive as EnforceError.
+TEST(CpuStream, AFailedTaskIsNamedAndCarriedToTheHost) {
+  CpuStream s("compute"), downstream("comm");
+  EXPECT_NO_THROW(s.rethrow_failure());
+  s.submit([] { MP_THROW(ConfigError, "token 99 outside [0, 64)"); }, TaskName{"embedding forward", "embed"});
+  const Event after = s.record();
+  downstream.wait(after);
+  const std::string want = "token 99 outside [0, 64) [op 'embedding forward' of unit 'embed' on stream 'compute']";
+  try {
+    after.synchronize();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(e.from_stream_task());
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  try {
+    s.rethrow_failure();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  try {
+    downstream.synchronize();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find("on stream 'comm'"), std::string::npos) << "named twice: " << e.what();
+  }
+  CpuStream other("other");
+  other.submit([] { throw std::runtime_error("not ours"); });
+  try {
+    other.synchronize();
+    FAIL() << "no error";
+  } catch (const EnforceError& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected exception: not ours [op 'host task' on stream 'other']"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CpuStream, DestructorRunsSubmittedWork) {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "kernels/convert.h"
 #include "kernels/convert_math.h"
@@ -99,6 +100,30 @@ TEST_F(Gpu, StreamsOrderWorkThroughEvents) {
   EXPECT_THROW(a.wait(cpu.record()), EnforceError) << "a CUDA stream must not block on an unfinished CPU event";
   __atomic_store_n(&release, true, __ATOMIC_RELEASE);
   cpu.synchronize();
+}
+
+// A host task that throws on CUDA's callback thread does not end the
+// process: the stream keeps the error (named), later host tasks skip,
+// events recorded after it and rethrow_failure rethrow it, and an event
+// recorded before it does not.
+TEST_F(Gpu, AHostTaskThatThrowsFailsItsStream) {
+  CudaStream s(Device::cuda(0), "compute");
+  const Event before = s.record();
+  s.host_task([] { MP_THROW(NumericError, "planted"); }, TaskName{"loss", "head"});
+  bool later_ran = false;
+  s.host_task([&] { later_ran = true; });
+  const Event after = s.record();
+  EXPECT_NO_THROW(before.synchronize());
+  const std::string want = "planted [op 'loss' of unit 'head' on stream 'compute']";
+  try {
+    after.synchronize();
+    FAIL() << "no error";
+  } catch (const NumericError& e) {
+    EXPECT_TRUE(e.from_stream_task());
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(s.rethrow_failure(), NumericError);
+  EXPECT_FALSE(later_ran);
 }
 
 TEST_F(Gpu, DeviceOutOfMemoryIsATypedError) {
