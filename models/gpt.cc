@@ -285,16 +285,24 @@ void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x) 
   dx.c = b_->dlnf + r0 * c;
   dx.ldc = c;
   nn::gemm(cx, settings, dx, "head backward (d ln_f)");
+  if (p.logits_in_place()) head_dwte(cx, r0, n, x_chunk, b_->dwte_head);  // the chunk's d logits go next
+}
+
+// d wte [Vp, C] (+)= d logits^T [Vp, n] x [n, C] for rows [r0, r0 + n):
+// overwritten by the first chunk, accumulated by the others.
+void Gpt::head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte) {
+  const Plan& p = *plan_;
+  const DType xdt = p.bf16_head() ? p.bf16_storage : DType::kF32;
   GemmProblem dw;
-  dw.m = vp;
-  dw.n = c;
+  dw.m = p.padded_vocab;
+  dw.n = p.channels;
   dw.k = n;
-  dw.a = GemmInput{dl, xdt, vp, /*transposed=*/true};
-  dw.b = GemmInput{x_chunk, xdt, c, false};
-  dw.c = b_->dwte_head;
-  dw.ldc = c;
+  dw.a = GemmInput{p.bf16_head() ? b_->dlogits16 : static_cast<const void*>(b_->dlogits), xdt, p.padded_vocab, true};
+  dw.b = GemmInput{x_chunk, xdt, p.channels, false};
+  dw.c = dwte;
+  dw.ldc = p.channels;
   dw.accumulate = r0 > 0;
-  nn::gemm(cx, settings, dw, "head backward (d wte)");
+  nn::gemm(cx, nn::GemmSettings{options_.allow_tf32}, dw, "head backward (d wte)");
 }
 
 void Gpt::embed_backward(const OpContext& cx, float* g) {
@@ -302,8 +310,13 @@ void Gpt::embed_backward(const OpContext& cx, float* g) {
   const UnitLayout& unit = layout_[0];
   float* dwte = g + unit.params[kWte].offset;
   float* dwpe = g + unit.params[kWpe].offset;
-  // Note [Tied head]: the head's d wte, then the embedding's added in.
-  nn::copy(cx, dwte, b_->dwte_head, p.padded_vocab * p.channels * 4, "head's d wte");
+  // Note [Tied head]: the head's d wte (kept from the chunks, or from the
+  // one chunk's d logits, which are still there), then the embedding's.
+  if (p.logits_in_place()) {
+    nn::copy(cx, dwte, b_->dwte_head, p.padded_vocab * p.channels * 4, "head's d wte");
+  } else {
+    head_dwte(cx, 0, p.rows, p.bf16_head() ? b_->x16.back() : static_cast<const void*>(b_->lnf), dwte);
+  }
   nn::zero(cx, dwpe, p.seq * p.channels * 4, "zero d wpe");
   nn::embedding_backward(cx, b_->tokens, b_->dres, p.batch, p.seq, p.channels, p.vocab, dwte, dwpe, b_->emb_ws,
                          b_->emb_ws_bytes);

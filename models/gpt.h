@@ -35,16 +35,18 @@
 //                   model's workspace;
 //   forward(last)   computes the logits from that copy, the loss, and the
 //                   head's backward products (Note [GPT loss]): d loss /
-//                   d (final LayerNorm output) and the head's d wte, into
-//                   workspace buffers;
+//                   d (final LayerNorm output), and with the loss in
+//                   chunks the head's d wte, into workspace buffers;
 //   backward(last)  takes the final LayerNorm's backward from there;
-//   backward(0)     writes d wte = (the head's contribution) + (the
-//                   embedding's, added row by row in position order)
-//                   straight into unit 0's grads.
+//   backward(0)     writes d wte = (the head's contribution, from that
+//                   buffer or, with one chunk, from the kept d logits
+//                   and final LayerNorm output) + (the embedding's, added
+//                   row by row in position order) straight into unit 0's
+//                   grads.
 // backward(0) reads no parameters, and the spec says so
 // (UnitSpec::backward_reads_params): the engine gathers nothing for it.
-// The wte copy and the head's d wte are activation memory, allocated once
-// with the model. So unit 0's grads carry the whole tied gradient and no
+// The wte copy, the kept d logits and the head's d wte buffer are
+// activation memory, allocated once with the model. So unit 0's grads carry the whole tied gradient and no
 // other unit's do.
 //
 // Note [GPT data]
@@ -111,12 +113,15 @@
 // kGptLogitsChunkBytes of fp32 logits on a GPU): the head's forward runs,
 // per chunk of rows, the logits GEMM, the softmax cross-entropy (d logits
 // in place when there are several chunks) and both backward GEMMs of the
-// head: d (ln_f output) for backward(last), and the head's share of d wte,
-// accumulated over the chunks in an fp32 [Vp, C] buffer that backward(0)
-// copies into unit 0's gradients before adding the embedding's (Note [Tied
-// head]). The mean loss is summed in double from the rows' losses (in row
-// order on the CPU). With one chunk the bits are those of the whole-batch
-// products; with several, d wte is summed chunk by chunk.
+// head: d (ln_f output) for backward(last), and, with several chunks, the
+// head's share of d wte, accumulated over the chunks in an fp32 [Vp, C]
+// buffer that backward(0) copies into unit 0's gradients before adding the
+// embedding's (Note [Tied head]). With one chunk (d logits kept, not in
+// place) backward(0) computes the head's d wte straight into unit 0's
+// gradients instead: no [Vp, C] buffer, no copy. The mean loss is summed in
+// double from the rows' losses (in row order on the CPU). With one chunk
+// the bits are those of the whole-batch products; with several, d wte is
+// summed chunk by chunk.
 //
 // Determinism: the CPU op math (kernels/cpu/gpt_ops.h) computes every
 // element on one thread in a fixed order, and the GEMMs split their work
@@ -370,6 +375,7 @@ class Gpt final : public Model {
   void block_forward(const OpContext& cx, int unit, const UnitParams& w);
   void head_forward(const OpContext& cx, int unit, const UnitParams& w);
   void head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x);
+  void head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte);
   void embed_backward(const OpContext& cx, float* g);
   void block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
   void head_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);

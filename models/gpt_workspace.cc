@@ -98,7 +98,7 @@ Buffers carve(const Plan& p, char* base, int64_t* bytes) {
   b.row_loss = k.take<float>(p.rows);
   b.mean_loss = k.take<double>(1);
   b.wte_head = p.bf16_head() ? k.take_bf16(vc, p.bf16_storage) : k.take<float>(vc);
-  b.dwte_head = k.take<float>(vc);
+  if (p.logits_in_place()) b.dwte_head = k.take<float>(vc);  // Note [GPT loss]
   b.logits = k.take<float>(p.chunk * p.padded_vocab);
   b.dlogits = p.logits_in_place() ? b.logits : k.take<float>(p.chunk * p.padded_vocab);
   if (p.bf16_head()) b.dlogits16 = k.take_bf16(p.chunk * p.padded_vocab, p.bf16_storage);

@@ -78,7 +78,8 @@ struct Buffers {
   float* row_loss = nullptr;   // [rows]
   double* mean_loss = nullptr;
   // Note [Tied head]: wte [Vp, C] as the head's GEMM input (fp32, or bf16
-  // values in bf16_storage), and the head's share of d wte (fp32).
+  // values in bf16_storage), and, with the loss in chunks, the head's share
+  // of d wte (fp32; Note [GPT loss]).
   void* wte_head = nullptr;
   float* dwte_head = nullptr;
   float* logits = nullptr;     // [chunk, Vp]
