@@ -4,7 +4,9 @@
 // Whatever the device, the host reads and writes engine buffers (weights,
 // moments, params) only through these: a copy in order on a stream of the
 // engine's device (ops::copy_bytes), then a wait for it. On the CPU that is
-// a memcpy on the stream's worker; on CUDA a cudaMemcpyAsync. Checkpoints,
+// a memcpy on the stream's worker; on CUDA a cudaMemcpyAsync through a
+// pinned bounce buffer of the calling thread (core/pinned.h), 16 MiB at a
+// time. Checkpoints,
 // safetensors export and import, set_weights and the C API all go through
 // here (via UnitState and ShardStateView), never through raw pointers, so
 // they work the same for CUDA memory and never race work still queued on
