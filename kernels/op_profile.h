@@ -1,14 +1,17 @@
-// kernels/op_profile.h: where a CPU model's compute time goes, by op
-// family: the profile `mp_bench gpt` prints (Note [Op profile]).
+// kernels/op_profile.h: where a model's compute time goes, by op family:
+// the profile `mp_bench gpt` and MP_OP_PROFILE=1 print (Note [Op profile]).
 //
 // Note [Op profile]
-// Off unless op_profile_enable(true) (mp_bench gpt turns it on). When on, a
-// ScopedOp at the entry of every CPU op (gemm_cpu, the GPT's loops) adds its
-// wall time to its family, but only on a thread inside a model call
-// (ModelCallScope, which HostModel opens around each host body: the
-// engine's compute thread) and only for the outermost scope, so that a
+// Off unless op_profile_enable(true). When on, on the CPU a ScopedOp
+// around every model op (kernels/dispatch.h opens one, in its family, on
+// the stream's worker, inside a ModelCallScope; HostModel opens a
+// ModelCallScope around each host body, where gemm_cpu's and the loops'
+// own ScopedOps count) adds its wall time to its family, but only on a
+// thread inside a model call and only for the outermost scope, so that a
 // GEMM inside another timed op is not counted twice and casts on the
-// communication thread do not count as compute. op_profile_take() returns
+// communication thread do not count as compute. On a GPU the model's ops
+// are timed between CUDA events (OpTimer in kernels/dispatch.h) and added
+// by op_profile_add when the model flushes them. op_profile_take() returns
 // the totals since the last take and resets them. Off, a scope costs one
 // relaxed atomic load.
 #pragma once

@@ -1,15 +1,17 @@
 // kernels/ops.h: the engine's element ops, one function per op, each with a
-// CPU body and a CUDA body picked by the device of its memory (the pattern
-// of convert, kernels/convert.h; casts are convert itself). The engine calls
-// only these and convert, so it has no device branches.
+// CPU body and a CUDA body picked by the device of its memory (Note [Op
+// dispatch] in kernels/dispatch.h; the models' ops are kernels/nn/, casts
+// are convert, kernels/convert.h). The engine calls only these and
+// convert, so it has no device branches.
 //
 // Every op is asynchronous on `stream`, in order with the stream's other
 // work: for CPU memory `stream` is a CpuStream and the body is submitted to
 // its worker; for CUDA memory it is a CUDA stream on that device and the body
 // is a kernel (or cudaMemsetAsync/cudaMemcpyAsync) launched on it. Arguments
 // are checked at the call (EnforceError); a CPU body's failure fails its
-// stream (Note [Stream and event semantics] in core/stream.h), a CUDA
-// body's surfaces from later CUDA calls. Pointers and tensors must stay
+// stream, named by the op (Note [Stream and event semantics] in
+// core/stream.h), a CUDA body's surfaces from later CUDA calls (at once,
+// naming the op, with MP_CUDA_SYNC=1). Pointers and tensors must stay
 // valid until the op has run (record an event after it and wait for that).
 // CPU and CUDA bodies share their element math (*_math.h), so they give the
 // same bits.

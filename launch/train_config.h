@@ -33,14 +33,14 @@ namespace mp {
 
 // ---- the base -------------------------------------------------------------------
 
-// configs/default.textproto as compiled into the binary (the build turns the
-// file into a string literal, so the two are the same text). A small GPT on
-// the synthetic language; see the file for what it trains.
 // The TrainConfig text format's version (mp_worker --version prints it):
 // raised when a field is removed or changes meaning, so an old config file
 // can be recognized; adding fields keeps it.
 inline constexpr int kTrainConfigFormatVersion = 1;
 
+// configs/default.textproto as compiled into the binary (the build turns the
+// file into a string literal, so the two are the same text). A small GPT on
+// the synthetic language; see the file for what it trains.
 proto::TrainConfig default_train_config();
 
 // The text of configs/default.textproto as compiled in, comments included.
@@ -95,10 +95,11 @@ enum class ModelKind { kGpt, kMlp };
 // What a run uses, after resolve_train_config.
 struct TrainSettings {
   // The config with every default this file owns filled in: model.gpt's
-  // zero fields, log_interval, val_batches and sample_tokens. Read plain fields (steps, out_dir,
-  // data.train_path, ...) from here. `engine` is kept as written; its
-  // resolved values are in `engine_options`. to_text(config) is what the
-  // run directory records; resolving it again gives the same settings.
+  // zero fields, log_interval, val_batches and sample_tokens. Read plain
+  // fields (steps, out_dir, data.train_path, ...) from here. `engine` is
+  // kept as written; its resolved values are in `engine_options`.
+  // to_text(config) is what the run directory records; resolving it again
+  // gives the same settings.
   proto::TrainConfig config;
   EngineOptions engine_options;  // resolve_engine_options(config.engine(), world_size)
   ModelKind model = ModelKind::kGpt;

@@ -13,9 +13,11 @@
 //                       then runs the fused update; set_weights /
 //                       gather_master move weights in and out; memory()
 //                       and StepResult are the metrics
-//   Model               what the host implements: forward(unit, params),
+//   HostModel           what the host implements: forward(unit, params),
 //                       loss(), backward(unit, params, grads) per
-//                       micro-batch (models/model.h has the contract)
+//                       micro-batch, run on the engine's compute thread
+//                       (models/model.h has the contract; Model is its
+//                       base, for models that enqueue their own ops)
 //   save_checkpoint / load_checkpoint   sharded, atomic, reshardable
 //   parse_engine_config the EngineConfig from protobuf text format
 //   install_stop_signal_watcher / StopSignalScope / stop_signal()

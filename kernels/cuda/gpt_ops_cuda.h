@@ -1,9 +1,12 @@
 // kernels/cuda/gpt_ops_cuda.h: the GPT-2 layer math on a CUDA device, in
 // fp32: the device twins of kernels/cpu/gpt_ops.h (same formulas, layouts and
-// "accumulates" / "overwrites" contracts; Note [GPT op math] there). The GEMM
-// ops (Conv1D matmuls, the tied head) are gemm_cuda calls
-// (kernels/cuda/gemm_cublaslt.h) with the GemmProblems gpt_ops.cc builds;
-// this file has everything else.
+// "accumulates" / "overwrites" contracts; Note [GPT op math] there), the
+// CUDA bodies of the model ops in kernels/nn/. Their GEMMs (the Conv1D
+// matmuls, the tied head) are gemm_cuda calls (kernels/cuda/gemm_cublaslt.h)
+// with the GemmProblems kernels/nn/gemm.cc and models/gpt.cc build, and the
+// attention is kernels/cuda/flash_attention_cuda.h; this file has
+// everything else (gpt_attention_*_cuda, which keeps the probabilities, is
+// the flash kernels' reference in the tests).
 //
 // Note [GPT CUDA kernels]
 // - Every pointer is device memory; every call is asynchronous on `stream`
