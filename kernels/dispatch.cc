@@ -63,6 +63,36 @@ void OpTimer::flush() {
 #endif
 }
 
+// ---- CpuOpBatch -------------------------------------------------------------
+
+void CpuOpBatch::add(TaskName name, OpFamily family, bool profiled, std::function<void()> body) {
+  ops_.push_back(Op{name, family, profiled, std::move(body)});
+}
+
+void CpuOpBatch::submit(Stream& stream) {
+  if (ops_.empty()) return;
+  auto* cpu = dynamic_cast<CpuStream*>(&stream);
+  MP_ENFORCE(cpu != nullptr, "a batch of CPU ops on stream '", stream.name(), "' of another kind");
+  cpu->submit(
+      [ops = std::move(ops_), name = stream.name()] {
+        for (const Op& op : ops) {
+          try {
+            if (op.profiled) {
+              ModelCallScope call;  // Note [Op profile]: a model's compute
+              ScopedOp timed(op.family);
+              op.body();
+            } else {
+              op.body();
+            }
+          } catch (...) {
+            std::rethrow_exception(task_error(std::current_exception(), op.name, name));
+          }
+        }
+      },
+      TaskName{"batch of model ops"});
+  ops_.clear();
+}
+
 namespace detail {
 
 // ---- CPU ---------------------------------------------------------------------
@@ -70,6 +100,10 @@ namespace detail {
 void submit_cpu_op(const OpContext& cx, const char* name, OpFamily family, std::function<void()> body) {
   auto* cpu = dynamic_cast<CpuStream*>(&cx.stream);
   MP_ENFORCE(cpu != nullptr, "op ", name, " on CPU stream '", cx.stream.name(), "' of another kind");
+  if (cx.batch != nullptr) {
+    cx.batch->add(TaskName{name, cx.unit}, family, cx.profiled, std::move(body));
+    return;
+  }
   if (!cx.profiled) {
     cpu->submit(std::move(body), TaskName{name, cx.unit});
     return;

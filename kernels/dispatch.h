@@ -9,7 +9,8 @@
 //
 // Note [Op dispatch]
 // - On a CPU stream the CPU body is submitted to the stream's worker
-//   (CpuStream::submit) and runs there later, in order: the host thread
+//   (CpuStream::submit; a model gathers each call's ops in a CpuOpBatch,
+//   one task per call) and runs there later, in order: the host thread
 //   that enqueued it has moved on (Note [Host runs ahead] in
 //   models/model.h), so a body captures what it reads by value when it is
 //   enqueued. On a CUDA stream the CUDA body launches its kernels on the
@@ -32,6 +33,7 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/stream.h"
 #include "kernels/op_profile.h"
@@ -62,6 +64,31 @@ class OpTimer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A model call's CPU ops, submitted to the stream as one task that runs
+// them in order: the stream's worker wakes once per call rather than once
+// per op (small models' ops take microseconds). Each op keeps its own name
+// in errors and its family in the profile; the first that throws ends the
+// task and fails the stream (Note [Op dispatch]).
+class CpuOpBatch {
+ public:
+  CpuOpBatch() = default;
+  CpuOpBatch(const CpuOpBatch&) = delete;
+  CpuOpBatch& operator=(const CpuOpBatch&) = delete;
+  void add(TaskName name, OpFamily family, bool profiled, std::function<void()> body);
+  // Submits the ops added so far to `stream` (a CpuStream) as one task, in
+  // order, and empties the batch; nothing when it is empty.
+  void submit(Stream& stream);
+
+ private:
+  struct Op {
+    TaskName name;
+    OpFamily family;
+    bool profiled;
+    std::function<void()> body;
+  };
+  std::vector<Op> ops_;
+};
+
 // Where and how ops run: the stream, the CPU bodies' threads, and for a
 // model's ops the unit they compute and whether they count in the profile.
 struct OpContext {
@@ -70,6 +97,7 @@ struct OpContext {
   const char* unit = nullptr;  // the model unit, named in errors; must outlive the ops
   bool profiled = false;       // a model's op: counts in the op profile
   OpTimer* timer = nullptr;    // device op times while profiling (may be null)
+  CpuOpBatch* batch = nullptr; // CPU: collect the ops into this batch (its owner submits it)
 
   Device device() const { return stream.device(); }
   bool on_cpu() const { return stream.device().is_cpu(); }

@@ -111,9 +111,10 @@ void Gpt::check_stream(const Stream& s) const {
   }
 }
 
-OpContext Gpt::context(Stream& s, int unit) {
+OpContext Gpt::context(Stream& s, int unit, CpuOpBatch* batch) {
   check_stream(s);
-  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, &timer_};
+  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, &timer_,
+                   batch};
 }
 
 // ---- parameters -----------------------------------------------------------------
@@ -248,7 +249,7 @@ void Gpt::head_forward(const OpContext& cx, int unit, const UnitParams& w) {
   for (int64_t r0 = 0; r0 < p.rows; r0 += p.chunk) head_chunk(cx, r0, std::min(p.chunk, p.rows - r0), x);
   nn::mean_loss(cx, b_->row_loss, p.rows, b_->mean_loss);
   if (kept_row_ >= 0) {
-    ops::copy_bytes(kept_host_.data(), Device::cpu(), b_->kept, p.device, p.padded_vocab * 4, cx.stream);
+    nn::copy_to_host(cx, kept_host_.data(), b_->kept, p.padded_vocab * 4, "kept logits row to the host");
     kept_written_ = true;
   }
 }
@@ -364,7 +365,8 @@ void Gpt::begin_micro_batch_on(int64_t global_index, Stream& s) {
 
 void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.check_forward(unit);
-  const OpContext cx = context(s, unit);
+  CpuOpBatch batch;  // the call's CPU ops, one task
+  const OpContext cx = context(s, unit, &batch);
   const UnitParams w = unit_params(cx, unit, params);
   if (unit == 0) {
     embed_forward(cx, w);
@@ -373,6 +375,7 @@ void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   } else {
     head_forward(cx, unit, w);
   }
+  batch.submit(s);
   order_.forwarded();
 }
 
@@ -390,7 +393,8 @@ void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
                  grads.shape().size() == 1 && grads.numel() >= layout.numel,
              "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements on ", plan_->device, "): got ",
              grads.defined() ? grads.describe() : std::string("none"));
-  const OpContext cx = context(s, unit);
+  CpuOpBatch batch;
+  const OpContext cx = context(s, unit, &batch);
   float* g = grads.data_as<float>();
   if (unit == 0) {
     embed_backward(cx, g);  // reads no parameters (Note [Tied head])
@@ -402,6 +406,7 @@ void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
       head_backward(cx, unit, w, g);
     }
   }
+  batch.submit(s);
   order_.backwarded();
 }
 

@@ -366,7 +366,7 @@ class Gpt final : public Model {
   struct UnitParams;
   UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Ranges fp32_ranges(int unit, DType params) const;
-  OpContext context(Stream& s, int unit);
+  OpContext context(Stream& s, int unit, CpuOpBatch* batch);
   Stream& direct_stream() const;
   void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
   void enqueue_loss(double* loss, Stream& s) const;

@@ -236,9 +236,10 @@ void Mlp::check_stream(const Stream& s) const {
   }
 }
 
-OpContext Mlp::context(Stream& s, int unit) const {
+OpContext Mlp::context(Stream& s, int unit, CpuOpBatch* batch) const {
   check_stream(s);
-  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true};
+  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, nullptr,
+                   batch};
 }
 
 nn::Dense Mlp::layer(int unit) const {
@@ -273,7 +274,8 @@ void Mlp::begin_micro_batch_on(int64_t global_index, Stream& s) {
 
 void Mlp::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.check_forward(unit);
-  const OpContext cx = context(s, unit);
+  CpuOpBatch batch;  // the call's CPU ops, one task
+  const OpContext cx = context(s, unit, &batch);
   const auto u = static_cast<size_t>(unit);
   const float* p = unit_params(cx, unit, params);
   const UnitLayout& l = layout_[u];
@@ -283,6 +285,7 @@ void Mlp::forward_on(int unit, const Tensor& params, Stream& s) {
     nn::dense_loss(cx, b_->acts.back(), b_->labels, config_.micro_batch_size, config_.dims.back(), b_->grad_a,
                    b_->row_loss, b_->mean_loss);
   }
+  batch.submit(s);
   order_.forwarded();
 }
 
@@ -302,7 +305,8 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
                  grads.shape().size() == 1 && grads.numel() >= l.numel,
              "gradients of unit ", l.name, " (fp32, ", l.numel, " elements on ", device_, "): got ",
              grads.defined() ? grads.describe() : std::string("none"));
-  const OpContext cx = context(s, unit);
+  CpuOpBatch batch;
+  const OpContext cx = context(s, unit, &batch);
   // Unit 0 needs no input gradient, so no weights either.
   const float* p = unit > 0 ? unit_params(cx, unit, params) : nullptr;
   // The last unit reads grad_a (the loss wrote it); the buffers swap roles per unit.
@@ -312,6 +316,7 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   float* g = grads.data_as<float>();
   nn::dense_backward(cx, layer(unit), b_->acts[u], p != nullptr ? p + l.params[0].offset : nullptr, b_->acts[u + 1],
                      dy, g + l.params[0].offset, g + l.params[1].offset, dx, b_->dense_ws);
+  batch.submit(s);
   order_.backwarded();
 }
 

@@ -125,7 +125,7 @@ class Mlp final : public Model {
   const int32_t* labels() const;
 
  private:
-  OpContext context(Stream& s, int unit) const;
+  OpContext context(Stream& s, int unit, CpuOpBatch* batch) const;
   const float* unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Dense layer(int unit) const;
   Stream& direct_stream() const;

@@ -38,6 +38,14 @@ void copy(const OpContext& cx, void* dst, const void* src, int64_t bytes, const 
           cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, cuda_stream))));
 }
 
+void copy_to_host(const OpContext& cx, void* host, const void* src, int64_t bytes, const char* name) {
+  MP_ENFORCE(bytes >= 0, "copy of ", bytes, " bytes");
+  cx.run(
+      name, OpFamily::kElementwise, [=] { std::memcpy(host, src, static_cast<size_t>(bytes)); },
+      MP_CUDA_BODY(MP_CHECK_CUDA(
+          cudaMemcpyAsync(host, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, cuda_stream))));
+}
+
 void zero(const OpContext& cx, void* dst, int64_t bytes, const char* name) {
   MP_ENFORCE(bytes >= 0, "fill of ", bytes, " bytes");
   const int threads = cx.threads;

@@ -13,6 +13,9 @@ namespace mp::nn {
 void add(const OpContext& cx, const float* a, const float* b, int64_t n, float* out);
 // dst := src, `bytes` bytes of device memory (no overlap).
 void copy(const OpContext& cx, void* dst, const void* src, int64_t bytes, const char* name);
+// host := src, `bytes` bytes of device memory into host memory (pinned
+// for a GPU: core/pinned.h), in stream order.
+void copy_to_host(const OpContext& cx, void* host, const void* src, int64_t bytes, const char* name);
 // `bytes` bytes of device memory at dst := 0.
 void zero(const OpContext& cx, void* dst, int64_t bytes, const char* name);
 
