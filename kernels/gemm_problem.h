@@ -40,4 +40,19 @@ struct GemmProblem {
   bool accumulate = false;
 };
 
+// C[m, n] = op(a) op(b) (+ bias), C dense (ldc = n), not accumulated.
+inline GemmProblem gemm_problem(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, float* c,
+                                const float* bias = nullptr) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a;
+  p.b = b;
+  p.bias = bias;
+  p.c = c;
+  p.ldc = n;
+  return p;
+}
+
 }  // namespace mp

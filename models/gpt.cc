@@ -71,7 +71,8 @@ bool Gpt::tensor_core_attention(const GptConfig& config, const GptOptions& optio
 
 Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const TokenBatchSource> source,
          GptOptions options)
-    : config_(config), options_(options), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
+    : StreamModel("Gpt"), config_(config), options_(options), spec_(spec_for(config)),
+      layout_(FlatLayout(spec_, 1).units()),
       order_("Gpt", static_cast<int>(layout_.size())) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));
   const Device device = allocator.device();
@@ -85,12 +86,8 @@ Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const Tok
 }
 
 Gpt::~Gpt() {
-  // Queued work reads the workspace and the pinned buffers: let it finish.
-  try {
-    if (direct_) direct_->synchronize();
-  } catch (...) {
-    // A failed task was reported where it was waited for.
-  }
+  // Queued device work reads the workspace and the pinned buffers: let it
+  // finish (direct calls on the CPU have waited for theirs).
   if (plan_) wait_for_device_idle(plan_->device);
 }
 
@@ -259,49 +256,35 @@ void Gpt::head_forward(const OpContext& cx, int unit, const UnitParams& w) {
 void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x) {
   const Plan& p = *plan_;
   const int64_t c = p.channels, vp = p.padded_vocab;
-  const DType xdt = p.bf16_head() ? p.bf16_storage : DType::kF32;
+  const DType xdt = p.head_storage();
   const void* x_chunk = static_cast<const char*>(x) + r0 * c * static_cast<int64_t>(dtype_size(xdt));
   const nn::GemmSettings settings{options_.allow_tf32};
-  GemmProblem logits;
-  logits.m = n;
-  logits.n = vp;
-  logits.k = c;
-  logits.a = GemmInput{x_chunk, xdt, c, false};
-  logits.b = GemmInput{b_->wte_head, xdt, c, /*transposed=*/true};
-  logits.c = b_->logits;
-  logits.ldc = vp;
-  nn::gemm(cx, settings, logits, "logits");
+  const GemmInput x_in{x_chunk, xdt, c, false}, wte{b_->wte_head, xdt, c, false};
+  GemmInput wte_t = wte;
+  wte_t.transposed = true;
+  nn::gemm(cx, settings, gemm_problem(n, vp, c, x_in, wte_t, b_->logits), "logits");  // [n, Vp] = x wte^T
   if (kept_row_ >= r0 && kept_row_ < r0 + n) {
     nn::copy(cx, b_->kept, b_->logits + (kept_row_ - r0) * vp, vp * 4, "kept logits row");
   }
   nn::softmax_xent(cx, b_->logits, b_->tokens + p.rows + r0, n, p.vocab, vp, p.rows, b_->row_loss + r0, b_->dlogits,
                    p.bf16_storage, p.bf16_head() ? b_->dlogits16 : nullptr);
-  const void* dl = p.bf16_head() ? b_->dlogits16 : static_cast<const void*>(b_->dlogits);
-  GemmProblem dx;
-  dx.m = n;
-  dx.n = c;
-  dx.k = vp;
-  dx.a = GemmInput{dl, xdt, vp, false};
-  dx.b = GemmInput{b_->wte_head, xdt, c, false};
-  dx.c = b_->dlnf + r0 * c;
-  dx.ldc = c;
-  nn::gemm(cx, settings, dx, "head backward (d ln_f)");
+  nn::gemm(cx, settings, gemm_problem(n, c, vp, GemmInput{head_dlogits(), xdt, vp, false}, wte, b_->dlnf + r0 * c),
+           "head backward (d ln_f)");  // [n, C] = d logits [n, Vp] wte [Vp, C]
   if (p.logits_in_place()) head_dwte(cx, r0, n, x_chunk, b_->dwte_head);  // the chunk's d logits go next
+}
+
+// The head's d logits as its backward GEMMs read them (Note [GPT autocast]).
+const void* Gpt::head_dlogits() const {
+  return plan_->bf16_head() ? b_->dlogits16 : static_cast<const void*>(b_->dlogits);
 }
 
 // d wte [Vp, C] (+)= d logits^T [Vp, n] x [n, C] for rows [r0, r0 + n):
 // overwritten by the first chunk, accumulated by the others.
 void Gpt::head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte) {
   const Plan& p = *plan_;
-  const DType xdt = p.bf16_head() ? p.bf16_storage : DType::kF32;
-  GemmProblem dw;
-  dw.m = p.padded_vocab;
-  dw.n = p.channels;
-  dw.k = n;
-  dw.a = GemmInput{p.bf16_head() ? b_->dlogits16 : static_cast<const void*>(b_->dlogits), xdt, p.padded_vocab, true};
-  dw.b = GemmInput{x_chunk, xdt, p.channels, false};
-  dw.c = dwte;
-  dw.ldc = p.channels;
+  const DType xdt = p.head_storage();
+  GemmProblem dw = gemm_problem(p.padded_vocab, p.channels, n, GemmInput{head_dlogits(), xdt, p.padded_vocab, true},
+                                GemmInput{x_chunk, xdt, p.channels, false}, dwte);
   dw.accumulate = r0 > 0;
   nn::gemm(cx, nn::GemmSettings{options_.allow_tf32}, dw, "head backward (d wte)");
 }
@@ -379,8 +362,6 @@ void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.forwarded();
 }
 
-void Gpt::loss_on(double* loss, Stream& s) { enqueue_loss(loss, s); }
-
 void Gpt::enqueue_loss(double* loss, Stream& s) const {
   order_.after_forward("loss");
   ops::copy_bytes(loss, Device::cpu(), b_->mean_loss, plan_->device, sizeof(double), s);
@@ -424,41 +405,7 @@ std::vector<float> Gpt::kept_logits() const {
 
 void Gpt::flush_profile() { timer_.flush(); }
 
-// ---- direct calls (CPU) -------------------------------------------------------------
-
-Stream& Gpt::direct_stream() const {
-  MP_ENFORCE(plan_->device.is_cpu(), "Gpt's direct calls run on the CPU; this GPT computes on ", plan_->device);
-  if (!direct_) {
-    direct_ = std::make_unique<CpuStream>("gpt direct");
-    direct_loss_ = PinnedBuffer(Device::cpu(), sizeof(double));
-  }
-  return *direct_;
-}
-
-void Gpt::begin_micro_batch(int64_t global_index) {
-  Stream& s = direct_stream();
-  begin_micro_batch_on(global_index, s);
-  s.synchronize();
-}
-
-void Gpt::forward(int unit, const Tensor& params) {
-  Stream& s = direct_stream();
-  forward_on(unit, params, s);
-  s.synchronize();
-}
-
-double Gpt::loss() const {
-  Stream& s = direct_stream();
-  enqueue_loss(direct_loss_.as<double>(), s);
-  s.synchronize();
-  return *direct_loss_.as<double>();
-}
-
-void Gpt::backward(int unit, const Tensor& params, const Tensor& grads) {
-  Stream& s = direct_stream();
-  backward_on(unit, params, grads, s);
-  s.synchronize();
-}
+// ---- tests' views (CPU) ------------------------------------------------------------
 
 const int32_t* Gpt::inputs() const {
   MP_ENFORCE(plan_->device.is_cpu() && order_.loaded(), "Gpt::inputs of a loaded micro-batch on the CPU");

@@ -148,6 +148,7 @@
 #include "kernels/nn/attention.h"
 #include "kernels/nn/cast.h"
 #include "models/model.h"
+#include "models/stream_model.h"
 #include "models/token_data.h"
 #include "models/call_order.h"
 #include "models/input_ring.h"
@@ -292,7 +293,7 @@ struct Plan;     // sizes on a device (models/gpt_workspace.h)
 struct Buffers;  // the workspace's buffers
 }  // namespace gpt
 
-class Gpt final : public Model {
+class Gpt final : public StreamModel {
  public:
   // Computes on the allocator's device (the engine's: CPU or CUDA), where it
   // allocates its one workspace (MemCategory::kActivations) here, so nothing
@@ -318,12 +319,11 @@ class Gpt final : public Model {
 
   const GptConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
-  Device device() const;
+  Device device() const override;
 
   // ---- Model (models/model.h): enqueued on the engine's compute stream
   void begin_micro_batch_on(int64_t global_index, Stream& s) override;
   void forward_on(int unit, const Tensor& params, Stream& s) override;
-  void loss_on(double* loss, Stream& s) override;
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override;
 
   // Switches the token source (e.g. to validation data and back): later
@@ -344,15 +344,7 @@ class Gpt final : public Model {
   // dispatch] in kernels/dispatch.h; CPU ops add theirs as they run).
   void flush_profile();
 
-  // ---- Direct calls, CPU only, for tests and tools: each enqueues on the
-  // model's own CPU stream and waits for it.
-  void begin_micro_batch(int64_t global_index);
-  // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
-  void forward(int unit, const Tensor& params);
-  double loss() const;
-  // grads: 1-D, fp32, at least the unit's numel elements. Unit 0's wte
-  // gradient includes the tied head's (Note [Tied head]).
-  void backward(int unit, const Tensor& params, const Tensor& grads);
+  // ---- Direct calls (models/stream_model.h), and on the CPU what they left:
   // The current micro-batch: micro_batch_size * context each.
   const int32_t* inputs() const;
   const int32_t* targets() const;
@@ -376,6 +368,7 @@ class Gpt final : public Model {
   void head_forward(const OpContext& cx, int unit, const UnitParams& w);
   void head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x);
   void head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte);
+  const void* head_dlogits() const;
   void embed_backward(const OpContext& cx, float* g);
   void block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
   void head_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
@@ -400,9 +393,6 @@ class Gpt final : public Model {
   CallOrder order_;  // checked on the host at enqueue time (Note [Host runs ahead])
   int64_t kept_row_ = -1;
   bool kept_written_ = false;  // a forward with a kept row was enqueued
-  // Direct calls (CPU): their stream and loss slot, made on first use.
-  mutable std::unique_ptr<Stream> direct_;
-  mutable PinnedBuffer direct_loss_;
 };
 
 }  // namespace mp

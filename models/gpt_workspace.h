@@ -46,6 +46,8 @@ struct Plan {
   bool any_bf16_op() const;
   DType head_dtype() const { return op_dtype.back(); }
   bool bf16_head() const { return head_dtype() == DType::kBF16; }
+  // How the head's GEMM inputs (ln_f's output, wte, d logits) are stored.
+  DType head_storage() const { return bf16_head() ? bf16_storage : DType::kF32; }
   // d logits overwrites the logits when the loss runs in chunks; with one
   // chunk the whole logits stay readable (Gpt::logits()).
   bool logits_in_place() const { return chunk < rows; }

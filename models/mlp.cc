@@ -209,7 +209,8 @@ int64_t Mlp::activation_bytes(const MlpConfig& config, Device device) {
 }
 
 Mlp::Mlp(const MlpConfig& config, Allocator allocator)
-    : config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()), device_(allocator.device()),
+    : StreamModel("Mlp"), config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
+      device_(allocator.device()),
       data_(config), order_("Mlp", static_cast<int>(layout_.size())) {
   set_current_device(device_);
   int64_t bytes = 0;
@@ -220,12 +221,8 @@ Mlp::Mlp(const MlpConfig& config, Allocator allocator)
 }
 
 Mlp::~Mlp() {
-  // Queued work reads the workspace and the pinned slots: let it finish.
-  try {
-    if (direct_) direct_->synchronize();
-  } catch (...) {
-    // A failed task was reported where it was waited for.
-  }
+  // Queued device work reads the workspace and the pinned slots: let it
+  // finish (direct calls on the CPU have waited for theirs).
   wait_for_device_idle(device_);
 }
 
@@ -289,8 +286,6 @@ void Mlp::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.forwarded();
 }
 
-void Mlp::loss_on(double* loss, Stream& s) { enqueue_loss(loss, s); }
-
 void Mlp::enqueue_loss(double* loss, Stream& s) const {
   order_.after_forward("loss");
   ops::copy_bytes(loss, Device::cpu(), b_->mean_loss, device_, sizeof(double), s);
@@ -320,41 +315,7 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   order_.backwarded();
 }
 
-// ---- direct calls (CPU) -------------------------------------------------------------
-
-Stream& Mlp::direct_stream() const {
-  MP_ENFORCE(device_.is_cpu(), "Mlp's direct calls run on the CPU; this MLP computes on ", device_);
-  if (!direct_) {
-    direct_ = std::make_unique<CpuStream>("mlp direct");
-    direct_loss_ = PinnedBuffer(Device::cpu(), sizeof(double));
-  }
-  return *direct_;
-}
-
-void Mlp::begin_micro_batch(int64_t global_index) {
-  Stream& s = direct_stream();
-  begin_micro_batch_on(global_index, s);
-  s.synchronize();
-}
-
-void Mlp::forward(int unit, const Tensor& params) {
-  Stream& s = direct_stream();
-  forward_on(unit, params, s);
-  s.synchronize();
-}
-
-double Mlp::loss() const {
-  Stream& s = direct_stream();
-  enqueue_loss(direct_loss_.as<double>(), s);
-  s.synchronize();
-  return *direct_loss_.as<double>();
-}
-
-void Mlp::backward(int unit, const Tensor& params, const Tensor& grads) {
-  Stream& s = direct_stream();
-  backward_on(unit, params, grads, s);
-  s.synchronize();
-}
+// ---- tests' views (CPU) ------------------------------------------------------------
 
 const float* Mlp::inputs() const {
   MP_ENFORCE(device_.is_cpu() && order_.loaded(), "Mlp::inputs of a loaded micro-batch on the CPU");

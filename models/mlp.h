@@ -35,6 +35,7 @@
 #include "models/call_order.h"
 #include "models/input_ring.h"
 #include "models/model.h"
+#include "models/stream_model.h"
 
 namespace mp {
 
@@ -89,7 +90,7 @@ struct Buffers;  // the workspace's buffers (mlp.cc)
 // fp32 loops of kernels/cpu/mlp_ops.h) and a CUDA body (fp32 cuBLASLt
 // GEMMs and tanh kernels); the samples reach the device through a ring of
 // pinned slots (models/input_ring.h).
-class Mlp final : public Model {
+class Mlp final : public StreamModel {
  public:
   // Computes on the allocator's device, where it allocates its one
   // workspace (MemCategory::kActivations). Validates config.
@@ -104,22 +105,17 @@ class Mlp final : public Model {
 
   const MlpConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
+  Device device() const override { return device_; }
 
   // ---- Model (models/model.h): enqueued on the engine's compute stream
   // Loads micro-batch global_index (Note [MLP data]).
   void begin_micro_batch_on(int64_t global_index, Stream& s) override;
   // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
   void forward_on(int unit, const Tensor& params, Stream& s) override;
-  void loss_on(double* loss, Stream& s) override;
   // grads: 1-D, fp32, at least the unit's numel elements.
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override;
 
-  // ---- Direct calls, CPU only, for tests and tools: each enqueues on the
-  // model's own CPU stream and waits for it.
-  void begin_micro_batch(int64_t global_index);
-  void forward(int unit, const Tensor& params);
-  double loss() const;
-  void backward(int unit, const Tensor& params, const Tensor& grads);
+  // ---- Direct calls (models/stream_model.h), and on the CPU what they left:
   // The current micro-batch.
   const float* inputs() const;
   const int32_t* labels() const;
@@ -141,9 +137,6 @@ class Mlp final : public Model {
   std::unique_ptr<mlp::Buffers> b_;
   InputRing samples_;  // inputs then labels of a micro-batch
   CallOrder order_;
-  // Direct calls (CPU): their stream and loss slot, made on first use.
-  mutable std::unique_ptr<Stream> direct_;
-  mutable PinnedBuffer direct_loss_;
 };
 
 }  // namespace mp

@@ -261,18 +261,9 @@ GemmInput stored(GptGemmInput x, int64_t ld, bool transposed) { return GemmInput
 
 // C[m, n] (ldc n) = op(a) op(b) (+ bias).
 void gemm(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, const float* bias, float* c, int threads) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = a;
-  p.b = b;
-  p.bias = bias;
-  p.c = c;
-  p.ldc = n;
   GemmOptions o;
   o.threads = threads;
-  gemm_cpu(p, o);
+  gemm_cpu(gemm_problem(m, n, k, a, b, c, bias), o);
 }
 
 }  // namespace

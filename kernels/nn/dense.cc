@@ -1,6 +1,7 @@
 #include "kernels/nn/dense.h"
 
 #include "core/error.h"
+#include "kernels/gemm_problem.h"
 #include "kernels/cpu/mlp_ops.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/gemm_cublaslt.h"
@@ -15,26 +16,12 @@ GemmInput f32(const float* p, int64_t ld, bool transposed = false) {
   return GemmInput{p, DType::kF32, ld, transposed};
 }
 
-// C[m, n] = op(a) op(b) (+ bias), ldc n.
-GemmProblem product(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, const float* bias, float* c) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = a;
-  p.b = b;
-  p.bias = bias;
-  p.c = c;
-  p.ldc = n;
-  return p;
-}
-
 }  // namespace
 
 void dense_forward(const OpContext& cx, const Dense& d, const float* x, const float* w, const float* b, float* y) {
   const int threads = cx.threads;
   // y [batch, out] = x [batch, in] w^T (w stored [out, in]) + b
-  const GemmProblem p = product(d.batch, d.out, d.in, f32(x, d.in), f32(w, d.in, true), b, y);
+  const GemmProblem p = gemm_problem(d.batch, d.out, d.in, f32(x, d.in), f32(w, d.in, true), y, b);
   cx.run(
       "dense forward", OpFamily::kGemm,
       [=] { mlp_layer_forward(x, w, b, d.batch, d.in, d.out, d.hidden, y, threads); },
@@ -55,8 +42,8 @@ void dense_backward(const OpContext& cx, const Dense& d, const float* x, const f
                     float* dw, float* db, float* dx, void* workspace) {
   const int threads = cx.threads;
   // dw [out, in] = dz^T (dz stored [batch, out]) x [batch, in]; dx [batch, in] = dz w [out, in].
-  const GemmProblem pdw = product(d.out, d.in, d.batch, f32(dy, d.out, true), f32(x, d.in), nullptr, dw);
-  const GemmProblem pdx = product(d.batch, d.in, d.out, f32(dy, d.out), f32(w, d.in), nullptr, dx);
+  const GemmProblem pdw = gemm_problem(d.out, d.in, d.batch, f32(dy, d.out, true), f32(x, d.in), dw);
+  const GemmProblem pdx = gemm_problem(d.batch, d.in, d.out, f32(dy, d.out), f32(w, d.in), dx);
   cx.run(
       "dense backward", OpFamily::kGemm,
       [=] { mlp_layer_backward(x, w, y, dy, d.batch, d.in, d.out, d.hidden, dw, db, dx, threads); },

@@ -49,15 +49,9 @@ void gemm(const OpContext& cx, const GemmSettings& settings, const GemmProblem& 
 
 void linear_forward(const OpContext& cx, const GemmSettings& settings, Operand x, Operand w, const float* bias,
                     int64_t rows, int64_t in, int64_t out, float* y, float* gelu_pre) {
-  GemmProblem p;  // [rows, out] = x [rows, in] w [in, out] + bias
-  p.m = rows;
-  p.n = out;
-  p.k = in;
-  p.a = stored(x, in);
-  p.b = stored(w, out);
-  p.bias = bias;
-  p.c = gelu_pre != nullptr ? gelu_pre : y;
-  p.ldc = out;
+  // [rows, out] = x [rows, in] w [in, out] + bias
+  const GemmProblem p = gemm_problem(rows, out, in, stored(x, in), stored(w, out), gelu_pre != nullptr ? gelu_pre : y,
+                                     bias);
   const int threads = cx.threads;
   cx.run(
       gelu_pre != nullptr ? "linear + gelu forward" : "linear forward", OpFamily::kGemm,
@@ -88,22 +82,8 @@ int64_t linear_backward_workspace_bytes(Device device, int64_t rows, int64_t out
 void linear_backward(const OpContext& cx, const GemmSettings& settings, Operand x, Operand w, Operand dy,
                      const float* dy_f32, int64_t rows, int64_t in, int64_t out, float* dx, float* dw, float* db,
                      void* workspace, const float* gelu_pre) {
-  GemmProblem pdx;  // [rows, in] = dy [rows, out] w^T
-  pdx.m = rows;
-  pdx.n = in;
-  pdx.k = out;
-  pdx.a = stored(dy, out);
-  pdx.b = stored(w, out, /*transposed=*/true);
-  pdx.c = dx;
-  pdx.ldc = in;
-  GemmProblem pdw;  // [in, out] = x^T [in, rows] dy [rows, out]
-  pdw.m = in;
-  pdw.n = out;
-  pdw.k = rows;
-  pdw.a = stored(x, in, /*transposed=*/true);
-  pdw.b = stored(dy, out);
-  pdw.c = dw;
-  pdw.ldc = out;
+  const GemmProblem pdx = gemm_problem(rows, in, out, stored(dy, out), stored(w, out, /*transposed=*/true), dx);
+  const GemmProblem pdw = gemm_problem(in, out, rows, stored(x, in, /*transposed=*/true), stored(dy, out), dw);
   const int threads = cx.threads;
   cx.run(
       gelu_pre != nullptr ? "linear + gelu backward" : "linear backward", OpFamily::kGemm,

@@ -23,6 +23,22 @@ class GpuTest : public ::testing::Test {
   }
 };
 
+// A GpuTest with a non-blocking stream of its own, as the engine's streams
+// are: only the stream orders the test's copies (copy_on_stream) and
+// kernels.
+class GpuStreamTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 // Copies `bytes` from `src` to `dst`, host to device or device to host
 // (pageable host memory is fine), on the test's `stream`, and waits for that
 // stream: the copy runs after the work already on the stream, work enqueued

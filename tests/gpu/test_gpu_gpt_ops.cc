@@ -57,20 +57,7 @@ class DeviceVector {
   cudaStream_t stream_;
 };
 
-class GpuOps : public testing::GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    // Non-blocking, as the engine's streams are: only the stream orders the
-    // test's copies (testing::copy_on_stream) and kernels.
-    MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class GpuOps : public testing::GpuStreamTest {};
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);

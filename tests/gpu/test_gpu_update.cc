@@ -25,18 +25,7 @@ namespace {
 
 // Kernels and copies on a non-blocking stream of the test's own, as the
 // engine runs them.
-class Gpu : public testing::GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class Gpu : public testing::GpuStreamTest {};
 
 // Device copy of a host vector, `offset` bytes past a 256-byte boundary,
 // uploaded on `stream`; to_host downloads it on the same stream

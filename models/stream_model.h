@@ -1,0 +1,47 @@
+// models/stream_model.h: the base of the built-in models (the GPT and the
+// MLP), whose calls enqueue ops on the engine's stream (models/model.h):
+// direct calls beside the Model calls, for tests and tools on the CPU. Each
+// enqueues on the model's own CPU stream, made on first use, and waits for
+// it; loss() returns the micro-batch's loss.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/pinned.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "models/model.h"
+
+namespace mp {
+
+class StreamModel : public Model {
+ public:
+  // The device the model computes on (its allocator's).
+  virtual Device device() const = 0;
+  void loss_on(double* loss, Stream& s) final { enqueue_loss(loss, s); }
+
+  // ---- Direct calls: CPU only (EnforceError otherwise).
+  void begin_micro_batch(int64_t global_index);
+  // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
+  void forward(int unit, const Tensor& params);
+  double loss() const;
+  // grads: 1-D, fp32, at least the unit's numel elements.
+  void backward(int unit, const Tensor& params, const Tensor& grads);
+
+ protected:
+  // `name` names the model in errors ("Gpt").
+  explicit StreamModel(const char* name) : name_(name) {}
+  // Enqueues on `s` the copy of the micro-batch's mean loss into *loss
+  // (Model::loss_on).
+  virtual void enqueue_loss(double* loss, Stream& s) const = 0;
+
+ private:
+  Stream& direct_stream() const;
+
+  const char* name_;
+  mutable std::unique_ptr<Stream> direct_;
+  mutable PinnedBuffer direct_loss_;
+};
+
+}  // namespace mp
