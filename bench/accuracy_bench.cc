@@ -19,9 +19,9 @@
 
 #include "bench/suites.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/mpi_error.h"
 #include "kernels/convert_math.h"
 #include "kernels/reduce_math.h"
-#include "comm/mpi/mpi_error.h"
 
 namespace mp::bench {
 namespace {

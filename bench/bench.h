@@ -11,9 +11,8 @@
 // each starting with "# ", on stdout. Other ranks print nothing on success.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -32,11 +32,11 @@
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "core/crc32c.h"
+#include "core/error.h"
 #include "models/gpt.h"
 #include "runtime/checkpoint.h"
-#include "core/crc32c.h"
 #include "runtime/engine.h"
-#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

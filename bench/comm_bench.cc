@@ -40,9 +40,9 @@
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
-#include "kernels/convert.h"
-#include "core/error.h"
 #include "comm/mpi/mpi_error.h"
+#include "core/error.h"
+#include "kernels/convert.h"
 
 namespace mp::bench {
 namespace {

@@ -23,9 +23,8 @@
 // `launch/mprun -np 1 --bind-to none`, so that is every CPU).
 #include <omp.h>
 
-#include <dnnl.hpp>
-
 #include <algorithm>
+#include <dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,10 +32,10 @@
 #include "bench/gemm_peak.h"
 #include "bench/suites.h"
 #include "bench/timing.h"
-#include "kernels/convert_math.h"
-#include "kernels/cpu/gemm.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
 
 namespace mp::bench {
 namespace {

@@ -51,13 +51,13 @@
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/op_profile.h"
-#include "kernels/cpu/update.h"
-#include "models/gpt.h"
-#include "runtime/engine.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/update.h"
+#include "kernels/op_profile.h"
+#include "models/gpt.h"
+#include "runtime/engine.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

@@ -6,7 +6,6 @@
 // prefixed "[rank R]"; a failing rank then aborts the job so no other rank
 // waits for it forever.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 #include <memory>
 #include <string>
@@ -14,10 +13,10 @@
 
 #include "bench/bench.h"
 #include "bench/suites.h"
-#include "mp/config.h"
 #include "comm/mpi/mpi_world.h"
-#include "launch/rank_main.h"
 #include "core/error.h"
+#include "launch/rank_main.h"
+#include "mp/config.h"
 
 namespace mp::bench {
 namespace {

@@ -22,10 +22,10 @@
 
 #include "bench/suites.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "core/error.h"
 #include "launch/train_config.h"
 #include "models/gpt.h"
 #include "runtime/engine.h"
-#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

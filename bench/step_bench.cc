@@ -11,9 +11,9 @@
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "core/error.h"
 #include "models/mlp.h"
 #include "runtime/engine.h"
-#include "core/error.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "comm/mpi/mpi_error.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "comm/mpi/mpi_error.h"
 
 namespace mp::bench {
 namespace {

@@ -23,10 +23,10 @@
 
 #include "bench/suites.h"
 #include "bench/timing.h"
-#include "kernels/convert_math.h"
-#include "kernels/cpu/update.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/update.h"
 
 namespace mp::bench {
 namespace {

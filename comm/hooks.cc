@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/quant.h"
-#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "mp/config.h"
 #include "core/cuda_device.h"
 #include "core/error.h"
+#include "mp/config.h"
 
 namespace mp {
 

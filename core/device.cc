@@ -5,9 +5,9 @@
 #include <string>
 #include <thread>
 
-#include "mp/config.h"
-#include "core/error.h"
 #include "core/cuda_device.h"
+#include "core/error.h"
+#include "mp/config.h"
 
 namespace mp {
 

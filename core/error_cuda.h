@@ -5,8 +5,8 @@
 // without linking cuBLASLt (it is loaded at run time).
 #pragma once
 
-#include "mp/config.h"
 #include "core/error.h"
+#include "mp/config.h"
 
 #if !MP_WITH_CUDA
 #error "core/error_cuda.h is only for CUDA builds (MP_WITH_CUDA)"

@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <random>
 
-#include "mp/config.h"
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "mp/config.h"
 #if MP_WITH_CUDA
 #include "core/cuda_stream.h"
 #endif

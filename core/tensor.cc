@@ -3,8 +3,8 @@
 #include <cstring>
 #include <limits>
 
-#include "mp/config.h"
 #include "core/cuda_device.h"
+#include "mp/config.h"
 #if MP_WITH_CUDA
 #include "core/cuda_stream.h"
 #endif

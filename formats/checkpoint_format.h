@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "proto/mp.pb.h"
 #include "core/file_io.h"
+#include "proto/mp.pb.h"
 
 namespace mp {
 

@@ -4,22 +4,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
-#include "kernels/convert_math.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "kernels/convert_math.h"
 
 namespace mp {
 

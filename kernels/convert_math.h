@@ -24,8 +24,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/hd.h"
 #include "core/dtype.h"
+#include "kernels/hd.h"
 
 namespace mp::math {
 

@@ -1,17 +1,16 @@
 // launch/c_api.cc: the C ABI (include/mp/mp_c.h) over the C++ API. Every
 // entry point catches everything: an mp::Error becomes its status code and
 // the message is kept on the handle (or per thread without one).
-#include "mp/mp_c.h"
-
 #include <algorithm>
 #include <exception>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "mp/mp.h"
 #include "models/flat_layout.h"
+#include "mp/mp.h"
+#include "mp/mp_c.h"
 
 namespace {
 

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <system_error>
-
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "core/error.h"
 

@@ -19,12 +19,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace mp {
 

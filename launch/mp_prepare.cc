@@ -5,7 +5,6 @@
 // With --val, the last val-fraction of the bytes go to the validation file.
 // Exit codes: 0 success, 2 bad arguments or input, 1 I/O failure.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <fstream>
 #include <iterator>

@@ -3,10 +3,10 @@
 // Exit codes: 0 success, 2 bad configuration or input, 1 runtime failure.
 // Errors are printed on every rank that saw them, prefixed "[rank R]"; a
 // failing rank then aborts the job so no other rank waits for it forever.
-#include <CLI/CLI.hpp>
 #include <dnnl.h>
 #include <google/protobuf/stubs/common.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "comm/comm_config.h"
-#include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/link_check.h"
+#include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_world.h"
+#include "core/error.h"
+#include "core/stop_signals.h"
 #include "launch/device_choice.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
@@ -31,9 +33,7 @@
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
-#include "core/error.h"
 #include "runtime/memory_plan.h"
-#include "core/stop_signals.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif

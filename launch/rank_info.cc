@@ -4,8 +4,8 @@
 
 #include <climits>
 
-#include "mp/config.h"
 #include "core/error.h"
+#include "mp/config.h"
 
 namespace mp {
 

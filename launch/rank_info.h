@@ -6,8 +6,8 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_world.h"
-#include "proto/mp.pb.h"
 #include "core/device.h"
+#include "proto/mp.pb.h"
 
 namespace mp {
 

@@ -1,7 +1,6 @@
 #include "launch/run_dir.h"
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"

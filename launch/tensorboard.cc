@@ -7,9 +7,9 @@
 #include <cstring>
 #include <ctime>
 
-#include "proto/tensorboard.pb.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "proto/tensorboard.pb.h"
 
 namespace mp {
 namespace {

@@ -147,11 +147,11 @@
 #include "kernels/dispatch.h"
 #include "kernels/nn/attention.h"
 #include "kernels/nn/cast.h"
+#include "models/call_order.h"
+#include "models/input_ring.h"
 #include "models/model.h"
 #include "models/stream_model.h"
 #include "models/token_data.h"
-#include "models/call_order.h"
-#include "models/input_ring.h"
 
 namespace mp {
 

@@ -1,7 +1,5 @@
 // models/gpt_config.cc: the GPT's config rules, sizes, costs, GEMM op
 // dtypes and units (models/gpt.h); the model itself is gpt.cc.
-#include "models/gpt.h"
-
 #include <algorithm>
 #include <cmath>
 #include <regex>
@@ -9,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "models/gpt.h"
 #include "models/model_limits.h"
 
 namespace mp {

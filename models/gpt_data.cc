@@ -1,13 +1,12 @@
 // models/gpt_data.cc: the GPT's synthetic language (Note [GPT data] in
 // models/gpt.h).
-#include "models/gpt.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "kernels/philox_math.h"
+#include "models/gpt.h"
 
 namespace mp {
 

@@ -2,20 +2,19 @@
 
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <utility>
 
-#include "core/file_io.h"
 #include "core/error.h"
-#include "models/flat_layout.h"
+#include "core/file_io.h"
 #include "formats/safetensors.h"
+#include "models/flat_layout.h"
 
 namespace mp {
 namespace {

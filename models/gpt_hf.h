@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
 #include "core/dtype.h"
+#include "models/gpt.h"
 
 namespace mp {
 

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/error.h"
+#include "core/tensor.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/loops.h"
-#include "core/error.h"
 #include "models/flat_layout.h"
-#include "core/tensor.h"
 
 namespace mp {
 

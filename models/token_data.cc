@@ -3,8 +3,8 @@
 #include <sstream>
 #include <utility>
 
-#include "kernels/philox_math.h"
 #include "core/error.h"
+#include "kernels/philox_math.h"
 
 namespace mp {
 

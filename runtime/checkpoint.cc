@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <utility>
 
-#include "mp/config.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "mp/config.h"
 #include "runtime/fault.h"
 #include "runtime/shard_state.h"
-#include "core/file_io.h"
 
 namespace mp {
 

@@ -44,8 +44,8 @@
 #include <cstdint>
 #include <string>
 
-#include "proto/mp.pb.h"
 #include "formats/checkpoint_format.h"
+#include "proto/mp.pb.h"
 #include "runtime/engine.h"
 
 namespace mp {

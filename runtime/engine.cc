@@ -1,11 +1,11 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <string_view>
 #include <limits>
+#include <string_view>
 #include <tuple>
 
 #include "core/error.h"

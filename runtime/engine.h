@@ -51,11 +51,11 @@
 
 #include "comm/communicator.h"
 #include "comm/hooks.h"
+#include "models/flat_layout.h"
+#include "models/model.h"
 #include "optim/optimizer.h"
 #include "runtime/engine_options.h"
-#include "models/flat_layout.h"
 #include "runtime/memory_plan.h"
-#include "models/model.h"
 
 namespace mp {
 

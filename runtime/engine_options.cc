@@ -4,8 +4,8 @@
 #include <cctype>
 
 #include "comm/comm_config.h"
-#include "optim/optimizer.h"
 #include "core/error.h"
+#include "optim/optimizer.h"
 
 namespace mp {
 namespace {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "core/allocator.h"
-#include "runtime/engine_options.h"
 #include "models/flat_layout.h"
+#include "runtime/engine_options.h"
 
 namespace mp {
 

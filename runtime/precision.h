@@ -17,10 +17,10 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/dtype.h"
 #include "kernels/convert.h"
 #include "kernels/update_math.h"
 #include "proto/mp.pb.h"
-#include "core/dtype.h"
 
 namespace mp {
 

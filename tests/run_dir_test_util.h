@@ -7,11 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "proto/tensorboard.pb.h"
 #include "tests/test_util.h"

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/accumulate.h"
-#include "core/error.h"
 
 namespace mp {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
-#include "core/error.h"
 
 namespace mp {
 namespace {

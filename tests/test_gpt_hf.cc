@@ -4,15 +4,13 @@
 // (where a Python with torch and transformers is given) transformers
 // computes our logits from our export (tests/check_hf_export.py).
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
-
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -9,19 +9,18 @@
 // are large enough that attention and GELU are far from linear.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
 #include "kernels/cpu/gpt_ops.h"
 #include "models/flat_layout.h"
+#include "models/gpt.h"
 #include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR

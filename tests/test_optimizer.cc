@@ -1,18 +1,17 @@
 // optim/optimizer.h: OptimizerConfig defaults and validation, the step
 // decision (clipping, loss scaling, skips), the range table of a shard, and
 // a clipped, loss-scaled AdamW run over two shards against float64.
-#include <gtest/gtest.h>
-
 #include <google/protobuf/text_format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/grad_stats.h"
 #include "optim/optimizer.h"
-#include "core/error.h"
 #include "tests/test_util.h"
 
 namespace mp {

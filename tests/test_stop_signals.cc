@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
 #include "core/stream.h"
+#include "kernels/cpu/gemm.h"
 
 namespace mp {
 namespace {

@@ -1,10 +1,9 @@
 // CPU streams and events: ordering, real concurrency, waits, failures.
 #include <gtest/gtest.h>
 
-#include <stdexcept>
-
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.h"

@@ -5,7 +5,6 @@
 // MP_TEST_TENSORBOARD_DIR=DIR: TensorBoardEvents.WritesExampleRunDir leaves
 // its files in DIR for tests/check_tensorboard.py (see tests/CMakeLists.txt).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>

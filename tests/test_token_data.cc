@@ -4,19 +4,18 @@
 // floor matches a Monte Carlo estimate of the true chain's loss.
 #include <gtest/gtest.h>
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "models/gpt.h"
-#include "models/token_data.h"
 #include "core/error.h"
 #include "formats/token_file.h"
+#include "models/gpt.h"
+#include "models/token_data.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"
 

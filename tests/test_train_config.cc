@@ -2,8 +2,8 @@
 // configs/default.textproto, every shipped config resolves, each kind of
 // override sets what it names, and each kind of bad input gives a
 // ConfigError that says where and what.
-#include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "launch/train_config.h"
 #include "core/error.h"
+#include "launch/train_config.h"
 #include "tests/test_util.h"
 
 #ifndef MP_SOURCE_DIR

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
-#include "core/error.h"
 #include "tests/update_test_util.h"
 
 namespace mp {

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/convert_math.h"
 #include "kernels/update_math.h"
-#include "core/dtype.h"
 
 namespace mp::testing {
 

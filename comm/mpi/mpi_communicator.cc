@@ -1,16 +1,15 @@
 #include "comm/mpi/mpi_communicator.h"
 
-#include "comm/backend_util.h"
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <sstream>
 
+#include "comm/backend_util.h"
+#include "comm/mpi/mpi_error.h"
+#include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce.h"
-#include "core/error.h"
-#include "comm/mpi/mpi_error.h"
 
 namespace mp {
 namespace {

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/cpu/reduce.h"
-#include "core/error.h"
 #include "comm/mpi/mpi_error.h"
+#include "core/error.h"
+#include "kernels/cpu/reduce.h"
 
 namespace mp {
 namespace {

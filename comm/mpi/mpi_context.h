@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/reduce_math.h"
 #include "core/dtype.h"
+#include "kernels/reduce_math.h"
 
 namespace mp {
 

@@ -1,8 +1,7 @@
 #include "comm/mpi/mpi_world.h"
 
-
-#include "core/error.h"
 #include "comm/mpi/mpi_error.h"
+#include "core/error.h"
 
 namespace mp {
 

@@ -1,21 +1,21 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <algorithm>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "comm/backend_util.h"
+#include "comm/mpi/mpi_error.h"
+#include "comm/nccl/nccl_error.h"
 #include "comm/nccl/nccl_state.h"
-#include "kernels/convert.h"
-#include "kernels/cuda/reduce_cuda.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
-#include "comm/nccl/nccl_error.h"
-#include "comm/mpi/mpi_error.h"
+#include "kernels/convert.h"
+#include "kernels/cuda/reduce_cuda.h"
 
 namespace mp {
 

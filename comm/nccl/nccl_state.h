@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "comm/mpi/mpi_context.h"
+#include "comm/nccl/nccl_error.h"
 #include "comm/work.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
 #include "core/error_cuda.h"
-#include "comm/nccl/nccl_error.h"
 
 namespace mp {
 

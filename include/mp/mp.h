@@ -40,14 +40,14 @@
 
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_world.h"
+#include "core/error.h"
+#include "core/stop_signals.h"
+#include "formats/text_proto.h"
+#include "models/model.h"
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
-#include "core/error.h"
-#include "models/model.h"
 #include "runtime/precision.h"
-#include "core/stop_signals.h"
-#include "formats/text_proto.h"
 
 namespace mp {
 

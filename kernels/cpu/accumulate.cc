@@ -2,9 +2,9 @@
 
 #include <type_traits>
 
-#include "kernels/accumulate_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/accumulate_math.h"
 
 namespace mp {
 namespace {

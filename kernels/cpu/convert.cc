@@ -4,13 +4,13 @@
 
 #include <type_traits>
 
+#include "core/stream.h"
 #include "kernels/convert_loop.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "core/stream.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
-#include "kernels/cuda/convert_cuda.h"
 #include "core/cuda_stream.h"
+#include "kernels/cuda/convert_cuda.h"
 #endif
 
 namespace mp {

@@ -1,12 +1,10 @@
 // kernels/cpu/gemm.cc: gemm_cpu on oneDNN's matmul (kernels/cpu/gemm.h).
 #include "kernels/cpu/gemm.h"
-#include "kernels/op_profile.h"
-
-#include <dnnl.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <dnnl.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -14,9 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/convert_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/op_profile.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>

@@ -1,18 +1,18 @@
 // kernels/cpu/gpt_ops.cc: the GPT-2 layer math (Note [GPT op math] in gpt_ops.h).
 #include "kernels/cpu/gpt_ops.h"
-#include "kernels/op_profile.h"
 
 #include <algorithm>
 #include <type_traits>
 
+#include "core/error.h"
+#include "core/parallel.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gpt_loops.h"
 #include "kernels/cpu/gpt_loops_impl.h"
-#include "kernels/gpt_math.h"
 #include "kernels/cpu/loops.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "kernels/gpt_math.h"
+#include "kernels/op_profile.h"
 
 namespace mp {
 namespace {

@@ -27,8 +27,8 @@
 
 #include <cstdint>
 
-#include "kernels/gpt_math.h"
 #include "core/dtype.h"
+#include "kernels/gpt_math.h"
 
 namespace mp {
 

@@ -5,10 +5,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/convert_loop.h"
-#include "kernels/convert_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/convert_loop.h"
+#include "kernels/convert_math.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace mp {

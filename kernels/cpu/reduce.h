@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "kernels/reduce_math.h"
 #include "core/dtype.h"
+#include "kernels/reduce_math.h"
 
 namespace mp {
 

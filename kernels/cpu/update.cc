@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/update_span.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/update_span.h"
 
 namespace mp {
 namespace {

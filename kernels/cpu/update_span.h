@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/update_math.h"
 #include "core/dtype.h"
+#include "kernels/update_math.h"
 
 namespace mp {
 struct UpdateArgs;  // kernels/cpu/update.h

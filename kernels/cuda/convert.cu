@@ -1,9 +1,9 @@
 // kernels/cuda/convert.cu: element-wise dtype conversion on CUDA devices.
 // One grid-stride kernel per (source, destination, rounding) triple; the
 // element math is math::convert_element, shared with the CPU loop.
+#include "core/error_cuda.h"
 #include "kernels/convert_loop.h"
 #include "kernels/cuda/convert_cuda.h"
-#include "core/error_cuda.h"
 
 namespace mp {
 namespace {

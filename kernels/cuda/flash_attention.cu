@@ -1,12 +1,11 @@
 // kernels/cuda/flash_attention.cu: Note [Flash attention kernels] in
 // flash_attention_cuda.h. Each kernel is templated on kDims, the columns of
 // a head each lane owns (ceil(head_dim / 32)).
-#include "kernels/cuda/flash_attention_cuda.h"
-
 #include <cmath>
 
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/flash_attention_cuda.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace mp {

@@ -4,8 +4,6 @@
 // (packing an operand to fp32: the bf16 side of a mixed pair, or a layout no
 // algorithm takes; adding a bias: the k = 0 product, or a bias the epilogue
 // cannot read; the GELU epilogue where no fused algorithm runs).
-#include "kernels/cuda/gemm_cublaslt.h"
-
 #include <cublasLt.h>
 #include <dlfcn.h>
 
@@ -15,10 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/convert_math.h"
-#include "kernels/gpt_math.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/convert_math.h"
+#include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/gpt_math.h"
 
 #ifndef MP_CUBLASLT_SONAME
 #error "kernels/CMakeLists.txt defines MP_CUBLASLT_SONAME and MP_CUBLASLT_PATH for this file"

@@ -1,8 +1,6 @@
 // kernels/cuda/gpt_ops_cuda.cu: the GPT-2 layer kernels (everything but the
 // GEMMs) in fp32, deterministic (Note [GPT CUDA kernels] in gpt_ops_cuda.h).
 // A section of shared reductions, then each op's kernels and launcher.
-#include "kernels/cuda/gpt_ops_cuda.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -10,10 +8,11 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <type_traits>
 
-#include "kernels/convert_math.h"
-#include "kernels/gpt_math.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/convert_math.h"
+#include "kernels/cuda/gpt_ops_cuda.h"
+#include "kernels/gpt_math.h"
 
 namespace mp {
 namespace {

@@ -4,10 +4,10 @@
 // the CPU loop.
 #include <algorithm>
 
-#include "kernels/convert_math.h"
-#include "kernels/cuda/grad_stats_cuda.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/convert_math.h"
+#include "kernels/cuda/grad_stats_cuda.h"
 
 namespace mp {
 namespace {

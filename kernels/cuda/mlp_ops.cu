@@ -1,10 +1,9 @@
 // kernels/cuda/mlp_ops.cu: the MLP's element kernels (kernels/cuda/mlp_ops_cuda.h).
-#include "kernels/cuda/mlp_ops_cuda.h"
-
 #include <algorithm>
 
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/mlp_ops_cuda.h"
 #include "kernels/mlp_math.h"
 
 namespace mp {

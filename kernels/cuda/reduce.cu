@@ -5,9 +5,9 @@
 // loop, so both give the same bits.
 #include <algorithm>
 
-#include "kernels/cuda/reduce_cuda.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/reduce_cuda.h"
 
 namespace mp {
 namespace {

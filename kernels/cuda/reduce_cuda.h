@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/reduce_math.h"
 #include "core/dtype.h"
+#include "kernels/reduce_math.h"
 
 namespace mp {
 

@@ -4,10 +4,10 @@
 // CPU loops. Built with --fmad=false, so the bits match the CPU's.
 #include <algorithm>
 
-#include "kernels/cpu/update_span.h"
-#include "kernels/cuda/update_cuda.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cpu/update_span.h"
+#include "kernels/cuda/update_cuda.h"
 
 namespace mp {
 namespace {

@@ -1,8 +1,8 @@
 #include "kernels/nn/dense.h"
 
 #include "core/error.h"
-#include "kernels/gemm_problem.h"
 #include "kernels/cpu/mlp_ops.h"
+#include "kernels/gemm_problem.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/gpt_ops_cuda.h"

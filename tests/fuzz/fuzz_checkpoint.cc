@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "formats/checkpoint_format.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "formats/checkpoint_format.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

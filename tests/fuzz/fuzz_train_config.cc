@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/train_config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "launch/train_config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

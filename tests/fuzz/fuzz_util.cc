@@ -1,12 +1,11 @@
 #include "tests/fuzz/fuzz_util.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
-#include <google/protobuf/stubs/logging.h>
 
 namespace mp::fuzz {
 

@@ -8,12 +8,12 @@
 #include <random>
 #include <string>
 
-#include "kernels/convert.h"
-#include "kernels/convert_math.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
-#include "tests/gpu/gpu_test.h"
 #include "core/tensor.h"
+#include "kernels/convert.h"
+#include "kernels/convert_math.h"
+#include "tests/gpu/gpu_test.h"
 
 namespace mp {
 namespace {

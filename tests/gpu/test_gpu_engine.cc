@@ -27,12 +27,12 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/staged_communicator.h"
 #include "core/device.h"
+#include "models/gpt.h"
 #include "mp/config.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/quadratic_model.h"
-#include "models/gpt.h"
 #if MP_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"
 #endif

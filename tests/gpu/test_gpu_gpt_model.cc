@@ -24,8 +24,8 @@
 
 #include "core/allocator.h"
 #include "core/cuda_stream.h"
-#include "core/pinned.h"
 #include "core/error_cuda.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
 #include "kernels/cuda/flash_attention_cuda.h"

@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/convert_math.h"
-#include "kernels/cuda/gemm_cublaslt.h"
-#include "kernels/cuda/gpt_ops_cuda.h"
-#include "kernels/cpu/gpt_ops.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/cuda/gpt_ops_cuda.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {

@@ -16,15 +16,15 @@
 #include <random>
 #include <vector>
 
+#include "comm/mpi/mpi_world.h"
+#include "core/cuda_stream.h"
+#include "core/device.h"
+#include "core/tensor.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/reduce_cuda.h"
-#include "comm/mpi/mpi_world.h"
 #include "mp/config.h"
-#include "core/cuda_stream.h"
-#include "core/device.h"
 #include "tests/gpu/gpu_test.h"
-#include "core/tensor.h"
 #include "tests/mpi/comm_test_util.h"
 #if MP_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"

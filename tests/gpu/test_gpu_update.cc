@@ -12,12 +12,12 @@
 #include <random>
 #include <vector>
 
+#include "core/error_cuda.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/grad_stats.h"
-#include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cpu/update.h"
+#include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cuda/update_cuda.h"
-#include "core/error_cuda.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/convert_math.h"
+#include "comm/mpi/mpi_communicator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "comm/mpi/mpi_communicator.h"
+#include "kernels/convert_math.h"
 #include "tests/mpi/mpi_test.h"
 #include "tests/reference_float.h"
 

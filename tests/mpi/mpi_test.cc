@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/mpi/mpi_world.h"
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_world.h"
 
 namespace mp::testing {
 namespace {

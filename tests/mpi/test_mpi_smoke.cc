@@ -4,12 +4,12 @@
 
 #include <numeric>
 
-#include "kernels/convert_math.h"
-#include "comm/mpi/mpi_world.h"
 #include "comm/mpi/mpi_communicator.h"
-#include "launch/rank_info.h"
-#include "core/error.h"
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_world.h"
+#include "core/error.h"
+#include "kernels/convert_math.h"
+#include "launch/rank_info.h"
 #include "tests/mpi/mpi_test.h"
 
 namespace mp {
