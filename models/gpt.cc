@@ -41,11 +41,6 @@ struct Gpt::UnitParams {
 
 namespace {
 
-// `device` current for the scope (the CUDA ops ask CUB for scratch sizes).
-struct DeviceScope {
-  explicit DeviceScope(Device d) { set_current_device(d); }
-};
-
 int64_t workspace_bytes(const Plan& p) {
   int64_t bytes = 0;
   carve(p, nullptr, &bytes);
@@ -76,7 +71,7 @@ Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const Tok
       order_("Gpt", static_cast<int>(layout_.size())) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));
   const Device device = allocator.device();
-  DeviceScope scope(device);
+  set_current_device(device);  // the CUDA ops ask CUB for their scratch sizes
   plan_ = std::make_unique<Plan>(plan_for(config_, options_, device));
   int64_t bytes = workspace_bytes(*plan_);
   workspace_ = allocator.allocate(static_cast<size_t>(bytes), MemCategory::kActivations);
@@ -103,8 +98,8 @@ void Gpt::set_source(std::shared_ptr<const TokenBatchSource> source) {
 
 void Gpt::check_stream(const Stream& s) const {
   if (s.device() != plan_->device) {
-    MP_THROW(ConfigError, "the GPT computes on ", plan_->device, " (its allocator's device), but stream '", s.name(), "' runs on ",
-             s.device(), ": give the model the engine's allocator");
+    MP_THROW(ConfigError, "the GPT computes on ", plan_->device, " (its allocator's device), but stream '", s.name(),
+             "' runs on ", s.device(), ": give the model the engine's allocator");
   }
 }
 
@@ -200,7 +195,7 @@ void Gpt::embed_forward(const OpContext& cx, const UnitParams& w) {
   const Plan& p = *plan_;
   const int64_t n = p.padded_vocab * p.channels;
   const bool raw = p.raw_bf16_wte(w.raw_dtype);
-  const bf16* raw_wte = static_cast<const bf16*>(w.raw) + w.offset(kWte);
+  const bf16* raw_wte = raw ? static_cast<const bf16*>(w.raw) + w.offset(kWte) : nullptr;
   // Note [Tied head]: the head's GEMM input form of wte.
   if (raw) {
     nn::copy(cx, b_->wte_head, raw_wte, n * static_cast<int64_t>(sizeof(bf16)), "head's copy of wte");
@@ -236,9 +231,8 @@ void Gpt::block_forward(const OpContext& cx, int unit, const UnitParams& w) {
 
 // Note [GPT loss]: ln_f, then per chunk of rows the logits, the softmax
 // cross-entropy and both of the head's backward GEMMs; the mean loss last.
-void Gpt::head_forward(const OpContext& cx, int unit, const UnitParams& w) {
+void Gpt::head_forward(const OpContext& cx, const UnitParams& w) {
   const Plan& p = *plan_;
-  (void)unit;
   nn::layernorm_forward(cx, b_->residual.back(), w.at(kLnfW), w.at(kLnfB), p.rows, p.channels, b_->lnf,
                         b_->lnf_mean, b_->lnf_rstd);
   const void* x = b_->lnf;
@@ -328,9 +322,8 @@ void Gpt::block_backward(const OpContext& cx, int unit, const UnitParams& w, flo
                          grad(kLn1W), grad(kLn1B), b.ln_ws);
 }
 
-void Gpt::head_backward(const OpContext& cx, int unit, const UnitParams& w, float* g) {
+void Gpt::head_backward(const OpContext& cx, const UnitParams& w, float* g) {
   const Plan& p = *plan_;
-  (void)unit;
   nn::zero(cx, b_->dres, p.rows * p.channels * 4, "zero d residual");
   nn::layernorm_backward(cx, b_->dlnf, b_->residual.back(), w.at(kLnfW), b_->lnf_mean, b_->lnf_rstd, p.rows,
                          p.channels, b_->dres, g + w.offset(kLnfW), g + w.offset(kLnfB), b_->ln_ws);
@@ -356,7 +349,7 @@ void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   } else if (unit <= config_.layers) {
     block_forward(cx, unit, w);
   } else {
-    head_forward(cx, unit, w);
+    head_forward(cx, w);
   }
   batch.submit(s);
   order_.forwarded();
@@ -384,7 +377,7 @@ void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
     if (unit <= config_.layers) {
       block_backward(cx, unit, w, g);
     } else {
-      head_backward(cx, unit, w, g);
+      head_backward(cx, w, g);
     }
   }
   batch.submit(s);

@@ -359,19 +359,18 @@ class Gpt final : public StreamModel {
   UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Ranges fp32_ranges(int unit, DType params) const;
   OpContext context(Stream& s, int unit, CpuOpBatch* batch);
-  Stream& direct_stream() const;
   void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
-  void enqueue_loss(double* loss, Stream& s) const;
+  void enqueue_loss(double* loss, Stream& s) const override;
   // The units' math (Note [GPT on every device]).
   void embed_forward(const OpContext& cx, const UnitParams& w);
   void block_forward(const OpContext& cx, int unit, const UnitParams& w);
-  void head_forward(const OpContext& cx, int unit, const UnitParams& w);
+  void head_forward(const OpContext& cx, const UnitParams& w);
   void head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x);
   void head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte);
   const void* head_dlogits() const;
   void embed_backward(const OpContext& cx, float* g);
   void block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
-  void head_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
+  void head_backward(const OpContext& cx, const UnitParams& w, float* g);
   nn::Operand gemm_weight(const OpContext& cx, const UnitParams& w, int param, size_t op);
   void linear_forward(const OpContext& cx, size_t op, const UnitParams& w, int weight, int bias, const float* x,
                       int64_t in, int64_t out, float* y, float* gelu_pre = nullptr);

@@ -29,7 +29,7 @@ void dense_forward(const OpContext& cx, const Dense& d, const float* x, const fl
   (void)p;
 }
 
-int64_t dense_backward_workspace_bytes(Device device, int64_t batch, int64_t out) {
+int64_t dense_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t batch, [[maybe_unused]] int64_t out) {
   if (device.is_cpu()) return 0;
 #if MP_WITH_CUDA
   return gpt_bias_backward_cuda_workspace_bytes(batch, out);

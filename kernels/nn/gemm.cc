@@ -70,7 +70,7 @@ void linear_forward(const OpContext& cx, const GemmSettings& settings, Operand x
   (void)settings;
 }
 
-int64_t linear_backward_workspace_bytes(Device device, int64_t rows, int64_t out) {
+int64_t linear_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows, [[maybe_unused]] int64_t out) {
   if (device.is_cpu()) return 0;
 #if MP_WITH_CUDA
   return gpt_bias_backward_cuda_workspace_bytes(rows, out);
@@ -103,6 +103,8 @@ void linear_backward(const OpContext& cx, const GemmSettings& settings, Operand 
                    gpt_bias_backward_cuda(dy_f32, rows, out, db, workspace, cuda_stream)));
   (void)settings;
   (void)workspace;
+  (void)pdx;
+  (void)pdw;
 }
 
 }  // namespace mp::nn
