@@ -33,6 +33,9 @@ namespace {
 // the stream's.
 template <class Cpu, class Cuda>
 void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda) {
+#if !MP_WITH_CUDA
+  if (!device.is_cpu()) MP_THROW(ConfigError, op, " on ", to_string(device), ": mp was built without CUDA");
+#endif
   MP_ENFORCE(stream.device() == device, op, " of ", to_string(device), " memory on ", to_string(stream.device()),
              " stream '", stream.name(), "'");
   OpContext{stream}.run(op, OpFamily::kElementwise, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
