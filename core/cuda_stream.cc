@@ -142,7 +142,8 @@ void CUDART_CB run_host_task(void* data) noexcept {
 
 void CudaStream::host_task(std::function<void()> task, TaskName name) {
   MP_ENFORCE(task != nullptr, "empty host task on stream '", this->name(), "'");
-  auto heap = std::make_unique<HostTask>(HostTask{std::move(task), name, failure_->submitted + 1, this->name(), failure_});
+  auto heap =
+      std::make_unique<HostTask>(HostTask{std::move(task), name, failure_->submitted + 1, this->name(), failure_});
   MP_CHECK_CUDA(cudaLaunchHostFunc(stream_, run_host_task, heap.get()));
   (void)heap.release();  // run_host_task owns it now
   ++failure_->submitted;

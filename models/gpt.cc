@@ -122,7 +122,8 @@ nn::Ranges Gpt::fp32_ranges(int unit, DType params) const {
   if (unit == 0 && p.raw_bf16_wte(params)) skip.push_back(kWte);
   if (unit > 0 && unit <= p.layers && p.bf16_storage == DType::kBF16 && params == DType::kBF16) {
     const size_t op = static_cast<size_t>(unit - 1) * kBlockOps;
-    for (const auto& [param, o] : {std::pair{kAttnW, kCAttn}, {kAttnProjW, kAttnCProj}, {kFcW, kCFc}, {kFcProjW, kMlpCProj}}) {
+    for (const auto& [param, o] :
+         {std::pair{kAttnW, kCAttn}, {kAttnProjW, kAttnCProj}, {kFcW, kCFc}, {kFcProjW, kMlpCProj}}) {
       if (p.op_dtype[op + static_cast<size_t>(o)] == DType::kBF16) skip.push_back(param);
     }
   }
@@ -157,7 +158,9 @@ Gpt::UnitParams Gpt::unit_params(const OpContext& cx, int unit, const Tensor& pa
 nn::Operand Gpt::gemm_weight(const OpContext& cx, const UnitParams& w, int param, size_t op) {
   if (plan_->op_dtype[op] != DType::kBF16) return nn::fp32(w.at(param));
   if (w.raw_dtype == DType::kBF16) {
-    if (plan_->bf16_storage == DType::kBF16) return nn::Operand{static_cast<const bf16*>(w.raw) + w.offset(param), DType::kBF16};
+    if (plan_->bf16_storage == DType::kBF16) {
+      return nn::Operand{static_cast<const bf16*>(w.raw) + w.offset(param), DType::kBF16};
+    }
     return nn::Operand{w.at(param), DType::kF32};
   }
   const int64_t n = w.layout->params[static_cast<size_t>(param)].numel;

@@ -65,10 +65,12 @@ double reference(const GptConfig& c, const int32_t* inputs, const int32_t* targe
                                x.data(), 1);
     gpt_add<double>(k.res2.data(), x.data(), N * C, x.data(), 1);
   }
-  Vec lnf = zeros(N * C), mf = zeros(N), rf = zeros(N), logits = zeros(N * V), row_loss = zeros(N), dlogits = zeros(N * V);
+  Vec lnf = zeros(N * C), mf = zeros(N), rf = zeros(N);
+  Vec logits = zeros(N * V), row_loss = zeros(N), dlogits = zeros(N * V);
   gpt_layernorm_forward<double>(x.data(), P("ln_f.weight"), P("ln_f.bias"), N, C, lnf.data(), mf.data(), rf.data(), 1);
   gpt_logits_forward<double>(lnf.data(), P("wte"), N, C, V, logits.data(), 1);
-  const double loss = gpt_softmax_xent<double>(logits.data(), targets, N, c.vocab, V, row_loss.data(), dlogits.data(), 1);
+  const double loss =
+      gpt_softmax_xent<double>(logits.data(), targets, N, c.vocab, V, row_loss.data(), dlogits.data(), 1);
   // The backward: dx is d loss / d (the residual stream).
   Vec dln = zeros(N * C), dx = zeros(N * C);
   gpt_logits_backward<double>(lnf.data(), P("wte"), dlogits.data(), N, C, V, dln.data(), P.grad("wte"), 1);
@@ -77,7 +79,8 @@ double reference(const GptConfig& c, const int32_t* inputs, const int32_t* targe
   for (int64_t l = L - 1; l >= 0; --l) {
     const Block& k = blocks[static_cast<size_t>(l)];
     const std::string h = "h" + std::to_string(l) + ".";
-    Vec dgelu = zeros(4 * N * C), dln2 = zeros(N * C), dy = zeros(N * C), dqkv = zeros(3 * N * C), scratch = zeros(B * NH * T);
+    Vec dgelu = zeros(4 * N * C), dln2 = zeros(N * C), dy = zeros(N * C), dqkv = zeros(3 * N * C);
+    Vec scratch = zeros(B * NH * T);
     gpt_matmul_backward<double>(k.gelu.data(), P(h + "mlp.c_proj.weight"), dx.data(), N, 4 * C, C, dgelu.data(),
                                 P.grad(h + "mlp.c_proj.weight"), P.grad(h + "mlp.c_proj.bias"), 1);
     gpt_gelu_backward<double>(k.fc.data(), dgelu.data(), 4 * N * C, dgelu.data(), 1);

@@ -228,8 +228,8 @@ Mlp::~Mlp() {
 
 void Mlp::check_stream(const Stream& s) const {
   if (s.device() != device_) {
-    MP_THROW(ConfigError, "the MLP computes on ", device_, " (its allocator's device), but stream '", s.name(), "' runs on ",
-             s.device(), ": give the model the engine's allocator");
+    MP_THROW(ConfigError, "the MLP computes on ", device_, " (its allocator's device), but stream '", s.name(),
+             "' runs on ", s.device(), ": give the model the engine's allocator");
   }
 }
 

@@ -27,7 +27,8 @@ void embedding_forward(const OpContext& cx, const int32_t* tokens, const void* w
       MP_CUDA_BODY(gpt_embedding_forward_cuda(tokens, w, wpe, batch, seq, channels, vocab_rows, out, cuda_stream)));
 }
 
-int64_t embedding_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows, [[maybe_unused]] int64_t vocab_rows) {
+int64_t embedding_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows,
+                                           [[maybe_unused]] int64_t vocab_rows) {
   if (device.is_cpu()) return 0;
 #if MP_WITH_CUDA
   return gpt_embedding_backward_cuda_workspace_bytes(rows, vocab_rows);

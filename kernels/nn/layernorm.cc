@@ -31,7 +31,8 @@ void residual_layernorm_forward(const OpContext& cx, const float* a, const float
           gpt_add_layernorm_forward_cuda(a, b, w, bias, rows, channels, sum, out, mean, rstd, cuda_stream)));
 }
 
-int64_t layernorm_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows, [[maybe_unused]] int64_t channels) {
+int64_t layernorm_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows,
+                                           [[maybe_unused]] int64_t channels) {
   if (device.is_cpu()) return 0;
 #if MP_WITH_CUDA
   return gpt_layernorm_backward_cuda_workspace_bytes(rows, channels);
