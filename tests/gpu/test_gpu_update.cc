@@ -25,7 +25,7 @@ namespace {
 
 // Kernels and copies on a non-blocking stream of the test's own, as the
 // engine runs them.
-class Gpu : public testing::GpuStreamTest {};
+class GpuUpdate : public testing::GpuStreamTest {};
 
 // Device copy of a host vector, `offset` bytes past a 256-byte boundary,
 // uploaded on `stream`; to_host downloads it on the same stream
@@ -160,7 +160,7 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
   }
 }
 
-TEST_F(Gpu, FusedUpdateMatchesTheCpuLoop) {
+TEST_F(GpuUpdate, FusedUpdateMatchesTheCpuLoop) {
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
     for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
       check_variant(kind, MasterMode::kFp32, grad, DType::kF32, DType::kBF16, Rounding::kNearestEven, 0, false,
@@ -183,7 +183,7 @@ TEST_F(Gpu, FusedUpdateMatchesTheCpuLoop) {
 // The device gradient statistics against the CPU pass: the same sum of
 // squares up to summation order, the same non-finite flag, and the same bits
 // on a second run (no atomics).
-TEST_F(Gpu, GradStatsMatchTheCpuPassAndAreDeterministic) {
+TEST_F(GpuUpdate, GradStatsMatchTheCpuPassAndAreDeterministic) {
   const int64_t n = (int64_t{1} << 22) + 3;
   void* out_p = nullptr;
   void* ws_p = nullptr;
