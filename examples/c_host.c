@@ -8,8 +8,10 @@
  * shards w and b, gathers them for the forward, reduce-scatters the
  * gradients the callbacks hand back, and runs AdamW. The program checks:
  * the loss falls 100x; a checkpoint saved mid-run and loaded into a fresh
- * engine continues with the same losses, bit for bit; bad input gives the
- * documented status codes and messages. Exit code 0 when every check holds. */
+ * engine continues with the same losses, bit for bit; weights set with
+ * mp_engine_set_weights come back from mp_engine_get_weights and train on;
+ * bad input gives the documented status codes and messages. Exit code 0
+ * when every check holds. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +28,7 @@ typedef struct {
   double loss;
 } Host;
 
-static float to_f32(const void* params, int dtype, int64_t i) {
+static float to_f32(const void* params, mp_dtype dtype, int64_t i) {
   if (dtype == MP_DTYPE_F32) return ((const float*)params)[i];
   /* bf16: the high half of an fp32 */
   uint32_t bits = (uint32_t)((const uint16_t*)params)[i] << 16;
@@ -54,7 +56,7 @@ static int begin(void* user, int64_t g) {
   return 0;
 }
 
-static int forward(void* user, int unit, const void* params, int dtype, int64_t numel) {
+static int forward(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel) {
   Host* h = (Host*)user;
   if (unit != 0 || numel < h->b_offset + 1) return 1;
   h->loss = 0;
@@ -69,7 +71,7 @@ static int forward(void* user, int unit, const void* params, int dtype, int64_t 
 
 static double loss(void* user) { return ((Host*)user)->loss; }
 
-static int backward(void* user, int unit, const void* params, int dtype, float* grads, int64_t numel) {
+static int backward(void* user, int unit, const void* params, mp_dtype dtype, float* grads, int64_t numel) {
   Host* h = (Host*)user;
   (void)params;
   (void)dtype;
@@ -156,6 +158,24 @@ int main(int argc, char** argv) {
     check(mp_engine_step(e2, &model, &h2, &r) == MP_OK, "step after load", mp_engine_last_error(e2));
     check(r.loss == losses[s], "resumed loss differs", NULL);
   }
+
+  /* set_weights then get_weights gives the values back (bf16_master keeps
+   * an exact fp32 master), and the next step starts from them: the
+   * teacher's weights give a loss near zero at once. */
+  check(mp_engine_num_units(e2) == 1, "num_units", NULL);
+  float teacher[9] = {0}, back[9];
+  const float w_star[kIn] = {1.0f, -2.0f, 3.0f, -4.0f};
+  for (int j = 0; j < kIn; ++j) teacher[h2.w_offset + j] = w_star[j];
+  teacher[h2.b_offset] = 0.5f;
+  check(mp_engine_set_weights(e2, 0, teacher, 9) == MP_OK, "set_weights", mp_engine_last_error(e2));
+  check(mp_engine_get_weights(e2, 0, back, 9) == MP_OK && memcmp(back, teacher, sizeof back) == 0,
+        "get_weights after set_weights", mp_engine_last_error(e2));
+  check(mp_engine_step(e2, &model, &h2, &r) == MP_OK && r.loss < 1e-3, "a step from the teacher's weights",
+        mp_engine_last_error(e2));
+  check(mp_engine_set_weights(e2, 0, teacher, 8) == MP_ERROR_INVALID_ARGUMENT &&
+            strstr(mp_engine_last_error(e2), "unit 0 has 9 elements, got 8") != NULL,
+        "set_weights count", mp_engine_last_error(e2));
+  check(mp_engine_num_units(NULL) == -1, "num_units of NULL", NULL);
 
   /* Bad input: status codes and messages, nothing ends the process. */
   check(mp_engine_get_weights(e, 0, w, 3) == MP_ERROR_INVALID_ARGUMENT &&

@@ -55,6 +55,11 @@ def main():
     lib.mp_engine_step.argtypes = [C.c_void_p, C.POINTER(Callbacks), C.c_void_p, C.POINTER(StepResult)]
     lib.mp_engine_last_error.argtypes = [C.c_void_p]
     lib.mp_engine_destroy.argtypes = [C.c_void_p]
+    lib.mp_engine_num_units.argtypes = [C.c_void_p]
+    lib.mp_engine_unit_numel.argtypes = [C.c_void_p, C.c_int]
+    lib.mp_engine_unit_numel.restype = C.c_int64
+    lib.mp_engine_set_weights.argtypes = [C.c_void_p, C.c_int, C.POINTER(C.c_float), C.c_int64]
+    lib.mp_engine_get_weights.argtypes = [C.c_void_p, C.c_int, C.POINTER(C.c_float), C.c_int64]
     if lib.mp_init(None, None) != MP_OK:
         sys.exit("mp_init: " + lib.mp_last_error().decode())
 
@@ -116,6 +121,20 @@ def main():
         if lib.mp_engine_step(engine, C.byref(callbacks), None, C.byref(result)) != MP_OK:
             sys.exit("mp_engine_step: " + lib.mp_engine_last_error(engine).decode())
         losses.append(result.loss)
+
+    # The unit's weights in and out: the teacher's, set, read back, and a
+    # step from them has (nearly) no loss.
+    assert lib.mp_engine_num_units(engine) == 1
+    n = lib.mp_engine_unit_numel(engine, 0)
+    values = (C.c_float * n)()
+    for j in range(n_in):
+        values[where[b"linear.weight"] + j] = teacher[j]
+    values[where[b"linear.bias"]] = bias
+    back = (C.c_float * n)()
+    weights_ok = (lib.mp_engine_set_weights(engine, 0, values, n) == MP_OK and
+                  lib.mp_engine_get_weights(engine, 0, back, n) == MP_OK and list(back) == list(values) and
+                  lib.mp_engine_step(engine, C.byref(callbacks), None, C.byref(result)) == MP_OK and
+                  result.loss < 1e-6)
     lib.mp_engine_destroy(engine)
 
     bad = C.c_void_p()
@@ -127,8 +146,10 @@ def main():
     fell = losses[-1] < losses[0] / 100
     print(f"mp {lib.mp_version().decode()} from Python ctypes: loss {losses[0]:.4f} -> {losses[-1]:.3g} "
           f"in {steps} steps; bad config -> status {status}: {message.splitlines()[0]}")
-    print("PASS" if fell and ok_error else "FAILED")
-    sys.exit(0 if fell and ok_error else 1)
+    print(f"set_weights/get_weights round trip and a step from the teacher's weights: "
+          f"{'loss ' + format(result.loss, '.3g') if weights_ok else 'FAILED'}")
+    print("PASS" if fell and ok_error and weights_ok else "FAILED")
+    sys.exit(0 if fell and ok_error and weights_ok else 1)
 
 
 if __name__ == "__main__":

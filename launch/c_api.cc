@@ -59,7 +59,7 @@ mp_status invalid(std::string& message, const std::string& what) {
   return MP_ERROR_INVALID_ARGUMENT;
 }
 
-int c_dtype(mp::DType d) {
+mp_dtype c_dtype(mp::DType d) {
   switch (d) {
     case mp::DType::kBF16: return MP_DTYPE_BF16;
     case mp::DType::kF16: return MP_DTYPE_F16;
@@ -152,9 +152,9 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
           return invalid(g_last_error,
                          mp::detail::str("mp_engine_create: unit ", ud.name, " parameter ", k, ": null name or shape"));
         }
-        if (pd.init < MP_INIT_ZEROS || pd.init > MP_INIT_UNIFORM) {
-          return invalid(g_last_error, mp::detail::str("mp_engine_create: parameter ", pd.name, ": init ", pd.init,
-                                                       " is not an mp_init_kind"));
+        if (static_cast<int>(pd.init) < MP_INIT_ZEROS || static_cast<int>(pd.init) > MP_INIT_UNIFORM) {
+          return invalid(g_last_error, mp::detail::str("mp_engine_create: parameter ", pd.name, ": init ",
+                                                       static_cast<int>(pd.init), " is not an mp_init_kind"));
         }
         mp::ParamSpec p{pd.name, mp::Shape(pd.shape, pd.shape + pd.ndim),
                         mp::ParamInit{static_cast<mp::ParamInit::Kind>(pd.init), pd.init_scale}};

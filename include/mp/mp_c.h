@@ -51,14 +51,17 @@ typedef enum {
   MP_ERROR_INTERNAL = 8
 } mp_status;
 
+/* How a parameter's elements start (mp_param_desc.init). */
 typedef enum { MP_INIT_ZEROS = 0, MP_INIT_ONES = 1, MP_INIT_NORMAL = 2, MP_INIT_UNIFORM = 3 } mp_init_kind;
+/* The dtype of the parameters handed to the callbacks (the precision
+ * recipe's param dtype). */
 typedef enum { MP_DTYPE_F32 = 0, MP_DTYPE_BF16 = 1, MP_DTYPE_F16 = 2 } mp_dtype;
 
 typedef struct {
   const char* name;      /* unique in the model */
   int ndim;
   const int64_t* shape;  /* ndim sizes */
-  int init;              /* mp_init_kind */
+  mp_init_kind init;
   double init_scale;     /* std of NORMAL, half-width of UNIFORM */
 } mp_param_desc;
 
@@ -68,11 +71,17 @@ typedef struct {
   const mp_param_desc* params;
 } mp_unit_desc;
 
+/* The host's model. Called on the engine's compute thread, one at a time,
+ * in the order of the file comment; `user` is mp_engine_step's. `params`
+ * and `grads` stay valid until the callback returns. Return 0, or non-zero
+ * to fail the step (MP_ERROR_HOST). begin_micro_batch may be NULL (nothing
+ * to load); forward, loss and backward must not be. */
 typedef struct {
   int (*begin_micro_batch)(void* user, int64_t global_index);
-  int (*forward)(void* user, int unit, const void* params, int dtype, int64_t numel);
+  int (*forward)(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel);
+  /* The mean loss of the micro-batch just forwarded. */
   double (*loss)(void* user);
-  int (*backward)(void* user, int unit, const void* params, int dtype, float* grads, int64_t numel);
+  int (*backward)(void* user, int unit, const void* params, mp_dtype dtype, float* grads, int64_t numel);
 } mp_model_callbacks;
 
 typedef struct {
@@ -87,37 +96,72 @@ typedef struct {
 
 typedef struct mp_engine mp_engine;
 
+/* Returned strings: mp_version's is static; the error messages belong to
+ * the library and stay valid until the next call that fails on the same
+ * handle (mp_engine_last_error) or, for mp_last_error, the next failing
+ * call without a handle on the same thread. Copy them to keep them. */
+
+/* "0.1.0". Not collective; any time, before mp_init too. */
 MP_C_API const char* mp_version(void);
-/* The message of the last failed call that had no engine handle (this thread). */
+/* The message of the last failed call that had no engine handle (this
+ * thread), "" if none. Not collective. */
 MP_C_API const char* mp_last_error(void);
 
+/* Starts MPI (MPI_THREAD_MULTIPLE) unless the host already did (then it
+ * checks the thread level); argc and argv may be NULL. Collective over
+ * MPI_COMM_WORLD (as MPI_Init is). A second call does nothing. */
 MP_C_API mp_status mp_init(int* argc, char*** argv);
+/* Ends MPI if mp_init started it. Collective; destroy every engine first. */
 MP_C_API mp_status mp_finalize(void);
+/* This process's rank and the world's size; -1 before mp_init. Not collective. */
 MP_C_API int mp_world_rank(void);
 MP_C_API int mp_world_size(void);
 
-/* config_text: an EngineConfig in protobuf text format ("" for defaults).
- * Collective over MPI_COMM_WORLD. */
+/* Creates an engine over MPI_COMM_WORLD for the model described by
+ * `units` (num_units > 0; copied, so they may be freed after the call) and
+ * sets *out. config_text: an EngineConfig in protobuf text format; NULL or
+ * "" for the defaults. Initializes every parameter by its mp_init_kind, the
+ * same on every rank. Collective: every rank, the same units and config.
+ * On failure *out is NULL and mp_last_error() says why. */
 MP_C_API mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, int num_units, mp_engine** out);
+/* Waits for the engine's queued work (its collectives and compute tasks)
+ * to finish, then frees it; NULL is ignored. Not collective, but the other
+ * ranks' collectives with this engine must be done: destroy after the last
+ * collective call on every rank. */
 MP_C_API void mp_engine_destroy(mp_engine* engine);
+/* The message of the last failed call on `engine` (NULL: mp_last_error()). */
 MP_C_API const char* mp_engine_last_error(const mp_engine* engine);
 
+/* The number of units; -1 for NULL. Not collective. */
 MP_C_API int mp_engine_num_units(const mp_engine* engine);
 /* The unit's flat elements (its parameters and the alignment gaps between
  * them): the count of set/get_weights. The buffers forward and backward see
  * may be longer (padding to the shard size); index them by the offsets of
- * mp_engine_param_location. -1 for a bad handle or unit. */
+ * mp_engine_param_location. -1 for a bad handle or unit. Not collective. */
 MP_C_API int64_t mp_engine_unit_numel(const mp_engine* engine, int unit);
+/* Where parameter `name` sits: its unit, its first element's offset in the
+ * unit's flat buffer, its element count; any of the outputs may be NULL.
+ * MP_ERROR_CONFIG for an unknown name. Not collective. */
 MP_C_API mp_status mp_engine_param_location(mp_engine* engine, const char* name, int* unit, int64_t* offset, int64_t* numel);
 
+/* One optimizer step: for each micro-batch the engine gathers each unit's
+ * parameters and calls the host's callbacks (mp_model_callbacks), reduces
+ * the gradients and applies the update. `result` may be NULL. Collective.
+ * On a callback's failure or any other error the step's update may not
+ * have happened on every rank: reload a checkpoint or stop. */
 MP_C_API mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, void* user, mp_step_result* result);
-/* values: the unit's mp_engine_unit_numel floats (gaps 0); every rank the same. */
+/* Replaces unit `unit`'s weights (fp32 master, and what is derived from
+ * it) with `values`: mp_engine_unit_numel floats (gaps 0), the same on
+ * every rank. Collective (the gathered copies are refreshed). */
 MP_C_API mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values, int64_t count);
-/* Collective: the unit's current weights in fp32. */
+/* The unit's current weights in fp32 into `values` (mp_engine_unit_numel
+ * floats). Collective (each rank holds a shard). */
 MP_C_API mp_status mp_engine_get_weights(mp_engine* engine, int unit, float* values, int64_t count);
-/* Collective: ROOT/step_N, atomically; `latest` updated. */
+/* Saves the engine's whole state under ROOT/step_N, atomically, and points
+ * ROOT/latest at it. Collective. */
 MP_C_API mp_status mp_engine_save_checkpoint(mp_engine* engine, const char* root);
-/* Collective: a checkpoint directory or a root with `latest`; any world size. */
+/* Loads a checkpoint directory, or a root with `latest`; written on any
+ * world size (resharded). Collective. */
 MP_C_API mp_status mp_engine_load_checkpoint(mp_engine* engine, const char* path);
 
 #ifdef __cplusplus
