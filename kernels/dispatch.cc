@@ -104,17 +104,9 @@ void submit_cpu_op(const OpContext& cx, const char* name, OpFamily family, std::
     cx.batch->add(TaskName{name, cx.unit}, family, cx.profiled, std::move(body));
     return;
   }
-  if (!cx.profiled) {
-    cpu->submit(std::move(body), TaskName{name, cx.unit});
-    return;
-  }
-  cpu->submit(
-      [family, body = std::move(body)] {
-        ModelCallScope call;  // Note [Op profile]: a model's compute
-        ScopedOp op(family);
-        body();
-      },
-      TaskName{name, cx.unit});
+  CpuOpBatch one;  // a task of its own
+  one.add(TaskName{name, cx.unit}, family, cx.profiled, std::move(body));
+  one.submit(*cpu);
 }
 
 [[noreturn]] void op_without_cuda(const OpContext& cx, const char* name) {
