@@ -312,8 +312,9 @@ std::vector<Form> forms_for(const PlanKey& key) {
   const bool pack_a = mixed && key.a_dtype == DType::kBF16, pack_b = mixed && key.b_dtype == DType::kBF16;
   const bool has_bias = key.align_bias != 0, bias = has_bias && key.align_bias >= kBiasEpilogueAlignment;
   // cuBLASLt's GELU follows its bias: with a bias it cannot read, the GELU
-  // runs as a kernel too, after bias_rows_kernel.
-  const bool fused = key.epilogue != GemmEpilogue::kNone && !key.gelu_by_kernel && (bias || !has_bias);
+  // runs as a kernel too, after bias_rows_kernel. Its DGELU never runs
+  // (GemmEpilogue::kDGelu says why).
+  const bool fused = key.epilogue == GemmEpilogue::kGelu && !key.gelu_by_kernel && (bias || !has_bias);
   std::vector<Form> forms;
   for (const Form f : {Form{pack_a, pack_b, bias, true}, Form{pack_a, pack_b, bias, false},
                        Form{pack_a, pack_b, false, false}, Form{true, true, false, false}}) {
@@ -328,7 +329,6 @@ uint32_t library_epilogue(const Form& form, GemmEpilogue epilogue) {
   if (form.library_gelu && epilogue == GemmEpilogue::kGelu) {
     return form.library_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   }
-  if (form.library_gelu && epilogue == GemmEpilogue::kDGelu) return CUBLASLT_EPILOGUE_DGELU;
   return form.library_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 

@@ -31,6 +31,7 @@
 #include "mp/config.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
+#include "tests/gpu/gpu_comm.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/quadratic_model.h"
 #if MP_WITH_NCCL
@@ -96,7 +97,7 @@ class GpuEngine : public MpiTest {
   }
 
   DeviceRun cpu_run() {
-    auto world = MpiCommunicator::create_world("cpu engine", {});
+    auto world = MpiCommunicator::create_world("cpu engine", testing::gpu_test_comm_options());
     return train(*world, Device::cpu());
   }
 
@@ -106,7 +107,8 @@ class GpuEngine : public MpiTest {
 
 TEST_F(GpuEngine, StagedMpiStepsEqualTheCpuSteps) {
   const DeviceRun cpu = cpu_run();
-  auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged engine", {}), device_);
+  auto staged = StagedMpiCommunicator::create(
+      MpiCommunicator::create_world("staged engine", testing::gpu_test_comm_options()), device_);
   expect_same(train(*staged, device_), cpu);
 }
 
@@ -132,7 +134,8 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
   g.micro_batch_size = 3;
   g.threads = 1;
   proto::EngineConfig c = engine_config(proto::ShardingConfig::FULL_SHARD, recipe, world.size(), 2);
-  c.set_deterministic(true);
+  // Deterministic mode needs an fp32 reduce dtype: bf16_master reduces in bf16.
+  c.set_deterministic(recipe == "fp32");
   const Precision precision = resolve_precision(c.precision(), true);
   g.matmul_dtype = gpt_matmul_dtype(std::nullopt, precision.param_dtype);
   Allocator alloc(device);
@@ -146,9 +149,10 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
 TEST_F(GpuEngine, GptTrainsAsOnTheCpu) {
   for (const char* recipe : {"fp32", "bf16_master"}) {
     SCOPED_TRACE(recipe);
-    auto cpu_world = MpiCommunicator::create_world("cpu gpt", {});
+    auto cpu_world = MpiCommunicator::create_world("cpu gpt", testing::gpu_test_comm_options());
     const std::vector<double> cpu = gpt_losses(*cpu_world, Device::cpu(), recipe);
-    auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged gpt", {}), device_);
+    auto staged = StagedMpiCommunicator::create(
+        MpiCommunicator::create_world("staged gpt", testing::gpu_test_comm_options()), device_);
     const std::vector<double> gpu = gpt_losses(*staged, device_, recipe);
     const double tol = std::string(recipe) == "fp32" ? 1e-4 : 2e-2;
     for (size_t s = 0; s < cpu.size(); ++s) {
@@ -171,9 +175,10 @@ std::vector<double> mlp_losses(Communicator& world, Device device) {
 }
 
 TEST_F(GpuEngine, MlpTrainsAsOnTheCpu) {
-  auto cpu_world = MpiCommunicator::create_world("cpu mlp", {});
+  auto cpu_world = MpiCommunicator::create_world("cpu mlp", testing::gpu_test_comm_options());
   const std::vector<double> cpu = mlp_losses(*cpu_world, Device::cpu());
-  auto staged = StagedMpiCommunicator::create(MpiCommunicator::create_world("staged mlp", {}), device_);
+  auto staged = StagedMpiCommunicator::create(
+      MpiCommunicator::create_world("staged mlp", testing::gpu_test_comm_options()), device_);
   const std::vector<double> gpu = mlp_losses(*staged, device_);
   for (size_t s = 0; s < cpu.size(); ++s) EXPECT_NEAR(gpu[s], cpu[s], 1e-4 * cpu[s]) << "step " << s + 1;
   EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";

@@ -275,10 +275,11 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
 }
 
 // The GELU epilogues (GemmCudaOptions::epilogue) of a bf16 product, as
-// gemm_cuda picks their form (cuBLASLt's fused epilogue where it has one)
-// and in the kernel form (gelu_by_kernel): both within the bounds above of
-// float64; the kernel form also bit for bit the plain product followed by
-// the GELU kernels, as it runs the plain product's algorithm and the same
+// gemm_cuda picks their form (cuBLASLt's fused epilogue for the forward
+// GELU where it has one; for dgelu always the kernel form) and in the
+// kernel form (gelu_by_kernel): both within the bounds above of float64;
+// the kernel form also bit for bit the plain product followed by the GELU
+// kernels, as it runs the plain product's algorithm and the same
 // math::gelu / math::gelu_grad. A bias the epilogue cannot read (4-byte
 // aligned) always takes the kernel form.
 TEST_F(GpuGemm, GemmGeluEpiloguesMatchFloat64AndTheKernelFormMatchesTheKernels) {
@@ -355,7 +356,8 @@ TEST_F(GpuGemm, GemmGeluEpiloguesMatchFloat64AndTheKernelFormMatchesTheKernels) 
                               .gelu_by_kernel = by_kernel});
     const std::vector<float> out_h = out.host();
     expect_within(out_h, dgelu_want, dgelu_bound, "dgelu epilogue");
-    if (by_kernel) expect_same_bits(out_h, want_h, "dgelu epilogue vs the plain product then the GELU kernel");
+    // Both forms: cuBLASLt's DGELU never runs (GemmEpilogue::kDGelu).
+    expect_same_bits(out_h, want_h, "dgelu epilogue vs the plain product then the GELU kernel");
   }
   // Refused: an aux ld that is not a multiple of 8, a bias with dgelu.
   GemmCudaOptions o{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n + 1};
