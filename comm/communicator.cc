@@ -176,10 +176,36 @@ std::string describe_failure(std::exception_ptr e) {
     std::rethrow_exception(e);
   } catch (const ConfigError& x) {
     return std::string("C") + x.what();
+  } catch (const ModelError& x) {
+    return std::string("M") + x.what();
+  } catch (const NumericError& x) {
+    return std::string("N") + x.what();
+  } catch (const CommError& x) {
+    return std::string("K") + x.what();
+  } catch (const CudaError& x) {
+    return std::string("D") + x.what();
+  } catch (const OutOfMemoryError& x) {
+    return std::string("O") + x.what();
+  } catch (const std::bad_alloc&) {
+    return "Oout of memory";
   } catch (const std::exception& x) {
     return std::string("E") + x.what();
   } catch (...) {
     return "Eunknown exception";
+  }
+}
+
+// Another rank's failure, as the error of its type (anything but the types
+// above arrives as IoError: a file system, or a bug, on that rank).
+[[noreturn]] void throw_remote_failure(char type, const std::string& msg) {
+  switch (type) {
+    case 'C': MP_THROW_AGREED(ConfigError, msg);
+    case 'M': MP_THROW_AGREED(ModelError, msg);
+    case 'N': MP_THROW_AGREED(NumericError, msg);
+    case 'K': MP_THROW_AGREED(CommError, msg);
+    case 'D': MP_THROW_AGREED(CudaError, msg);
+    case 'O': MP_THROW_AGREED(OutOfMemoryError, msg);
+    default: MP_THROW_AGREED(IoError, msg);
   }
 }
 
@@ -231,9 +257,7 @@ void Communicator::agree(std::string_view what, const std::function<void()>& bod
   }
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].empty()) continue;
-    const std::string msg = detail::str(what, " failed on rank ", r, ": ", all[r].substr(1));
-    if (all[r][0] == 'C') MP_THROW_AGREED(ConfigError, msg);
-    MP_THROW_AGREED(IoError, msg);
+    throw_remote_failure(all[r][0], detail::str(what, " failed on rank ", r, ": ", all[r].substr(1)));
   }
 }
 

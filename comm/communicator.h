@@ -145,7 +145,8 @@ class Communicator {
   // Cross-rank error agreement: runs `body` on every rank; if it threw on any
   // rank, every rank throws, marked agreed (core/error.h): a rank whose body
   // threw rethrows its own error, the others the first failed rank's type
-  // (ConfigError stays ConfigError, anything else is IoError) with
+  // (ConfigError, ModelError, NumericError, CommError, CudaError and
+  // OutOfMemoryError keep theirs; anything else is IoError) with
   // "<what> failed on rank R: <message>". Collective; nothing hangs when
   // only some ranks fail.
   void agree(std::string_view what, const std::function<void()>& body);

@@ -60,6 +60,8 @@ void rethrow_with_context(std::exception_ptr error, const std::string& context, 
     rethrow_as(e, context, stream_task);
   } catch (const NumericError& e) {
     rethrow_as(e, context, stream_task);
+  } catch (const ModelError& e) {
+    rethrow_as(e, context, stream_task);
   } catch (const EnforceError& e) {
     rethrow_as(e, context, stream_task);
   } catch (const Error& e) {

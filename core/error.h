@@ -3,7 +3,8 @@
 // 1. Recoverable failures are typed exceptions derived from mp::Error:
 //    ConfigError (bad config, flag or input file contents), IoError (file
 //    system), CommError (collectives, peers), CudaError (CUDA, cuBLASLt,
-//    NCCL), OutOfMemoryError. Throw them with MP_THROW(Type, parts...).
+//    NCCL), OutOfMemoryError, NumericError, ModelError (an embedding host's
+//    model code). Throw them with MP_THROW(Type, parts...).
 // 2. Broken invariants use MP_ENFORCE / MP_ENFORCE_EQ / _NE / _LT / _LE / _GT
 //    / _GE, which throw EnforceError and print both operands. They never
 //    vanish under NDEBUG, unlike assert.
@@ -72,6 +73,7 @@ MP_DEFINE_ERROR(CommError);         // a collective failed, timed out or was mis
 MP_DEFINE_ERROR(CudaError);         // CUDA runtime, cuBLASLt or NCCL reported an error
 MP_DEFINE_ERROR(OutOfMemoryError);  // an allocation failed
 MP_DEFINE_ERROR(NumericError);      // NaN/Inf where the run cannot skip the step
+MP_DEFINE_ERROR(ModelError);        // the model's own code failed (a host's callback raised or returned an error)
 MP_DEFINE_ERROR(EnforceError);      // a broken invariant: a bug in mp or in its caller
 #undef MP_DEFINE_ERROR
 

@@ -21,9 +21,11 @@
 //   every event recorded after the failure, Stream::synchronize() and
 //   Stream::rethrow_failure() rethrow that first error. A CPU stream that
 //   waits on a failed event fails in the same way, so bad inputs never feed
-//   later work (a CUDA stream's device work goes on: its owner calls
-//   rethrow_failure(), as the engine does at every call). CUDA errors
-//   surface from the CUDA call that reports them.
+//   later work, unless it was made with StreamOptions::inherits_failures
+//   false (communication threads): then, like a CUDA stream, whose device
+//   work goes on, it only waits, and its owner finds the failure where it
+//   rethrows (the engine at every call and at every step's agreement).
+//   CUDA errors surface from the CUDA call that reports them.
 // - Stream::host_task(f) runs f on a host thread once the work submitted
 //   before it has completed, and work submitted after it waits for f (CPU:
 //   a task of the worker; CUDA: cudaLaunchHostFunc, so f must not call CUDA).
@@ -115,6 +117,13 @@ std::exception_ptr task_error(std::exception_ptr error, TaskName name, const std
 struct StreamOptions {
   // Note [Order torture]: pauses when work resumes after an idle spell.
   bool lags_under_torture = false;
+  // A CPU stream that waits on a failed event fails too (Note [Stream and
+  // event semantics]). False: the wait only orders, as a CUDA stream's
+  // does, and the stream goes on. A communication thread is made so: it
+  // keeps its collectives in step with the peers after the compute it waits
+  // for failed, so no peer waits for it, and the failure reaches every rank
+  // through the owner's agreement (Note [A failed step] in runtime/engine.h).
+  bool inherits_failures = true;
 };
 
 class Stream {
@@ -189,6 +198,7 @@ class CpuStream final : public Stream {
   struct State {
     std::string name;  // the stream's
     bool lags = false;  // StreamOptions::lags_under_torture
+    bool inherits_failures = true;  // StreamOptions::inherits_failures
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> queue;

@@ -17,10 +17,6 @@ namespace {
 thread_local std::string g_last_error;
 std::unique_ptr<mp::MpiWorld> g_world;
 
-struct HostError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 mp_status status_of(std::string& message) {
   try {
     throw;
@@ -39,7 +35,7 @@ mp_status status_of(std::string& message) {
   } catch (const mp::OutOfMemoryError& e) {
     message = e.what();
     return MP_ERROR_OUT_OF_MEMORY;
-  } catch (const HostError& e) {
+  } catch (const mp::ModelError& e) {
     message = e.what();
     return MP_ERROR_HOST;
   } catch (const std::bad_alloc&) {
@@ -88,8 +84,8 @@ class CallbackModel final : public mp::HostModel {
  private:
   static void check(int rc, const char* what, int unit) {
     if (rc != 0) {
-      throw HostError(mp::detail::str("the host's ", what, " callback", unit >= 0 ? " of unit " : "",
-                                      unit >= 0 ? std::to_string(unit) : "", " returned ", rc));
+      MP_THROW(mp::ModelError, "the host's ", what, " callback", unit >= 0 ? " of unit " : "",
+               unit >= 0 ? std::to_string(unit) : "", " returned ", rc);
     }
   }
   const mp::ModelSpec& spec_;

@@ -33,7 +33,8 @@ void CommWatch::wait(const WorkPtr& w) {
 }
 
 void CommWatch::wait_on(Stream& s, const Event& e) {
-  if (e.wait_for(std::chrono::nanoseconds(0))) return;  // complete: nothing to order (a failure rethrows here)
+  // Complete (or failed: its stream's owner reports that): nothing to order.
+  if (e.query()) return;
   Event before = s.record_timed();
   s.wait(e);
   stream_waits_.emplace_back(std::move(before), s.record_timed());

@@ -254,7 +254,7 @@ GradStats Engine::Impl::reduced_statistics() {
   }
   const Event read = stats_.read_back(*compute_);
   stats_end_ = compute_->record_timed();
-  comm_.finish(read);  // the forward and backward too: not exposed communication
+  agree_on_compute("step " + std::to_string(steps_run_), read);  // the forward and backward too
   return stats_.total(*mesh_.shard, o_.deterministic);
 }
 
@@ -350,6 +350,15 @@ double Engine::Impl::mean_loss(const double* losses, int count) {
   return loss / static_cast<double>(W * k);
 }
 
+// Note [A failed step] in runtime/engine.h: waits for `done` (not exposed
+// communication), and every rank learns whether any rank's compute failed.
+void Engine::Impl::agree_on_compute(const std::string& what, const Event& done) {
+  world_.agree(what, [&] {
+    comm_.finish(done);
+    rethrow_stream_failures();
+  });
+}
+
 // ---- between steps ------------------------------------------------------------
 
 double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
@@ -370,7 +379,7 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
     }
     model.loss_on(eval_losses_.as<double>() + j, *compute_);
   }
-  comm_.finish(compute_->record());
+  agree_on_compute("evaluation", compute_->record());
   return mean_loss(eval_losses_.as<double>(), count);
 }
 
@@ -420,6 +429,20 @@ void Engine::Impl::synchronize() {
   replicate_stream_->synchronize();
 }
 
+void Engine::Impl::drain() noexcept {
+  try {
+    set_current_device(device_);
+  } catch (...) {
+  }
+  for (Stream* s : {compute_.get(), shard_stream_, replicate_stream_}) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      // A failure was reported where it was waited for.
+    }
+  }
+}
+
 // ---- Engine ------------------------------------------------------------------
 
 Engine::Engine(const ModelSpec& spec, const proto::EngineConfig& config, Communicator& world, Allocator allocator)
@@ -434,12 +457,11 @@ Engine::~Engine() {
     (void)impl_.release();
     return;
   }
-  // Let issued collectives and tasks finish before their buffers go.
-  try {
-    impl_->synchronize();
-  } catch (...) {
-    // A failed collective was reported where it was waited for.
-  }
+  // Let issued collectives and tasks finish before their buffers go, on
+  // every stream: after a failed step the communication threads still run
+  // the step's collectives (Note [A failed step]) while the compute stream
+  // rethrows its failure.
+  impl_->drain();
 }
 
 const EngineOptions& Engine::options() const { return impl_->options(); }

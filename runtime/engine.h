@@ -44,6 +44,19 @@
 // that buffer, reduced -> statistics and update, updated -> next gather,
 // released -> next gather into a slot, scalars -> updates. The host waits
 // for the statistics (one device-to-host read) and for the end of the step.
+//
+// Note [A failed step]
+// When the model's work (or any task on the compute stream) fails on one
+// rank, that rank still issues the step's collectives, and its
+// communication threads still run them (StreamOptions::inherits_failures
+// false; a CUDA stream's device work goes on anyway): no peer waits for it.
+// Once the step's compute has run, every rank agrees over the world
+// (Communicator::agree): the failed rank throws its own error, the others
+// "step N failed on rank R: <its message>" as the same type (ModelError
+// for a host's callback), all marked agreed, before any statistics or
+// update. A failed rank's compute stream stays failed (every later call
+// says so), so after a failed step the ranks stop, or make new engines and
+// load a checkpoint. evaluate() agrees the same way.
 #pragma once
 
 #include <memory>

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/mesh.h"
@@ -46,6 +47,8 @@ class Engine::Impl {
   void state_replaced();
   // Lets issued collectives and tasks finish (before the buffers go).
   void synchronize();
+  // Waits for every stream, each to its end, whatever failed (the destructor).
+  void drain() noexcept;
   // Runs one engine call: first rethrows an earlier stream-task failure,
   // and a failure of the call's own device or stream work comes out with
   // failure_context() added (Engine's public calls go through here).
@@ -81,6 +84,9 @@ class Engine::Impl {
   StepResult finish_step(StepResult result, const StepPlan& plan, const GradStats& total);
   void stop_if_needed(const StepResult& result) const;
   double mean_loss(const double* losses, int count);
+  // Waits for `done` on the compute stream; throws on every rank if any
+  // rank's compute failed (Note [A failed step]). Collective over the world.
+  void agree_on_compute(const std::string& what, const Event& done);
   // Rethrows the first failure of a task on any of the engine's streams
   // (Note [Stream and event semantics]).
   void rethrow_stream_failures() const;

@@ -69,7 +69,7 @@ MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm,
       comm_(comm),
       id_(id),
       progress_(std::make_shared<CommProgress>()),
-      stream_("comm:" + this->name()) {
+      stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {
   MP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MP_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MP_CHECK_MPI(MPI_Comm_size(comm_, &size_));

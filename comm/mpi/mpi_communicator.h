@@ -1,6 +1,10 @@
 // comm/mpi/mpi_communicator.h: the Communicator for CPU memory over MPI.
 // Collectives run in issue order on the communicator's own communication
 // thread (a CpuStream), so the caller's thread computes while they run.
+// That thread waits on a failed event as on a completed one
+// (StreamOptions::inherits_failures false): a collective whose input the
+// caller's failed work never wrote still runs, as NCCL's would, so the
+// peers are never left waiting; the caller reports its own failure.
 // MPI must be initialized with MPI_THREAD_MULTIPLE (comm/mpi/mpi_world.h).
 #pragma once
 

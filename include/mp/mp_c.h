@@ -19,11 +19,11 @@
  *   mp_engine_destroy(e); mp_finalize();
  * Every call returns MP_OK or an error status; mp_engine_last_error(e) (or
  * mp_last_error() for calls without a handle) then says what went wrong.
- * A callback reports failure by returning non-zero: the step stops with
- * MP_ERROR_HOST on that rank (collectives under way on other ranks then
- * fail by their timeout, naming this rank). Collective calls (create,
- * step, get_weights, save, load) must be made on every rank in the same
- * order. */
+ * A callback reports failure by returning non-zero: the step fails with
+ * MP_ERROR_HOST on every rank, once the step's compute has run, with "step
+ * N failed on rank R: ..." on the others (they do not wait for a timeout).
+ * Collective calls (create, step, get_weights, save, load) must be made on
+ * every rank in the same order. */
 #ifndef MP_MP_C_H_
 #define MP_MP_C_H_
 

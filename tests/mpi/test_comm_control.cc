@@ -109,6 +109,16 @@ TEST_F(ControlPlane, AgreeThrowsOnEveryRankWithTheFailedRanksError) {
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(rank(), 0) << e.what();
   }
+  // A ModelError (a host's callback) stays a ModelError on every rank.
+  try {
+    comm_->agree("the model step", [&] {
+      if (rank() == failing) MP_THROW(ModelError, "callback raised on the last rank");
+    });
+    ADD_FAILURE() << "agree() returned on rank " << rank();
+  } catch (const ModelError& e) {
+    EXPECT_TRUE(e.agreed());
+    EXPECT_NE(std::string(e.what()).find("callback raised on the last rank"), std::string::npos) << e.what();
+  }
   // Nobody failed: nothing is thrown, and the communicator is still in step.
   EXPECT_NO_THROW(comm_->agree("a good step", [] {}));
   EXPECT_EQ(comm_->all_reduce_int64(1, HostOp::kSum), size());

@@ -7,10 +7,12 @@
 //   the CUDA GPT's loss() once did) fails: the torture run can catch that
 //   bug, and it fails as an error of the step, not an abort;
 // - a stream task that throws fails the step with its op, unit, rank,
-//   device and step, and the next engine call says the same.
+//   device and step, and the next engine call says the same;
+// - a model that fails on one rank fails the step on every rank at once.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,6 +150,74 @@ TEST_F(EngineStreamsTest, AFailedStreamTaskFailsTheStepWithItsOpRankDeviceAndSte
   const std::string again = error_of<EnforceError>([&] { engine.evaluate(model, 0, 1); });
   EXPECT_NE(again.find("[op 'embedding forward' of unit 'embed' on stream 'compute']"), std::string::npos) << again;
   EXPECT_NE(again.find(where), std::string::npos) << again;
+}
+
+// The MLP as a host's model whose call `fail_call` of `fail_unit` throws
+// ModelError on rank `fail_rank` in micro-batch `fail_micro_batch` (as a
+// Python callback that raises does).
+class FailingHostMlp final : public HostModel {
+ public:
+  FailingHostMlp(int fail_rank, int64_t fail_micro_batch, std::string fail_call, int fail_unit, int rank)
+      : inner_(small_mlp()), fail_(rank == fail_rank), micro_batch_(fail_micro_batch), call_(std::move(fail_call)),
+        unit_(fail_unit) {}
+  const ModelSpec& spec() const override { return inner_.spec(); }
+  void begin_micro_batch(int64_t g) override {
+    current_ = g;
+    inner_.begin_micro_batch(g);
+  }
+  void forward(int unit, const Tensor& params) override {
+    maybe_fail("forward", unit);
+    inner_.forward(unit, params);
+  }
+  double loss() const override { return inner_.loss(); }
+  void backward(int unit, const Tensor& params, const Tensor& grads) override {
+    maybe_fail("backward", unit);
+    inner_.backward(unit, params, grads);
+  }
+
+ private:
+  void maybe_fail(const char* call, int unit) const {
+    if (fail_ && current_ == micro_batch_ && call_ == call && unit == unit_) {
+      MP_THROW(ModelError, "the host's ", call, " of unit ", unit, " raised: ValueError: boom");
+    }
+  }
+  Mlp inner_;
+  bool fail_;
+  int64_t micro_batch_;
+  std::string call_;
+  int unit_;
+  int64_t current_ = -1;
+};
+
+// Note [A failed step] in runtime/engine.h: a model that fails on one rank
+// fails the step on every rank at once, as ModelError, the others naming the
+// failed rank and its message; no rank waits for a collective's timeout
+// (300 s here), under every strategy, in forward and in backward.
+TEST_F(EngineStreamsTest, AModelFailingOnOneRankFailsTheStepOnEveryRankAtOnce) {
+  const int W = size(), last = W - 1;
+  for (Strategy strategy : all_strategies()) {
+    for (const char* call : {"forward", "backward"}) {
+      SCOPED_TRACE(std::string(strategy_name(strategy)) + " " + call);
+      proto::EngineConfig c = engine_config(strategy, "bf16_master", W, 2);
+      FailingHostMlp model(last, /*fail_micro_batch=*/2 * W + W + last, call, /*fail_unit=*/1, rank());  // step 2
+      Engine engine(model.spec(), c, *world_);
+      engine.step(model);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        engine.step(model);
+        ADD_FAILURE() << "the step did not fail on rank " << rank();
+      } catch (const ModelError& e) {
+        const std::string what = e.what();
+        EXPECT_TRUE(e.agreed()) << what;
+        EXPECT_TRUE(contains(what, std::string("the host's ") + call + " of unit 1 raised: ValueError: boom")) << what;
+        if (rank() != last) {
+          EXPECT_TRUE(contains(what, "step 2 failed on rank " + std::to_string(last))) << what;
+        }
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_LT(seconds, 30.0) << "the ranks waited for a timeout";
+    }
+  }
 }
 
 }  // namespace
