@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "comm/comm_config.h"
+#include "comm/data_plane.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
 #include "kernels/op_profile.h"
 #include "launch/checkpoint_policy.h"
-#include "launch/data_plane.h"
 #include "launch/device_choice.h"
 #include "launch/run_log.h"
 #include "launch/run_model.h"

@@ -1,4 +1,4 @@
-#include "launch/data_plane.h"
+#include "comm/data_plane.h"
 
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/staged_communicator.h"

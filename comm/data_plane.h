@@ -1,4 +1,4 @@
-// launch/data_plane.h: the communicator that carries the engine's tensors
+// comm/data_plane.h: the communicator that carries the engine's tensors
 // (the data plane, docs/comm.md) for the device a rank computes on.
 #pragma once
 
