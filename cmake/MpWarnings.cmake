@@ -51,15 +51,16 @@ endif()
 function(mp_project_options target)
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${MP_WARNING_FLAGS}>"
-    # __FILE__ in error messages is repo-relative (core/tensor.cc:42).
-    "$<$<COMPILE_LANGUAGE:CXX>:-fmacro-prefix-map=${CMAKE_SOURCE_DIR}/=>"
+    # __FILE__ in error messages is repo-relative (core/tensor.cc:42), also
+    # when another project builds mp as a subdirectory (python/CMakeLists.txt).
+    "$<$<COMPILE_LANGUAGE:CXX>:-fmacro-prefix-map=${mp_SOURCE_DIR}/=>"
     # Math functions never set errno, so sqrtf and friends vectorize.
     "$<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>")
   if(MP_WERROR)
     target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Werror>")
   endif()
   if(MP_WITH_CUDA)
-    string(JOIN "," _host_flags ${MP_WARNING_FLAGS} -fmacro-prefix-map=${CMAKE_SOURCE_DIR}/=)
+    string(JOIN "," _host_flags ${MP_WARNING_FLAGS} -fmacro-prefix-map=${mp_SOURCE_DIR}/=)
     target_compile_options(${target} PRIVATE
       "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_host_flags}>"
       "$<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>")

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""bench/torch_sharded.py: mp.torch against PyTorch on the same machine, in one run.
+
+    python3 bench/torch_sharded.py [--steps 8] [--warmup 2] [--out FILE]
+
+GPT-2 124M (transformers.GPT2LMHeadModel's default config, built in code),
+B = 4, T = 64, AdamW (weight decay 0.1 on 2-D parameters), clipping at 1.0,
+random tokens. Each case runs as its own job, one after the other:
+
+  plain      PyTorch, 1 process x all cores: fp32, and autocast bf16
+  mp1        mp.torch, 1 rank x all cores: fp32, and bf16_master
+  ddp2       torch DDP over gloo, 2 processes x 1 thread: fp32, and autocast bf16
+  mp2        mp.torch FULL_SHARD, 2 ranks x 1 thread: fp32, and bf16_master
+
+Tokens/s is the median over the timed steps of (tokens of the step, all
+ranks) / (its wall time on rank 0). Prints one JSON line per case, then the
+ratios: mp2 / ddp2 and mp1 / plain, like for like (fp32 with fp32; mp's
+bf16_master, where the model computes in bf16, with autocast bf16) and
+against PyTorch's better mode. One case runs in a job as
+
+    launch/mprun -np N python3 bench/torch_sharded.py --case NAME --precision P
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+B, T, LR, WD, CLIP = 4, 64, 6e-4, 0.1, 1.0
+
+
+def model_and_data(seed=0):
+    import torch
+    import transformers
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    vocab = model.config.vocab_size
+
+    def data(index):
+        g = torch.Generator().manual_seed(index)
+        return torch.randint(0, vocab, (B, T), generator=g)
+    return model, data
+
+
+def loss_of(logits, tokens):
+    import torch
+    v = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, v).float(), tokens[:, 1:].reshape(-1))
+
+
+def torch_optimizer(model):
+    import torch
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}], lr=LR)
+
+
+def run_torch(args, rank, world):
+    """plain (world 1) or DDP over gloo."""
+    import torch
+    model, data = model_and_data()
+    net = model
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch_optimizer(model)
+    bf16 = args.precision == "bf16"
+    times = []
+    for step in range(args.warmup + args.steps):
+        tokens = data(step * world + rank)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = net(tokens).logits
+        loss = loss_of(logits, tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    return times[args.warmup:], float(loss)
+
+
+def run_mp(args):
+    import mp
+    import mp.torch
+    mp.init()
+    model, data = model_and_data()
+    recipe = "RECIPE_FP32" if args.precision == "fp32" else "BF16_MASTER"
+    config = (f"sharding {{ strategy: FULL_SHARD }} precision {{ recipe: {recipe} }} "
+              f"optimizer {{ lr: {LR} weight_decay: {WD} grad_clip: {CLIP} }}")
+    trainer = mp.torch.Sharded(mp.torch.gpt2_units(model), loss=mp.torch.causal_lm_loss, data=data,
+                               config=config, root=model)
+    times = []
+    loss = 0.0
+    for _ in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        loss = trainer.step().loss
+        times.append(time.perf_counter() - t0)
+    trainer.close()
+    return times[args.warmup:], loss, mp.rank(), mp.world_size()
+
+
+def one_case(args):
+    import torch
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    if args.case.startswith("mp"):
+        times, loss, rank, world = run_mp(args)
+    else:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        times, loss = run_torch(args, rank, world)
+    if rank == 0:
+        step_s = statistics.median(times)
+        print(json.dumps({"suite": "torch_sharded", "case": f"{args.case}_{args.precision}", "world": world,
+                          "threads": torch.get_num_threads(), "tokens_per_s": round(B * T * world / step_s, 1),
+                          "step_ms": round(1000 * step_s, 1), "steps": len(times), "final_loss": round(loss, 4),
+                          "torch": torch.__version__}), flush=True)
+
+
+def driver(args):
+    cores = len(os.sched_getaffinity(0))
+    cases = [("plain", 1, cores), ("mp1", 1, cores), ("ddp2", 2, 1), ("mp2", 2, 1)]
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    print(f"# {cpu}, {cores} cores, {' '.join(isa)}", flush=True)
+    rows = {}
+    for name, np_, threads in cases:
+        for precision in ("fp32", "bf16"):
+            cmd = [os.path.join(ROOT, "launch", "mprun"), "-np", str(np_), "--bind-to", "none", sys.executable,
+                   os.path.abspath(__file__), "--case", name, "--precision", precision, "--threads", str(threads),
+                   "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            line = next((l for l in p.stdout.splitlines() if l.startswith("{")), None)
+            if p.returncode != 0 or line is None:
+                sys.stderr.write(p.stdout + p.stderr)
+                sys.exit(f"torch_sharded: case {name} {precision} failed (exit {p.returncode})")
+            print(line, flush=True)
+            rows[(name, precision)] = json.loads(line)
+    ratios = []
+    for ours, theirs in (("mp2", "ddp2"), ("mp1", "plain")):
+        best = max(rows[(theirs, p)]["tokens_per_s"] for p in ("fp32", "bf16"))
+        for precision in ("fp32", "bf16"):
+            r = rows[(ours, precision)]["tokens_per_s"]
+            ratios.append({"suite": "torch_sharded", "case": f"{ours}_{precision}_over_{theirs}",
+                           "like_for_like": round(r / rows[(theirs, precision)]["tokens_per_s"], 3),
+                           "over_best_torch": round(r / best, 3)})
+    for r in ratios:
+        print(json.dumps(r), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            for row in list(rows.values()) + ratios:
+                f.write(json.dumps(row) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--case", help="plain, ddp2, mp1 or mp2 (one job); none: every case")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    one_case(args) if args.case else driver(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""mp: sharded mixed-precision training, from Python.
+
+    import mp
+    mp.init()                                   # MPI; under mpirun every rank runs this
+    units = [mp.Unit("linear", [mp.Param("w", (4,)), mp.Param("b", (1,), init="zeros")])]
+    engine = mp.Engine(units, "sharding { strategy: FULL_SHARD } optimizer { lr: 0.1 }")
+    result = engine.step(model)                 # model: begin_micro_batch, forward, loss, backward
+
+The model's calls get each unit's gathered parameters and its gradient
+buffer as DLPack arrays (torch.from_dlpack, numpy.asarray), valid during the
+call. Errors are mp.Error subclasses named after the C++ tiers
+(ConfigError, CommError, ModelError, ...), carrying the C++ message.
+mp.torch trains a torch.nn.Module split into units.
+docs/embedding.md (Python) has the whole contract: which thread runs the
+callbacks, the GIL, failures.
+"""
+import atexit as _atexit
+
+from ._mp import (  # noqa: F401
+    CommError,
+    ConfigError,
+    CudaError,
+    Engine,
+    EnforceError,
+    Error,
+    IoError,
+    ModelError,
+    NumericError,
+    OutOfMemoryError,
+    Param,
+    StepResult,
+    Unit,
+    finalize,
+    init,
+    initialized,
+    local_rank,
+    rank,
+    version,
+    world_size,
+)
+
+__version__ = version()
+
+_atexit.register(finalize)

@@ -1,0 +1,281 @@
+// mp.Engine: the C++ Engine (runtime/engine.h) over the world of mp.init(),
+// on the CPU or this rank's GPU, with a Python object as its model
+// (python/src/models.h). Every call that waits for the engine releases the
+// GIL (Note [Python callbacks]).
+#include "python/src/engine.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/comm_config.h"
+#include "comm/data_plane.h"
+#include "core/device.h"
+#include "mp/mp.h"
+#include "python/src/arrays.h"
+#include "python/src/models.h"
+#include "python/src/world.h"
+
+namespace nb = nanobind;
+
+namespace mp::python {
+namespace {
+
+// "cpu", "cuda" (this rank's GPU: its node-local rank modulo the GPUs) or
+// "cuda:N"; `*shared` := several ranks of the node on one GPU.
+Device parse_device(const std::string& s, bool* shared) {
+  *shared = false;
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
+    const CudaInfo info = cuda_info();
+    if (info.device_count == 0) {
+      MP_THROW(ConfigError, "Engine(device='", s, "'): no CUDA device is usable: ", info.unavailable_reason);
+    }
+    const MpiWorld& w = world();
+    *shared = w.local_size() > info.device_count;
+    if (s == "cuda") return Device::cuda(w.local_rank() % info.device_count);
+    int index = -1;
+    try {
+      index = std::stoi(s.substr(5));
+    } catch (const std::exception&) {
+    }
+    if (index < 0 || index >= info.device_count) {
+      MP_THROW(ConfigError, "Engine(device='", s, "'): ", info.device_count, " CUDA device(s) exist");
+    }
+    return Device::cuda(index);
+  }
+  MP_THROW(ConfigError, "Engine(device='", s, "'): expected 'cpu', 'cuda' or 'cuda:N'");
+}
+
+ParamInit::Kind init_kind(const std::string& s) {
+  if (s == "zeros") return ParamInit::Kind::kZeros;
+  if (s == "ones") return ParamInit::Kind::kOnes;
+  if (s == "normal") return ParamInit::Kind::kNormal;
+  if (s == "uniform") return ParamInit::Kind::kUniform;
+  MP_THROW(ConfigError, "Param init '", s, "': expected 'zeros', 'ones', 'normal' or 'uniform'");
+}
+
+class PyEngine {
+ public:
+  PyEngine(std::vector<UnitSpec> units, const std::string& config_text, const std::string& device) {
+    spec_.units = std::move(units);
+    bool shared = false;
+    device_ = parse_device(device, &shared);
+    const proto::EngineConfig config = parse_engine_config(config_text, "engine config");
+    nb::gil_scoped_release release;
+    set_current_device(device_);
+    world_ = make_data_plane(device_, comm_options_from_config(config.comm()), shared);
+    engine_ = std::make_unique<Engine>(spec_, config, *world_, Allocator(device_));
+    closer_ = register_closer([this] { close(); });
+  }
+  ~PyEngine() { close(); }
+
+  void close() {
+    if (closer_ >= 0) unregister_closer(closer_);
+    closer_ = -1;
+    engine_.reset();  // waits for its queued work
+    world_.reset();
+  }
+
+  StepResult step(nb::object model) {
+    auto m = make_python_model(std::move(model), spec_, device_);
+    StepResult r;
+    {
+      nb::gil_scoped_release release;
+      r = engine().step(*m);
+    }
+    release_kept(*m);
+    return r;
+  }
+
+  double evaluate(nb::object model, int64_t first, int count) {
+    auto m = make_python_model(std::move(model), spec_, device_);
+    double loss = 0;
+    {
+      nb::gil_scoped_release release;
+      loss = engine().evaluate(*m, first, count);
+    }
+    release_kept(*m);
+    return loss;
+  }
+
+  std::string save_checkpoint(const std::string& root) {
+    nb::gil_scoped_release release;
+    return mp::save_checkpoint(engine(), root).path;
+  }
+
+  int64_t load_checkpoint(const std::string& path) {
+    nb::gil_scoped_release release;
+    return mp::load_checkpoint(engine(), resolve_checkpoint(path)).step();
+  }
+
+  // Unit u's weights from `values` (unit_numel floats); from rank `root`'s
+  // values on every rank when root is given (a broadcast first).
+  void set_weights(int u, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> values,
+                   std::optional<int> root) {
+    check_unit(u);
+    const int64_t want = engine().layout().unit(u).numel;
+    if (static_cast<int64_t>(values.shape(0)) != want) {
+      MP_THROW(ConfigError, "set_weights: unit ", u, " ('", engine().layout().unit(u).name, "') has ", want,
+               " elements, got ", values.shape(0));
+    }
+    std::vector<float> full(values.data(), values.data() + want);
+    nb::gil_scoped_release release;
+    if (root.has_value()) {
+      const std::string bytes = world_->broadcast_bytes(
+          std::string_view(reinterpret_cast<const char*>(full.data()), full.size() * sizeof(float)), *root);
+      std::memcpy(full.data(), bytes.data(), full.size() * sizeof(float));
+    }
+    engine().set_weights(u, full);
+  }
+
+  nb::ndarray<nb::numpy, float, nb::ndim<1>> gather_master(int u) {
+    check_unit(u);
+    auto* values = new std::vector<float>();
+    nb::capsule owner(values, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+    {
+      nb::gil_scoped_release release;
+      *values = engine().gather_master(u);
+    }
+    const size_t shape[1] = {values->size()};
+    return nb::ndarray<nb::numpy, float, nb::ndim<1>>(values->data(), 1, shape, owner);
+  }
+
+  nb::dict memory() {
+    const MemStats s = engine().memory();
+    nb::dict current, peak, out;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      const std::string name(mem_category_name(static_cast<MemCategory>(c)));
+      current[name.c_str()] = s.current_bytes[static_cast<size_t>(c)];
+      peak[name.c_str()] = s.peak_bytes[static_cast<size_t>(c)];
+    }
+    out["current"] = current;
+    out["peak"] = peak;
+    out["total_current"] = s.total_current_bytes;
+    out["total_peak"] = s.total_peak_bytes;
+    return out;
+  }
+
+  nb::list params(int u) {
+    check_unit(u);
+    nb::list out;
+    for (const ParamPlacement& p : engine().layout().unit(u).params) {
+      nb::dict d;
+      d["name"] = p.name;
+      d["shape"] = nb::tuple(nb::cast(p.shape));
+      d["offset"] = p.offset;
+      d["numel"] = p.numel;
+      out.append(d);
+    }
+    return out;
+  }
+
+  nb::tuple param_location(const std::string& name) {
+    const ParamPlacement& p = engine().layout().param(name);
+    return nb::make_tuple(p.unit, p.offset, p.numel);
+  }
+
+  int num_units() { return engine().layout().num_units(); }
+  int64_t unit_numel(int u) {
+    check_unit(u);
+    return engine().layout().unit(u).numel;
+  }
+  std::string param_dtype() { return python_dtype_name(engine().options().precision.param_dtype); }
+  std::string device() const { return to_string(device_); }
+  int rank() { return world_->rank(); }
+  int world_size() { return world_->size(); }
+
+ private:
+  Engine& engine() {
+    if (!engine_) MP_THROW(ConfigError, "the engine was closed (Engine.close() or mp.finalize())");
+    return *engine_;
+  }
+  void check_unit(int u) {
+    const int n = engine().layout().num_units();
+    if (u < 0 || u >= n) MP_THROW(ConfigError, "unit ", u, " out of range: the engine has ", n, " units");
+  }
+
+  ModelSpec spec_;
+  Device device_;
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Engine> engine_;
+  int closer_ = -1;
+};
+
+}  // namespace
+
+void bind_engine(nb::module_& m) {
+  nb::class_<ParamSpec>(m, "Param", "One parameter: a unique name, a shape and how it starts.")
+      .def(
+          "__init__",
+          [](ParamSpec* p, std::string name, std::vector<int64_t> shape, const std::string& init, double scale) {
+            new (p) ParamSpec{std::move(name), std::move(shape), ParamInit{init_kind(init), scale}};
+          },
+          nb::arg("name"), nb::arg("shape"), nb::arg("init") = "normal", nb::arg("scale") = 0.02)
+      .def_ro("name", &ParamSpec::name)
+      .def_ro("shape", &ParamSpec::shape);
+
+  nb::class_<UnitSpec>(m, "Unit", "A unit: parameters gathered and reduced together, in order.")
+      .def(
+          "__init__",
+          [](UnitSpec* u, std::string name, std::vector<ParamSpec> params, bool backward_reads_params) {
+            new (u) UnitSpec{std::move(name), std::move(params), backward_reads_params};
+          },
+          nb::arg("name"), nb::arg("params"), nb::arg("backward_reads_params") = true)
+      .def_ro("name", &UnitSpec::name)
+      .def_ro("params", &UnitSpec::params);
+
+  nb::class_<StepResult>(m, "StepResult", "What Engine.step returns (runtime/engine.h StepResult).")
+      .def_ro("step", &StepResult::step)
+      .def_ro("loss", &StepResult::loss)
+      .def_ro("grad_norm", &StepResult::grad_norm)
+      .def_ro("skipped", &StepResult::skipped)
+      .def_ro("loss_scale", &StepResult::loss_scale)
+      .def_ro("lr", &StepResult::lr)
+      .def_prop_ro("seconds", [](const StepResult& r) { return r.timings.total_s; })
+      .def_prop_ro("compute_seconds", [](const StepResult& r) { return r.timings.compute_s; })
+      .def_prop_ro("exposed_comm_seconds", [](const StepResult& r) { return r.timings.exposed_comm_s; })
+      .def("__repr__", [](const StepResult& r) {
+        return "StepResult(step=" + std::to_string(r.step) + ", loss=" + std::to_string(r.loss) +
+               ", grad_norm=" + std::to_string(r.grad_norm) + ", skipped=" + (r.skipped ? "True" : "False") + ")";
+      });
+
+  nb::class_<PyEngine>(m, "Engine",
+                       "The sharded engine over every rank of mp.init()'s world. Collective: every rank "
+                       "constructs it with the same units and config.")
+      .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&>(), nb::arg("units"),
+           nb::arg("config") = "", nb::arg("device") = "cpu")
+      .def("step", &PyEngine::step, nb::arg("model"), "One optimizer step of `model`. Collective.")
+      .def("evaluate", &PyEngine::evaluate, nb::arg("model"), nb::arg("first"), nb::arg("count"),
+           "The mean loss of `count` forward-only micro-batches per rank from index `first`. Collective.")
+      .def("save_checkpoint", &PyEngine::save_checkpoint, nb::arg("root"),
+           "Saves ROOT/step_N atomically and points ROOT/latest at it; returns the directory. Collective.")
+      .def("load_checkpoint", &PyEngine::load_checkpoint, nb::arg("path"),
+           "Loads a checkpoint directory or a root's latest, saved on any world size; returns its step "
+           "(the steps it had run). Collective.")
+      .def("set_weights", &PyEngine::set_weights, nb::arg("unit"), nb::arg("values"), nb::arg("root") = nb::none(),
+           "Replaces the unit's weights with `values` (unit_numel float32s; rank `root`'s on every rank when "
+           "given). Collective.")
+      .def("gather_master", &PyEngine::gather_master, nb::arg("unit"),
+           "The unit's weights as a float32 numpy array (unit_numel). Collective.")
+      .def("memory", &PyEngine::memory, "The engine's own bytes by category: current, peak and totals.")
+      .def("params", &PyEngine::params, nb::arg("unit"), "The unit's parameters: name, shape, offset, numel.")
+      .def("param_location", &PyEngine::param_location, nb::arg("name"), "(unit, offset, numel) of a parameter.")
+      .def("unit_numel", &PyEngine::unit_numel, nb::arg("unit"))
+      .def("close", &PyEngine::close, "Waits for the engine's queued work and frees it.")
+      .def_prop_ro("num_units", &PyEngine::num_units)
+      .def_prop_ro("param_dtype", &PyEngine::param_dtype)
+      .def_prop_ro("device", &PyEngine::device)
+      .def_prop_ro("rank", &PyEngine::rank)
+      .def_prop_ro("world_size", &PyEngine::world_size);
+}
+
+}  // namespace mp::python

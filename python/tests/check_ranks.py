@@ -1,0 +1,63 @@
+"""mp.torch across ranks (CTest python_torch_ranks):
+
+- 2 ranks FULL_SHARD, one micro-batch each, equal 1 rank with 2 micro-batches
+  bit for bit: every step's loss and gradient norm, and the final weights;
+- a unit that raises on rank 1 fails the step on both ranks as ModelError,
+  with the traceback, in seconds (no collective timeout).
+
+    check_ranks.py MPRUN [--steps N]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(mprun, np, *args, timeout=600):
+    cmd = [mprun, "-np", str(np), sys.executable, os.path.join(HERE, "torch_ranks.py"), *args]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+def main():
+    mprun = sys.argv[1]
+    steps = sys.argv[sys.argv.index("--steps") + 1] if "--steps" in sys.argv else "10"
+    failed = False
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {}
+        for np, k in ((1, 2), (2, 1)):
+            path = os.path.join(tmp, f"np{np}.json")
+            p, seconds = run(mprun, np, "train", "--micro-batches", str(k), "--steps", steps, "--out", path)
+            if p.returncode != 0:
+                print(p.stdout, p.stderr)
+                sys.exit(f"{np} rank(s) x {k} micro-batches: exit {p.returncode}")
+            with open(path) as f:
+                out[np] = json.load(f)
+            print(f"{np} rank(s) x {k} micro-batch(es): {steps} steps in {seconds:.1f} s, "
+                  f"final loss {float.fromhex(out[np]['losses'][-1]):.6f}")
+        for key in ("losses", "norms", "weights_sha256"):
+            if out[1][key] != out[2][key]:
+                print(f"FAIL: {key} differ between 1 rank x 2 micro-batches and 2 ranks x 1:\n"
+                      f"  {out[1][key]}\n  {out[2][key]}")
+                failed = True
+        if not failed:
+            print("2 ranks FULL_SHARD equal 1 rank with 2 micro-batches bit for bit (losses, norms, weights)")
+
+        p, seconds = run(mprun, 2, "raise", "--rank", "1", "--step", "2", timeout=120)
+        lines = [l for l in p.stdout.splitlines() if "ModelError as expected" in l]
+        if p.returncode != 0 or len(lines) != 2:
+            print(p.stdout, p.stderr)
+            print(f"FAIL: a unit raising on rank 1 did not fail the step on both ranks (exit {p.returncode})")
+            failed = True
+        else:
+            print("\n".join(lines) + f"\n(the whole 2-rank run: {seconds:.1f} s)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

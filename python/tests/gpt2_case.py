@@ -1,0 +1,67 @@
+"""The small transformers.GPT2LMHeadModel the Python tests train, its data,
+and plain PyTorch's training of it (torch.optim.AdamW with mp's parameter
+groups: no weight decay on 1-D parameters; the same clipping)."""
+import torch
+import transformers
+
+import mp.torch
+
+VOCAB, CHANNELS, LAYERS, HEADS, CONTEXT, BATCH = 256, 64, 2, 4, 32, 4
+LR, WEIGHT_DECAY, CLIP = 1e-3, 0.1, 1.0
+
+
+def config_text(strategy="FULL_SHARD", recipe="RECIPE_FP32", micro_batches=1):
+    return (f"sharding {{ strategy: {strategy} }} precision {{ recipe: {recipe} }} micro_batches: {micro_batches} "
+            f"deterministic: {'true' if recipe == 'RECIPE_FP32' else 'false'} "
+            f"optimizer {{ lr: {LR} weight_decay: {WEIGHT_DECAY} grad_clip: {CLIP} }}")
+
+
+def make_model(seed=0):
+    """The model, built from `seed` (the same on every rank), no dropout."""
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=CHANNELS, n_layer=LAYERS,
+                                     n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def batch(index):
+    """Micro-batch `index`: BATCH x CONTEXT tokens, a pure function of the
+    index: each row from a random start, token t+1 = 7 token t + 3 (mod
+    VOCAB), one in eight tokens random; learnable."""
+    g = torch.Generator().manual_seed(1000 + index)
+    tokens = torch.empty(BATCH, CONTEXT, dtype=torch.long)
+    tokens[:, 0] = torch.randint(0, VOCAB, (BATCH,), generator=g)
+    noise = torch.randint(0, VOCAB, (BATCH, CONTEXT), generator=g)
+    noisy = torch.rand(BATCH, CONTEXT, generator=g) < 0.125
+    for t in range(1, CONTEXT):
+        tokens[:, t] = torch.where(noisy[:, t], noise[:, t], (7 * tokens[:, t - 1] + 3) % VOCAB)
+    return tokens
+
+
+def sharded(model, **config):
+    return mp.torch.Sharded(mp.torch.gpt2_units(model), loss=mp.torch.causal_lm_loss, data=batch,
+                            config=config_text(**config), root=model)
+
+
+def torch_losses(model, steps, micro_batches=1):
+    """Plain PyTorch: the same batches (micro-batch m of step s is index
+    s * micro_batches + m), mean loss over the micro-batches."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.999), eps=1e-8,
+                            foreach=False)
+    losses = []
+    for s in range(steps):
+        total = 0.0
+        for m in range(micro_batches):
+            tokens = batch(s * micro_batches + m)
+            loss = mp.torch.causal_lm_loss(model(tokens).logits, tokens) / micro_batches
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad()
+        losses.append(total)
+    return losses
