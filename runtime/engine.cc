@@ -352,10 +352,21 @@ double Engine::Impl::mean_loss(const double* losses, int count) {
 
 // Note [A failed step] in runtime/engine.h: waits for `done` (not exposed
 // communication), and every rank learns whether any rank's compute failed.
+// A CommError (a collective timed out, a peer is gone) is thrown at once:
+// the world cannot carry an agreement then, and waiting for one would only
+// add a second timeout before the error that names the missing ranks.
 void Engine::Impl::agree_on_compute(const std::string& what, const Event& done) {
-  world_.agree(what, [&] {
+  std::exception_ptr failed;
+  try {
     comm_.finish(done);
     rethrow_stream_failures();
+  } catch (const CommError&) {
+    throw;
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  world_.agree(what, [&] {
+    if (failed) std::rethrow_exception(failed);
   });
 }
 

@@ -54,7 +54,8 @@
 // (Communicator::agree): the failed rank throws its own error, the others
 // "step N failed on rank R: <its message>" as the same type (ModelError
 // for a host's callback), all marked agreed, before any statistics or
-// update. A failed rank's compute stream stays failed (every later call
+// update. A CommError (a timeout, a lost peer) is not agreed on: the rank
+// throws it at once, naming the ranks that did not arrive. A failed rank's compute stream stays failed (every later call
 // says so), so after a failed step the ranks stop, or make new engines and
 // load a checkpoint. evaluate() agrees the same way.
 #pragma once

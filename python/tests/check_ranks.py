@@ -9,6 +9,7 @@
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,8 +50,9 @@ def main():
             print("2 ranks FULL_SHARD equal 1 rank with 2 micro-batches bit for bit (losses, norms, weights)")
 
         p, seconds = run(mprun, 2, "raise", "--rank", "1", "--step", "2", timeout=120)
-        lines = [l for l in p.stdout.splitlines() if "ModelError as expected" in l]
-        if p.returncode != 0 or len(lines) != 2:
+        # The ranks' lines may share a line of mpirun's output: find each.
+        lines = re.findall(r"rank \d+: ModelError as expected after [0-9.]+ s", p.stdout)
+        if p.returncode != 0 or sorted(l.split(":")[0] for l in lines) != ["rank 0", "rank 1"]:
             print(p.stdout, p.stderr)
             print(f"FAIL: a unit raising on rank 1 did not fail the step on both ranks (exit {p.returncode})")
             failed = True
