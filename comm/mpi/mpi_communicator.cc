@@ -14,7 +14,12 @@
 namespace mp {
 namespace {
 
+using comm_detail::ChunkSplit;
+using comm_detail::ceil_chunks;
 using comm_detail::element_op;
+using comm_detail::equal_chunks;
+using comm_detail::reduce_chunks;
+using comm_detail::RoundTransport;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
 
@@ -151,11 +156,10 @@ WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& ou
   const int64_t n = output.numel();
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
-  std::vector<int64_t> offsets(size_), counts(size_, n);
-  for (int j = 0; j < size_; ++j) offsets[j] = j * n;
+  const ChunkSplit split = equal_chunks(size_, n);
   if (o.accumulate == ReduceAccumulate::kFp32) {
     return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-      accumulate_chunks(input, offsets, counts, output, op, divisor);
+      accumulate_chunks(input, split, output, op, divisor);
     });
   }
   // The wire accumulation by the same chunk exchange, not
@@ -166,7 +170,7 @@ WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& ou
   // before it is written.
   (void)in_place;
   return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-    accumulate_chunks(input, offsets, counts, output, op, 1.0, /*wire=*/true);
+    accumulate_chunks(input, split, output, op, 1.0, /*wire=*/true);
     if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
   });
 }
@@ -191,76 +195,98 @@ WorkPtr MpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output
   if (o.accumulate == ReduceAccumulate::kWire) {
     return issue({"all_reduce", 0, input.dtype(), n}, [=, this] { wire_all_reduce(input, output, o, in_place); });
   }
-  // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter),
-  // then every rank gathers every chunk.
-  const int64_t chunk = (n + size_ - 1) / std::max(size_, 1);
-  std::vector<int64_t> offsets(size_), counts(size_);
+  // Rank j reduces chunk j (Note [Chunked reduction]), then every rank
+  // gathers every chunk.
+  const ChunkSplit split = ceil_chunks(size_, n);
   std::vector<int> gather_counts(size_), gather_offsets(size_);
   for (int j = 0; j < size_; ++j) {
-    offsets[j] = std::min(j * chunk, n);
-    counts[j] = std::min(chunk, n - offsets[j]);
-    gather_counts[j] = to_int_count(counts[j], "all_reduce");
-    gather_offsets[j] = to_int_count(offsets[j], "all_reduce");
+    gather_counts[j] = to_int_count(split.counts[j], "all_reduce");
+    gather_offsets[j] = to_int_count(split.offsets[j], "all_reduce");
   }
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   return issue({"all_reduce", 0, input.dtype(), n}, [=, this] {
-    accumulate_chunks(input, offsets, counts, output.flat(offsets[rank_], counts[rank_]), op, divisor);
+    accumulate_chunks(input, split, output.flat(split.offsets[rank_], split.counts[rank_]), op, divisor);
     MP_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data(), gather_counts.data(),
                                 gather_offsets.data(), ctx_->datatype(output.dtype()), comm_));
   });
 }
 
-void MpiCommunicator::accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
-                                        const std::vector<int64_t>& counts, const Tensor& out,
+namespace {
+
+// The MPI transport of Note [Chunked reduction]: nonblocking sends and
+// receives of a round, all posted before any is waited for; this rank's
+// own part is read from its input in place (an in-place all-reduce writes
+// `out` over it: the accumulation reads every element before it writes it,
+// kernels/cpu/reduce.h).
+class MpiRounds final : public RoundTransport {
+ public:
+  MpiRounds(MPI_Comm comm, MPI_Datatype type, int rank, int size, const Tensor& input, const Tensor& scratch,
+            const Tensor& out, math::ElementOp op, double divisor, bool wire)
+      : comm_(comm), type_(type), rank_(rank), size_(size), input_(input), scratch_(scratch), out_(out), op_(op),
+        divisor_(divisor), wire_(wire), pieces_(static_cast<size_t>(size)) {
+    reqs_.reserve(2 * static_cast<size_t>(size));
+  }
+
+  void exchange(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv) override {
+    reqs_.clear();
+    for (int j = 0; j < size_; ++j) {
+      const size_t jj = static_cast<size_t>(j);
+      char* dst = element_ptr(scratch_, j * piece);
+      pieces_[jj] = j == rank_ ? element_ptr(input_, split.offsets[static_cast<size_t>(rank_)] + begin) : dst;
+      if (j == rank_) continue;
+      const int64_t send = std::clamp<int64_t>(split.counts[jj] - begin, 0, piece);
+      if (recv > 0) {
+        reqs_.emplace_back();
+        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type_, j, kChunkTag, comm_, &reqs_.back()));
+      }
+      if (send > 0) {
+        reqs_.emplace_back();
+        MP_CHECK_MPI(MPI_Isend(element_ptr(input_, split.offsets[jj] + begin), static_cast<int>(send), type_, j,
+                               kChunkTag, comm_, &reqs_.back()));
+      }
+    }
+    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+  }
+
+  void accumulate(int64_t begin, int64_t /*piece*/, int64_t recv) override {
+    if (wire_) {
+      accumulate_rank_pieces_wire_cpu(pieces_.data(), input_.dtype(), size_, recv, element_ptr(out_, begin), op_);
+    } else {
+      accumulate_rank_pieces_cpu(pieces_.data(), input_.dtype(), size_, recv, element_ptr(out_, begin),
+                                 out_.dtype(), op_, divisor_);
+    }
+  }
+
+ private:
+  MPI_Comm comm_;
+  MPI_Datatype type_;
+  int rank_, size_;
+  Tensor input_, scratch_, out_;
+  math::ElementOp op_;
+  double divisor_;
+  bool wire_;
+  std::vector<const void*> pieces_;  // the round's part of each rank, in rank order
+  std::vector<MPI_Request> reqs_;
+};
+
+}  // namespace
+
+void MpiCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& split, const Tensor& out,
                                         math::ElementOp op, double divisor, bool wire) {
   MP_ENFORCE(!wire || (out.dtype() == input.dtype() && divisor == 1.0),
              "wire accumulation into ", out.describe(), " from ", input.describe(), " with divisor ", divisor);
+  if (split.longest() == 0) return;
   const size_t elem = dtype_size(input.dtype());
   const int64_t piece = std::max<int64_t>(
       1, static_cast<int64_t>(options().accumulate_chunk_bytes / (elem * static_cast<size_t>(size_))));
-  const int64_t mine = counts[rank_];
-  const int64_t longest = *std::max_element(counts.begin(), counts.end());
-  if (longest == 0) return;
   const int64_t scratch_elements = piece * size_;
   if (!scratch_.defined() || scratch_.dtype() != input.dtype() || scratch_.numel() < scratch_elements) {
     scratch_ = Tensor();  // release first: at most one scratch buffer at a time
     scratch_ = Tensor::empty(allocator_, input.dtype(), {scratch_elements}, MemCategory::kCommScratch);
   }
-  const MPI_Datatype type = ctx_->datatype(input.dtype());
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(2 * static_cast<size_t>(size_));
-  // Rank j's piece: scratch, or this rank's own input read in place. An
-  // in-place all-reduce writes `out` over that input; the accumulation reads
-  // every element before it writes it (kernels/cpu/reduce.h).
-  std::vector<const void*> pieces(static_cast<size_t>(size_));
-  // Every rank loops over the longest chunk so the rounds match everywhere.
-  for (int64_t begin = 0; begin < longest; begin += piece) {
-    const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
-    reqs.clear();
-    for (int j = 0; j < size_; ++j) {
-      const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
-      char* dst = element_ptr(scratch_, j * piece);
-      pieces[static_cast<size_t>(j)] = j == rank_ ? element_ptr(input, offsets[rank_] + begin) : dst;
-      if (j == rank_) continue;
-      if (recv > 0) {
-        reqs.emplace_back();
-        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type, j, kChunkTag, comm_, &reqs.back()));
-      }
-      if (send > 0) {
-        reqs.emplace_back();
-        MP_CHECK_MPI(MPI_Isend(element_ptr(input, offsets[j] + begin), static_cast<int>(send), type, j,
-                               kChunkTag, comm_, &reqs.back()));
-      }
-    }
-    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
-    if (recv > 0 && wire) {
-      accumulate_rank_pieces_wire_cpu(pieces.data(), input.dtype(), size_, recv, element_ptr(out, begin), op);
-    } else if (recv > 0) {
-      accumulate_rank_pieces_cpu(pieces.data(), input.dtype(), size_, recv, element_ptr(out, begin), out.dtype(),
-                                 op, divisor);
-    }
-  }
+  MpiRounds rounds(comm_, ctx_->datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
+  reduce_chunks(rounds, split, rank_, piece);
 }
 
 WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {

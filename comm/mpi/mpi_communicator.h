@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/chunked_reduction.h"
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_context.h"
 #include "core/allocator.h"
@@ -60,13 +61,12 @@ class MpiCommunicator final : public Communicator {
   void check_fingerprint(const CollectiveInfo& info);
   Work::Diagnose diagnoser() const;
 
-  // Rank r reduces the elements [offsets[r], offsets[r] + counts[r]) of
-  // every rank's input into out, in rank order: in fp64, divided by
-  // `divisor` and rounded once (kFp32), or with `wire`, in the wire dtype
-  // (kWire: reduce_pair_element at every step; out has the input's dtype and
-  // `divisor` must be 1).
-  void accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
-                         const std::vector<int64_t>& counts, const Tensor& out,
+  // Note [Chunked reduction] (comm/chunked_reduction.h) over MPI: rank r
+  // reduces chunk r of every rank's input into out, in rank order: in
+  // fp64, divided by `divisor` and rounded once (kFp32), or with `wire`, in
+  // the wire dtype (kWire: reduce_pair_element at every step; out has the
+  // input's dtype and `divisor` must be 1).
+  void accumulate_chunks(const Tensor& input, const comm_detail::ChunkSplit& split, const Tensor& out,
                          math::ElementOp op, double divisor, bool wire = false);
   void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o, bool in_place);
 

@@ -21,7 +21,12 @@ namespace mp {
 
 namespace {
 
+using comm_detail::ChunkSplit;
+using comm_detail::ceil_chunks;
 using comm_detail::element_op;
+using comm_detail::equal_chunks;
+using comm_detail::reduce_chunks;
+using comm_detail::RoundTransport;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
 using Clock = std::chrono::steady_clock;
@@ -273,10 +278,9 @@ WorkPtr NcclCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& o
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
   if (o.accumulate == ReduceAccumulate::kFp32 || op != math::ElementOp::kSum) {
-    std::vector<int64_t> offsets(size_), counts(size_, n);
-    for (int j = 0; j < size_; ++j) offsets[j] = j * n;
+    const ChunkSplit split = equal_chunks(size_, n);
     return issue({"reduce_scatter", 0, input.dtype(), n},
-                 [&] { accumulate_chunks(input, offsets, counts, output, op, divisor); });
+                 [&] { accumulate_chunks(input, split, output, op, divisor); });
   }
   return issue({"reduce_scatter", 0, input.dtype(), n}, [&] {
     if (n == 0) return;
@@ -301,64 +305,82 @@ WorkPtr NcclCommunicator::do_all_reduce(const Tensor& input, const Tensor& outpu
       post_divide(output, divisor);
     });
   }
-  // Rank j reduces chunk j (ceil(n / size) elements, the last ones shorter
-  // or empty), then every rank gathers every chunk.
-  const int64_t chunk = (n + size_ - 1) / size_;
-  std::vector<int64_t> offsets(size_), counts(size_);
-  for (int j = 0; j < size_; ++j) {
-    offsets[j] = std::min(j * chunk, n);
-    counts[j] = std::min(chunk, n - offsets[j]);
-  }
+  // Rank j reduces chunk j (Note [Chunked reduction]), then every rank
+  // gathers every chunk.
+  const ChunkSplit split = ceil_chunks(size_, n);
   return issue({"all_reduce", 0, input.dtype(), n}, [&] {
-    accumulate_chunks(input, offsets, counts, output.flat(offsets[rank_], counts[rank_]), op, divisor);
-    gather_chunks(output, offsets, counts);
+    accumulate_chunks(input, split, output.flat(split.offsets[rank_], split.counts[rank_]), op, divisor);
+    gather_chunks(output, split);
   });
 }
 
-void NcclCommunicator::accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
-                                         const std::vector<int64_t>& counts, const Tensor& out,
+namespace {
+
+// The NCCL transport of Note [Chunked reduction]: a round's sends and
+// receives in one NCCL group on the communicator's stream, this rank's own
+// part copied into its slot of the scratch beside them; the accumulating
+// kernel follows on the same stream.
+class NcclRounds final : public RoundTransport {
+ public:
+  NcclRounds(NcclState& state, cudaStream_t stream, int rank, int size, const Tensor& input, void* scratch,
+             const Tensor& out, math::ElementOp op, double divisor)
+      : state_(state), stream_(stream), rank_(rank), size_(size), input_(input), scratch_(static_cast<char*>(scratch)),
+        out_(out), op_(op), divisor_(divisor), type_(nccl_type(input.dtype())), elem_(dtype_size(input.dtype())) {}
+
+  void exchange(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv) override {
+    if (recv > 0) {  // our own contribution, slot rank_
+      MP_CHECK_CUDA(cudaMemcpyAsync(slot(rank_, piece), element_ptr(input_, split.offsets[rank_] + begin),
+                                    count_of(recv) * elem_, cudaMemcpyDeviceToDevice, stream_));
+    }
+    if (size_ == 1) return;
+    NcclGroup group;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      const int64_t send = std::clamp<int64_t>(split.counts[j] - begin, 0, piece);
+      if (recv > 0) MP_CHECK_NCCL(ncclRecv(slot(j, piece), count_of(recv), type_, j, state_.comm(), stream_));
+      if (send > 0) {
+        MP_CHECK_NCCL(ncclSend(element_ptr(input_, split.offsets[j] + begin), count_of(send), type_, j,
+                               state_.comm(), stream_));
+      }
+    }
+    MP_NCCL_ENQUEUE(state_, group.end());
+  }
+
+  void accumulate(int64_t begin, int64_t piece, int64_t recv) override {
+    accumulate_rank_chunks_cuda(scratch_, input_.dtype(), size_, piece, recv, element_ptr(out_, begin), out_.dtype(),
+                                op_, divisor_, stream_);
+  }
+
+ private:
+  char* slot(int j, int64_t piece) const { return scratch_ + static_cast<size_t>(j * piece) * elem_; }
+
+  NcclState& state_;
+  cudaStream_t stream_;
+  int rank_, size_;
+  Tensor input_;
+  char* scratch_;
+  Tensor out_;
+  math::ElementOp op_;
+  double divisor_;
+  ncclDataType_t type_;
+  size_t elem_;
+};
+
+}  // namespace
+
+void NcclCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& split, const Tensor& out,
                                          math::ElementOp op, double divisor) {
-  const int64_t longest = *std::max_element(counts.begin(), counts.end());
-  if (longest == 0) return;
+  if (split.longest() == 0) return;
   const size_t elem = dtype_size(input.dtype());
   const int64_t piece = static_cast<int64_t>(ensure_scratch() / (elem * static_cast<size_t>(size_)));
-  const int64_t mine = counts[rank_];
-  const ncclDataType_t type = nccl_type(input.dtype());
-  const cudaStream_t stream = stream_.handle();
-  // Every rank loops over the longest chunk so the rounds match everywhere.
-  for (int64_t begin = 0; begin < longest; begin += piece) {
-    const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
-    if (recv > 0) {  // our own contribution, slot rank_
-      MP_CHECK_CUDA(cudaMemcpyAsync(byte_ptr(scratch_, static_cast<size_t>(rank_ * piece) * elem),
-                                    element_ptr(input, offsets[rank_] + begin), count_of(recv) * elem,
-                                    cudaMemcpyDeviceToDevice, stream));
-    }
-    if (size_ > 1) {
-      NcclGroup group;
-      for (int j = 0; j < size_; ++j) {
-        if (j == rank_) continue;
-        const int64_t send = std::clamp<int64_t>(counts[j] - begin, 0, piece);
-        if (recv > 0) {
-          MP_CHECK_NCCL(ncclRecv(byte_ptr(scratch_, static_cast<size_t>(j * piece) * elem), count_of(recv),
-                                 type, j, state_->comm(), stream));
-        }
-        if (send > 0) {
-          MP_CHECK_NCCL(ncclSend(element_ptr(input, offsets[j] + begin), count_of(send), type, j,
-                                 state_->comm(), stream));
-        }
-      }
-      MP_NCCL_ENQUEUE(*state_, group.end());
-    }
-    if (recv > 0) {
-      accumulate_rank_chunks_cuda(scratch_.data(), input.dtype(), size_, piece, recv, element_ptr(out, begin),
-                                  out.dtype(), op, divisor, stream);
-    }
-  }
+  NcclRounds rounds(*state_, stream_.handle(), rank_, size_, input, scratch_.data(), out, op, divisor);
+  reduce_chunks(rounds, split, rank_, piece);
 }
 
-void NcclCommunicator::gather_chunks(const Tensor& output, const std::vector<int64_t>& offsets,
-                                     const std::vector<int64_t>& counts) {
+void NcclCommunicator::gather_chunks(const Tensor& output, const ChunkSplit& split) {
   if (size_ == 1 || output.numel() == 0) return;
+  const std::vector<int64_t>& offsets = split.offsets;
+  const std::vector<int64_t>& counts = split.counts;
   const ncclDataType_t type = nccl_copy_type(output.dtype());
   const int64_t chunk = counts[0];  // the first chunk is the longest
   if (chunk * size_ == output.numel()) {  // equal chunks: a ring all-gather, in place

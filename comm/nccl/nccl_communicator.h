@@ -106,6 +106,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/chunked_reduction.h"
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_context.h"
 #include "core/allocator.h"
@@ -174,14 +175,12 @@ class NcclCommunicator final : public Communicator {
 
   // Makes the scratch buffer exist; returns its capacity in bytes.
   size_t ensure_scratch();
-  // Rank r reduces elements [offsets[r], offsets[r] + counts[r]) of every
-  // rank's input into out (fp64, rank order), in bounded rounds.
-  void accumulate_chunks(const Tensor& input, const std::vector<int64_t>& offsets,
-                         const std::vector<int64_t>& counts, const Tensor& out, math::ElementOp op,
-                         double divisor);
-  // Every rank's output[offsets[r], +counts[r]) from rank r, in place.
-  void gather_chunks(const Tensor& output, const std::vector<int64_t>& offsets,
-                     const std::vector<int64_t>& counts);
+  // Note [Chunked reduction] (comm/chunked_reduction.h) over NCCL: rank r
+  // reduces chunk r of every rank's input into out (fp64, rank order).
+  void accumulate_chunks(const Tensor& input, const comm_detail::ChunkSplit& split, const Tensor& out,
+                         math::ElementOp op, double divisor);
+  // Every rank's chunk r of output from rank r, in place.
+  void gather_chunks(const Tensor& output, const comm_detail::ChunkSplit& split);
   void all_to_all_in_place(const Tensor& tensor, int64_t n);
   void post_divide(const Tensor& output, double divisor);
 
