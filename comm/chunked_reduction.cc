@@ -29,10 +29,19 @@ void reduce_chunks(RoundTransport& transport, const ChunkSplit& split, int rank,
   MP_ENFORCE(piece > 0, "chunked reduction with rounds of ", piece, " elements");
   const int64_t mine = split.counts.at(static_cast<size_t>(rank));
   const int64_t longest = split.longest();
-  for (int64_t begin = 0; begin < longest; begin += piece) {
-    const int64_t recv = std::clamp<int64_t>(mine - begin, 0, piece);
-    transport.exchange(split, begin, piece, recv);
-    if (recv > 0) transport.accumulate(begin, piece, recv);
+  const int64_t rounds = (longest + piece - 1) / piece;
+  const int slots = transport.slots();
+  MP_ENFORCE(slots == 1 || slots == 2, "a round transport with ", slots, " slots");
+  auto recv_of = [&](int64_t r) { return std::clamp<int64_t>(mine - r * piece, 0, piece); };
+  auto start = [&](int64_t r) { transport.start(split, r * piece, piece, recv_of(r), static_cast<int>(r % slots)); };
+  if (rounds > 0) start(0);
+  for (int64_t r = 0; r < rounds; ++r) {
+    // With two slots the next round's exchange is under way while this one
+    // is added (its slot was freed by the accumulation of round r - 1).
+    if (slots == 2 && r + 1 < rounds) start(r + 1);
+    transport.finish(static_cast<int>(r % slots));
+    if (recv_of(r) > 0) transport.accumulate(r * piece, piece, recv_of(r), static_cast<int>(r % slots));
+    if (slots == 1 && r + 1 < rounds) start(r + 1);
   }
 }
 

@@ -17,7 +17,9 @@
 //      or pairwise in the wire dtype for kWire.
 // Every rank runs the rounds of the longest chunk, also where its own is
 // shorter or empty (it then receives nothing but still sends), so the
-// rounds match on every rank. Determinism: an element's sum has the same
+// rounds match on every rank. A transport with two slots (MPI) starts round
+// r + 1's exchange before it accumulates round r, so the links stay busy
+// while the host adds; one with one slot (NCCL) orders them on its stream. Determinism: an element's sum has the same
 // terms in the same order whatever the backend, the round size or the
 // thread count; with the same inputs a rank count gives the same bits on
 // MPI and on NCCL up to the accumulating kernels (CPU and CUDA share the
@@ -40,19 +42,24 @@ ChunkSplit equal_chunks(int size, int64_t n);
 // all-reduce of n elements split among the ranks.
 ChunkSplit ceil_chunks(int size, int64_t n);
 
-// One round of Note [Chunked reduction]: what a backend supplies.
+// One round of Note [Chunked reduction]: what a backend supplies. A round
+// uses one of the transport's slots (its receive buffers), `slot` < slots().
 class RoundTransport {
  public:
   virtual ~RoundTransport() = default;
+  // 1 or 2: how many rounds may be in flight at once.
+  virtual int slots() const = 0;
   // Step 1 for the round starting at element `begin` of every chunk: sends
   // min(piece, counts[j] - begin) elements (when positive) of chunk j to
   // rank j, receives `recv` elements of this rank's chunk from every other
-  // rank; returns once they have arrived (or are ordered before step 2 on
-  // the backend's stream).
-  virtual void exchange(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv) = 0;
+  // rank into `slot`. May return before they have arrived.
+  virtual void start(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv, int slot) = 0;
+  // Returns once the round started in `slot` has arrived (or is ordered
+  // before step 2 on the backend's stream).
+  virtual void finish(int slot) = 0;
   // Step 2: adds the round's parts, in rank order, into the output's
   // elements [begin, begin + recv) of this rank's chunk. Only when recv > 0.
-  virtual void accumulate(int64_t begin, int64_t piece, int64_t recv) = 0;
+  virtual void accumulate(int64_t begin, int64_t piece, int64_t recv, int slot) = 0;
 };
 
 // The rounds of Note [Chunked reduction], on `transport`, for this rank

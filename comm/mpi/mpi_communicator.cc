@@ -24,6 +24,7 @@ using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
 
 constexpr int kChunkTag = 9001;
+constexpr int kGatherTag = 9002;
 // Large all-reduces and broadcasts go in pieces of at most 16 MiB. MPI
 // counts are ints, and Open MPI's temporary buffers for larger messages are
 // fresh pages on every call (measured: a 64 MiB fp32 all_reduce faulted
@@ -143,12 +144,36 @@ void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
 
 WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
   const int64_t n = input.numel();
-  const int count = to_int_count(n, "all_gather");
+  const ChunkSplit split = equal_chunks(size_, n);
   return issue({"all_gather", 0, input.dtype(), n}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(input.dtype());
-    MP_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(),
-                               count, type, comm_));
+    gather_direct(in_place ? element_ptr(output, rank_ * n) : input.data(), output, split);
   });
+}
+
+void MpiCommunicator::gather_direct(const void* mine, const Tensor& output, const ChunkSplit& split) {
+  const MPI_Datatype type = ctx_->datatype(output.dtype());
+  const int64_t piece = piece_elements(output.dtype());
+  const size_t elem = dtype_size(output.dtype());
+  const int64_t own = split.counts[static_cast<size_t>(rank_)];
+  std::vector<MPI_Request> reqs;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    const size_t jj = static_cast<size_t>(j);
+    for (int64_t b = 0; b < split.counts[jj]; b += piece) {
+      reqs.emplace_back();
+      MP_CHECK_MPI(MPI_Irecv(element_ptr(output, split.offsets[jj] + b),
+                             static_cast<int>(std::min(piece, split.counts[jj] - b)), type, j, kGatherTag, comm_,
+                             &reqs.back()));
+    }
+    for (int64_t b = 0; b < own; b += piece) {
+      reqs.emplace_back();
+      MP_CHECK_MPI(MPI_Isend(static_cast<const char*>(mine) + static_cast<size_t>(b) * elem,
+                             static_cast<int>(std::min(piece, own - b)), type, j, kGatherTag, comm_, &reqs.back()));
+    }
+  }
+  char* slot = element_ptr(output, split.offsets[static_cast<size_t>(rank_)]);
+  if (mine != slot && own > 0) std::memcpy(slot, mine, static_cast<size_t>(own) * elem);  // while they travel
+  MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
 }
 
 WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
@@ -175,90 +200,90 @@ WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& ou
   });
 }
 
-void MpiCommunicator::wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                      bool in_place) {
-  const MPI_Datatype type = ctx_->datatype(input.dtype());
-  const MPI_Op op = ctx_->op(input.dtype(), element_op(o.op));
-  const int64_t piece = piece_elements(input.dtype());
-  for (int64_t begin = 0; begin < input.numel(); begin += piece) {
-    const int count = static_cast<int>(std::min(piece, input.numel() - begin));
-    MP_CHECK_MPI(MPI_Allreduce(in_place ? MPI_IN_PLACE : element_ptr(input, begin),
-                               element_ptr(output, begin), count, type, op, comm_));
-  }
-  const double divisor = reduction_divisor(o, size_);
-  if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
-}
 
 WorkPtr MpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                        bool in_place) {
   const int64_t n = input.numel();
-  if (o.accumulate == ReduceAccumulate::kWire) {
-    return issue({"all_reduce", 0, input.dtype(), n}, [=, this] { wire_all_reduce(input, output, o, in_place); });
-  }
-  // Rank j reduces chunk j (Note [Chunked reduction]), then every rank
-  // gathers every chunk.
+  // Rank j reduces chunk j (Note [Chunked reduction]; kWire: in the wire
+  // dtype, pairwise in rank order), then every rank gathers every chunk
+  // straight from its owner: each rank sends 2 (N-1)/N of the buffer, as a
+  // ring does, every link busy both ways.
   const ChunkSplit split = ceil_chunks(size_, n);
-  std::vector<int> gather_counts(size_), gather_offsets(size_);
-  for (int j = 0; j < size_; ++j) {
-    gather_counts[j] = to_int_count(split.counts[j], "all_reduce");
-    gather_offsets[j] = to_int_count(split.offsets[j], "all_reduce");
-  }
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
+  const bool wire = o.accumulate == ReduceAccumulate::kWire;
+  (void)in_place;  // the accumulation reads its own chunk's input before writing it
   return issue({"all_reduce", 0, input.dtype(), n}, [=, this] {
-    accumulate_chunks(input, split, output.flat(split.offsets[rank_], split.counts[rank_]), op, divisor);
-    MP_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data(), gather_counts.data(),
-                                gather_offsets.data(), ctx_->datatype(output.dtype()), comm_));
+    const Tensor mine = output.flat(split.offsets[rank_], split.counts[rank_]);
+    accumulate_chunks(input, split, mine, op, wire ? 1.0 : divisor, wire);
+    if (wire && divisor != 1.0 && mine.numel() > 0) convert(mine, mine, ConvertOptions{.divisor = divisor});
+    gather_direct(mine.numel() > 0 ? mine.data() : output.data(), output, split);
   });
 }
 
 namespace {
 
 // The MPI transport of Note [Chunked reduction]: nonblocking sends and
-// receives of a round, all posted before any is waited for; this rank's
-// own part is read from its input in place (an in-place all-reduce writes
-// `out` over it: the accumulation reads every element before it writes it,
-// kernels/cpu/reduce.h).
+// receives of a round, all posted before any is waited for, two rounds in
+// flight (two slots of the scratch); this rank's own part is read from its
+// input in place (an in-place all-reduce writes `out` over it: the
+// accumulation reads every element before it writes it, kernels/cpu/reduce.h,
+// and the sends in flight read other chunks).
 class MpiRounds final : public RoundTransport {
  public:
   MpiRounds(MPI_Comm comm, MPI_Datatype type, int rank, int size, const Tensor& input, const Tensor& scratch,
             const Tensor& out, math::ElementOp op, double divisor, bool wire)
       : comm_(comm), type_(type), rank_(rank), size_(size), input_(input), scratch_(scratch), out_(out), op_(op),
-        divisor_(divisor), wire_(wire), pieces_(static_cast<size_t>(size)) {
-    reqs_.reserve(2 * static_cast<size_t>(size));
+        divisor_(divisor), wire_(wire) {
+    for (Slot& s : slots_) {
+      s.pieces.resize(static_cast<size_t>(size));
+      s.reqs.reserve(2 * static_cast<size_t>(size));
+    }
   }
 
-  void exchange(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv) override {
-    reqs_.clear();
+  int slots() const override { return 2; }
+
+  void start(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv, int slot) override {
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    s.reqs.clear();
     for (int j = 0; j < size_; ++j) {
       const size_t jj = static_cast<size_t>(j);
-      char* dst = element_ptr(scratch_, j * piece);
-      pieces_[jj] = j == rank_ ? element_ptr(input_, split.offsets[static_cast<size_t>(rank_)] + begin) : dst;
+      char* dst = element_ptr(scratch_, (slot * size_ + j) * piece);
+      s.pieces[jj] = j == rank_ ? element_ptr(input_, split.offsets[static_cast<size_t>(rank_)] + begin) : dst;
       if (j == rank_) continue;
       const int64_t send = std::clamp<int64_t>(split.counts[jj] - begin, 0, piece);
       if (recv > 0) {
-        reqs_.emplace_back();
-        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type_, j, kChunkTag, comm_, &reqs_.back()));
+        s.reqs.emplace_back();
+        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type_, j, kChunkTag, comm_, &s.reqs.back()));
       }
       if (send > 0) {
-        reqs_.emplace_back();
+        s.reqs.emplace_back();
         MP_CHECK_MPI(MPI_Isend(element_ptr(input_, split.offsets[jj] + begin), static_cast<int>(send), type_, j,
-                               kChunkTag, comm_, &reqs_.back()));
+                               kChunkTag, comm_, &s.reqs.back()));
       }
     }
-    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
   }
 
-  void accumulate(int64_t begin, int64_t /*piece*/, int64_t recv) override {
+  void finish(int slot) override {
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(s.reqs.size()), s.reqs.data(), MPI_STATUSES_IGNORE));
+  }
+
+  void accumulate(int64_t begin, int64_t /*piece*/, int64_t recv, int slot) override {
+    const void* const* pieces = slots_[static_cast<size_t>(slot)].pieces.data();
     if (wire_) {
-      accumulate_rank_pieces_wire_cpu(pieces_.data(), input_.dtype(), size_, recv, element_ptr(out_, begin), op_);
+      accumulate_rank_pieces_wire_cpu(pieces, input_.dtype(), size_, recv, element_ptr(out_, begin), op_);
     } else {
-      accumulate_rank_pieces_cpu(pieces_.data(), input_.dtype(), size_, recv, element_ptr(out_, begin),
-                                 out_.dtype(), op_, divisor_);
+      accumulate_rank_pieces_cpu(pieces, input_.dtype(), size_, recv, element_ptr(out_, begin), out_.dtype(), op_,
+                                 divisor_);
     }
   }
 
  private:
+  struct Slot {
+    std::vector<const void*> pieces;  // the round's part of each rank, in rank order
+    std::vector<MPI_Request> reqs;
+  };
   MPI_Comm comm_;
   MPI_Datatype type_;
   int rank_, size_;
@@ -266,8 +291,7 @@ class MpiRounds final : public RoundTransport {
   math::ElementOp op_;
   double divisor_;
   bool wire_;
-  std::vector<const void*> pieces_;  // the round's part of each rank, in rank order
-  std::vector<MPI_Request> reqs_;
+  Slot slots_[2];
 };
 
 }  // namespace
@@ -277,10 +301,11 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& s
   MP_ENFORCE(!wire || (out.dtype() == input.dtype() && divisor == 1.0),
              "wire accumulation into ", out.describe(), " from ", input.describe(), " with divisor ", divisor);
   if (split.longest() == 0) return;
+  // Two rounds in flight, accumulate_chunk_bytes of scratch in all.
   const size_t elem = dtype_size(input.dtype());
   const int64_t piece = std::max<int64_t>(
-      1, static_cast<int64_t>(options().accumulate_chunk_bytes / (elem * static_cast<size_t>(size_))));
-  const int64_t scratch_elements = piece * size_;
+      1, static_cast<int64_t>(options().accumulate_chunk_bytes / (2 * elem * static_cast<size_t>(size_))));
+  const int64_t scratch_elements = 2 * piece * size_;
   if (!scratch_.defined() || scratch_.dtype() != input.dtype() || scratch_.numel() < scratch_elements) {
     scratch_ = Tensor();  // release first: at most one scratch buffer at a time
     scratch_ = Tensor::empty(allocator_, input.dtype(), {scratch_elements}, MemCategory::kCommScratch);

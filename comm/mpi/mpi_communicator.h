@@ -68,7 +68,11 @@ class MpiCommunicator final : public Communicator {
   // input's dtype and `divisor` must be 1).
   void accumulate_chunks(const Tensor& input, const comm_detail::ChunkSplit& split, const Tensor& out,
                          math::ElementOp op, double divisor, bool wire = false);
-  void wire_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o, bool in_place);
+  // Every rank's chunk of output from its owner, straight between the
+  // ranks (nonblocking sends and receives to and from every other rank at
+  // once); this rank's chunk comes from `mine` (in place when it is
+  // output's own chunk).
+  void gather_direct(const void* mine, const Tensor& output, const comm_detail::ChunkSplit& split);
 
   std::shared_ptr<MpiContext> ctx_;
   MPI_Comm comm_;  // owned; used only on the communication thread after construction

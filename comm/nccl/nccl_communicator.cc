@@ -327,7 +327,9 @@ class NcclRounds final : public RoundTransport {
       : state_(state), stream_(stream), rank_(rank), size_(size), input_(input), scratch_(static_cast<char*>(scratch)),
         out_(out), op_(op), divisor_(divisor), type_(nccl_type(input.dtype())), elem_(dtype_size(input.dtype())) {}
 
-  void exchange(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv) override {
+  int slots() const override { return 1; }  // the stream orders the rounds
+
+  void start(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv, int /*slot*/) override {
     if (recv > 0) {  // our own contribution, slot rank_
       MP_CHECK_CUDA(cudaMemcpyAsync(slot(rank_, piece), element_ptr(input_, split.offsets[rank_] + begin),
                                     count_of(recv) * elem_, cudaMemcpyDeviceToDevice, stream_));
@@ -346,7 +348,9 @@ class NcclRounds final : public RoundTransport {
     MP_NCCL_ENQUEUE(state_, group.end());
   }
 
-  void accumulate(int64_t begin, int64_t piece, int64_t recv) override {
+  void finish(int /*slot*/) override {}
+
+  void accumulate(int64_t begin, int64_t piece, int64_t recv, int /*slot*/) override {
     accumulate_rank_chunks_cuda(scratch_, input_.dtype(), size_, piece, recv, element_ptr(out_, begin), out_.dtype(),
                                 op_, divisor_, stream_);
   }
