@@ -13,6 +13,12 @@
 #           host and its ranks, nothing is left behind.
 #   slow:   3 hosts, node1 at a tenth of the others' bandwidth: training
 #           goes on and the log names node1.
+#   slurm:  Slurm on the cluster (scripts/cluster --slurm): `sbatch
+#           launch/mp.sbatch` trains on 2 hosts x 2 ranks; a second job is
+#           preempted (scancel --signal=TERM: it checkpoints and exits 0),
+#           requeued (scontrol requeue) and resumes with --resume auto: its
+#           steps equal the uninterrupted job's bit for bit
+#           (tests/cluster/slurm_jobs.sh runs the jobs).
 set -u
 case_name=$1 worker=$2 dir=$3
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -105,6 +111,30 @@ cut)
   for ns in $(cat "$dir/netns"); do ip netns list | grep -qw "$ns" && fail "namespace $ns left behind"; done
   pgrep -f "mp_worker .*$dir/run" && fail "ranks left running"
   echo "link cut at 8 s: the job ended after ${elapsed} s (timeout ${timeout_s} s), naming node1 and ranks 2, 3; nothing left"
+  ;;
+slurm)
+  steps=30
+  "$cluster" --hosts 2 --ranks 2 --slurm -- bash "$root/tests/cluster/slurm_jobs.sh" "$dir" "$root" "$worker" \
+    "$steps" "${small[@]}" >"$dir/slurm.log" 2>&1
+  status=$?; skip_if_refused "$dir/slurm.log" $status
+  [[ $status -eq 0 ]] || { cat "$dir/slurm.log" "$dir"/*.out; fail "the Slurm jobs"; }
+  grep -q "^reference job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log" "$dir"/ref-*.out; fail "sbatch"; }
+  grep -Eq "^  rank 3: node1 " "$dir"/ref-*.out || { cat "$dir"/ref-*.out; fail "rank 3 did not run on node1"; }
+  grep -q "^preempted job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log"; fail "scancel --signal=TERM"; }
+  grep -q "got SIGTERM at step [0-9]* of $steps: checkpoint saved" "$dir/pre-first.out" ||
+    { cat "$dir/pre-first.out"; fail "the preempted job did not checkpoint on SIGTERM"; }
+  grep -q "^requeued job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log" "$dir"/pre-*.out; fail "requeue"; }
+  stop=$(sed -n "s/.*got SIGTERM at step \([0-9]*\) of.*/\1/p" "$dir/pre-first.out")
+  grep -q "^resumed from .*step_0*$stop at step $stop" "$dir"/pre-[0-9]*.out || { cat "$dir"/pre-*.out; fail "no resume line"; }
+  losses "$dir/ref/metrics.jsonl" >"$dir/want.txt"
+  losses "$dir/pre/metrics.jsonl" >"$dir/got.txt"
+  [[ $(wc -l <"$dir/want.txt") -eq $steps ]] || fail "the reference job wrote $(wc -l <"$dir/want.txt") steps"
+  diff "$dir/want.txt" "$dir/got.txt" || fail "the preempted and requeued job's steps differ from the uninterrupted one's"
+  cluster=$(sed -n 's/^scripts\/cluster: cluster \(mpc[0-9]*\):.*/\1/p' "$dir/slurm.log")
+  ! ip netns list | grep -q "^${cluster}[hd]" || fail "namespaces of $cluster left behind"
+  ! pgrep -af "mp_cluster\.[A-Za-z0-9]*/slurm/" || fail "Slurm or munge daemons left running"
+  echo "sbatch on 2 hosts x 2 ranks; preempted at step $stop (SIGTERM: checkpoint, exit 0), requeued, resumed:" \
+       "$steps steps bit for bit"
   ;;
 slow)
   on_cluster slow --hosts 3 --ranks 1 --link 1gbit --slow-host 1 -- --steps 3 --set engine.deterministic=false
