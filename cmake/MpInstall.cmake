@@ -18,7 +18,7 @@ install(TARGETS ${_mp_export_targets} EXPORT mpTargets
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 install(TARGETS mp_worker mp_prepare mp_bench RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
-install(PROGRAMS launch/mprun launch/mp_node launch/mp_multinode launch/mp.sbatch
+install(PROGRAMS launch/mprun launch/mp_node launch/mp_multinode launch/mp_elastic launch/mp.sbatch
         DESTINATION "${CMAKE_INSTALL_BINDIR}")
 
 set(_mp_inc "${CMAKE_INSTALL_INCLUDEDIR}/mp")

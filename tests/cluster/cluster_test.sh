@@ -19,6 +19,13 @@
 #           requeued (scontrol requeue) and resumes with --resume auto: its
 #           steps equal the uninterrupted job's bit for bit
 #           (tests/cluster/slurm_jobs.sh runs the jobs).
+#   elastic: launch/mp_elastic on 2 hosts x 2 ranks; node1's link is cut
+#           after step 10 of 30: the job ends naming node1, the supervisor
+#           relaunches on node0 alone (2 ranks, 2 micro-batches each) from
+#           the last verified checkpoint, and training reaches step 30; the
+#           steps after the restart equal a clean resume from the same
+#           checkpoint on 2 ranks, bit for bit; the log says how long it
+#           took from the cut to training again.
 set -u
 case_name=$1 worker=$2 dir=$3
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -135,6 +142,41 @@ slurm)
   ! pgrep -af "mp_cluster\.[A-Za-z0-9]*/slurm/" || fail "Slurm or munge daemons left running"
   echo "sbatch on 2 hosts x 2 ranks; preempted at step $stop (SIGTERM: checkpoint, exit 0), requeued, resumed:" \
        "$steps steps bit for bit"
+  ;;
+elastic)
+  steps=30
+  export MP_FAULT="sleep@1-1000:0:0.15"  # rank 0 sleeps 0.15 s a step: the cut lands mid-run
+  "$cluster" --hosts 2 --ranks 2 -- bash "$root/tests/cluster/elastic_job.sh" "$dir" "$root" "$steps" 10 \
+    "${small[@]}" --set checkpoint.interval_steps=5 --set checkpoint.keep_last=10 --set engine.comm.timeout_s=6 \
+    >"$dir/cluster.log" 2>&1
+  status=$?; skip_if_refused "$dir/cluster.log" $status
+  unset MP_FAULT
+  log=$dir/elastic.log
+  [[ $status -eq 0 ]] || { cat "$dir/cluster.log" "$log"; fail "the elastic run did not finish (exit $status)"; }
+  grep -Eq "Host node1 unreachable: none of its ranks answered \(2, 3\)" "$log" ||
+    { cat "$log"; fail "the failed launch did not name node1 and its ranks"; }
+  grep -q "node1 does not answer: left out" "$log" || { cat "$log"; fail "node1 was not left out"; }
+  grep -q "launch 1: 1 host(s) (node0) x 2 ranks, 2 micro-batch(es) each, --resume " "$log" ||
+    { cat "$log"; fail "no relaunch on node0 alone"; }
+  ckpt=$(sed -n 's/.*: \(.*\/step_[0-9]*\) verifies$/\1/p' "$log" | head -1)
+  [[ -n $ckpt ]] || { cat "$log"; fail "no verified checkpoint named"; }
+  from=$((10#${ckpt##*step_}))
+  grep -q "launch 1 finished training" "$log" || { cat "$log"; fail "the relaunch did not finish"; }
+  losses "$dir/run/metrics.jsonl" >"$dir/elastic.txt"
+  [[ $(tail -1 "$dir/elastic.txt" | cut -d' ' -f1) -eq $steps ]] || fail "the run did not reach step $steps"
+  local_run clean 2 --steps "$steps" --set engine.micro_batches=2 --resume "$ckpt" ||
+    { cat "$dir/clean.log"; fail "the clean resume"; }
+  losses "$dir/clean/metrics.jsonl" >"$dir/clean.txt"
+  awk -v f="$from" '$1 > f' "$dir/elastic.txt" >"$dir/after.txt"
+  [[ $(wc -l <"$dir/after.txt") -eq $((steps - from)) ]] || fail "the elastic run logged $(wc -l <"$dir/after.txt") steps after $from"
+  diff "$dir/clean.txt" "$dir/after.txt" || fail "the steps after the restart differ from a clean resume of $ckpt"
+  back=$(sed -n 's/^mp_elastic \[\([0-9:.]*\)\]: training again at step.*/\1/p' "$log" | head -1)
+  cut_s=$(cat "$dir/cut_at")
+  took=$(python3 -c "import datetime,sys; c=float(sys.argv[1]); d=datetime.datetime.fromtimestamp(c, datetime.timezone.utc)
+h,m,s=sys.argv[2].split(':'); b=d.replace(hour=int(h),minute=int(m),second=0,microsecond=0).timestamp()+float(s)
+print(f'{b - c:.1f}')" "$cut_s" "$back")
+  echo "2 hosts x 2 ranks, node1 cut after step 10: relaunched on node0 x 2 ranks from $(basename "$ckpt"), training" \
+       "again ${took} s after the cut, step $steps reached; steps $((from + 1))-$steps equal a clean resume bit for bit"
   ;;
 slow)
   on_cluster slow --hosts 3 --ranks 1 --link 1gbit --slow-host 1 -- --steps 3 --set engine.deterministic=false
