@@ -47,11 +47,13 @@ class CheckpointPolicy {
   // After the last step: save_at_end's checkpoint and the Hugging Face
   // export (checkpoint.export_safetensors). Collective.
   void finish();
+  // The Hugging Face export alone (checkpoint.export_safetensors), of the
+  // weights the engine holds: mp_worker --steps 0. Collective.
+  void export_weights();
 
  private:
   void save(int64_t step, const char* why);
   void import_weights(const std::string& path);
-  void export_weights();
 
   Engine& engine_;
   const TrainSettings& settings_;

@@ -157,7 +157,7 @@ struct WorkerArgs {
   bool version = false, plan = false, plan_all = false, print_config = false;
   std::string config_path, out, resume, export_dir, verify_dir;
   std::vector<std::string> sets;
-  int64_t steps = 0;
+  int64_t steps = -1;  // -1: not given
   int plan_world_size = 0;
   CLI::Option* world_size = nullptr;  // given: --world-size was
 };
@@ -167,7 +167,10 @@ void add_options(CLI::App& app, WorkerArgs& a) {
   app.add_option("config", a.config_path, "Text-format TrainConfig (configs/*.textproto); default: the embedded one");
   app.add_option("--set", a.sets, "Override one field, e.g. --set engine.optimizer.lr=3e-4 (repeatable, in order)")
       ->allow_extra_args(false);
-  app.add_option("--steps", a.steps, "Optimizer steps (same as --set steps=N)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--steps", a.steps,
+                 "Optimizer steps (same as --set steps=N); 0 with --export-safetensors: no training, export the "
+                 "initial (or --resume'd) weights")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--out", a.out, "Run directory: metrics.jsonl, config.textproto, TensorBoard events (--set out_dir=DIR)");
   app.add_option("--resume", a.resume,
                  "Resume from a checkpoint directory, a checkpoint root (its `latest`), or 'auto' (the latest under "
@@ -208,10 +211,15 @@ std::optional<int> resolve_settings(const WorkerArgs& a, int check_size, TrainSe
     proto::TrainConfig config = a.config_path.empty() ? default_train_config() : load_train_config(a.config_path);
     for (const std::string& assignment : a.sets) apply_override(config, assignment);
     if (a.steps > 0) config.set_steps(a.steps);
+    if (a.steps == 0 && a.export_dir.empty()) {
+      MP_THROW(ConfigError, "--steps 0 trains nothing: add --export-safetensors DIR to write the initial weights "
+                            "(or, with --resume, a checkpoint's)");
+    }
     if (!a.out.empty()) config.set_out_dir(a.out);
     if (!a.resume.empty()) config.mutable_checkpoint()->set_resume(a.resume);
     if (!a.export_dir.empty()) config.mutable_checkpoint()->set_export_safetensors(a.export_dir);
     settings = resolve_train_config(config, check_size);
+    settings.export_only = a.steps == 0;
     if (a.print_config) {
       std::cout << to_text(settings.config);
       return 0;

@@ -118,6 +118,9 @@ struct TrainSettings {
   std::string checkpoint_dir;
   bool checkpoint_saves = false;
   int checkpoint_keep_last = 3;
+  // mp_worker --steps 0 --export-safetensors DIR: no step; the weights
+  // restored (the init, imported weights or a checkpoint) are exported.
+  bool export_only = false;
 
   // Whether the GEMM named `op` ("h3.attn.c_proj", "head") stays fp32: one
   // of fp32_ops matches the whole name.

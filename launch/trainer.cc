@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -105,6 +106,11 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   log.begin(threads, start, checkpoints.note(), checkpoints.describe(),
             describe_device(device.device) + ", data plane " + data_plane_name +
                 (device.note.empty() ? "" : "; " + device.note));
+  if (s.export_only) {  // --steps 0: the weights as restored, no step
+    if (lead) std::printf("no training (--steps 0): exporting the weights of step %lld\n", static_cast<long long>(start));
+    checkpoints.export_weights();
+    return 0;
+  }
   // Note [Signals and oneDNN]: recorded by the watcher thread, acted on at
   // the next step boundary (every rank agrees there).
   std::optional<StopSignalScope> signals;
