@@ -10,6 +10,8 @@
  * the loss falls 100x; a checkpoint saved mid-run and loaded into a fresh
  * engine continues with the same losses, bit for bit; weights set with
  * mp_engine_set_weights come back from mp_engine_get_weights and train on;
+ * with activation recomputation (the forward drops its predictions, the
+ * recompute callback rebuilds them) the losses are the same bits;
  * bad input gives the documented status codes and messages. Exit code 0
  * when every check holds. */
 #include <math.h>
@@ -26,6 +28,8 @@ typedef struct {
   int64_t w_offset, b_offset; /* in unit 0's flat buffer */
   float x[kBatch][kIn], y[kBatch], pred[kBatch];
   double loss;
+  int recomputed; /* mp_engine_recomputes: the forward keeps only its input x */
+  int recomputes; /* recompute calls */
 } Host;
 
 static float to_f32(const void* params, mp_dtype dtype, int64_t i) {
@@ -56,16 +60,33 @@ static int begin(void* user, int64_t g) {
   return 0;
 }
 
-static int forward(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel) {
-  Host* h = (Host*)user;
-  if (unit != 0 || numel < h->b_offset + 1) return 1;
-  h->loss = 0;
+/* The predictions, the activations the backward reads. */
+static void predict(Host* h, const void* params, mp_dtype dtype) {
   for (int n = 0; n < kBatch; ++n) {
     float p = to_f32(params, dtype, h->b_offset);
     for (int j = 0; j < kIn; ++j) p += to_f32(params, dtype, h->w_offset + j) * h->x[n][j];
     h->pred[n] = p;
-    h->loss += 0.5 * (double)(p - h->y[n]) * (double)(p - h->y[n]) / kBatch;
   }
+}
+
+static int forward(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel) {
+  Host* h = (Host*)user;
+  if (unit != 0 || numel < h->b_offset + 1) return 1;
+  predict(h, params, dtype);
+  h->loss = 0;
+  for (int n = 0; n < kBatch; ++n) h->loss += 0.5 * (double)(h->pred[n] - h->y[n]) * (double)(h->pred[n] - h->y[n]) / kBatch;
+  if (h->recomputed) {
+    for (int n = 0; n < kBatch; ++n) h->pred[n] = NAN; /* dropped: recompute rebuilds them */
+  }
+  return 0;
+}
+
+/* Just before backward(unit), with the forward's parameters. */
+static int recompute(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel) {
+  Host* h = (Host*)user;
+  if (unit != 0 || numel < h->b_offset + 1 || !h->recomputed) return 1;
+  predict(h, params, dtype);
+  ++h->recomputes;
   return 0;
 }
 
@@ -102,7 +123,7 @@ static const int64_t kBShape[1] = {1};
 static mp_engine* create(const char* config) {
   const mp_param_desc params[2] = {{"linear.weight", 1, kWShape, MP_INIT_NORMAL, 0.02},
                                    {"linear.bias", 1, kBShape, MP_INIT_ZEROS, 0.0}};
-  const mp_unit_desc unit = {"linear", 2, params};
+  const mp_unit_desc unit = {"linear", 2, params, /*recomputable=*/1};
   mp_engine* e = NULL;
   const mp_status s = mp_engine_create(config, &unit, 1, &e);
   check(s == MP_OK, "mp_engine_create", mp_last_error());
@@ -130,7 +151,7 @@ int main(int argc, char** argv) {
   const char* ckpt = argc > 1 ? argv[1] : "c_host_checkpoints";
   const char* config =
       "sharding { strategy: FULL_SHARD } precision { recipe: BF16_MASTER } optimizer { lr: 0.1 } seed: 3";
-  const mp_model_callbacks model = {begin, forward, loss, backward};
+  const mp_model_callbacks model = {begin, forward, loss, backward, recompute};
 
   mp_engine* e = create(config);
   if (e == NULL) return 1;
@@ -177,6 +198,26 @@ int main(int argc, char** argv) {
         "set_weights count", mp_engine_last_error(e2));
   check(mp_engine_num_units(NULL) == -1, "num_units of NULL", NULL);
 
+  /* Activation recomputation: the same losses, bit for bit, with the
+   * predictions rebuilt by recompute once per micro-batch. */
+  char recompute_config[256];
+  snprintf(recompute_config, sizeof recompute_config, "%s activation_checkpointing { policy: EVERY_UNIT }", config);
+  mp_engine* e3 = create(recompute_config);
+  Host h3 = host_for(e3);
+  h3.recomputed = mp_engine_recomputes(e3, 0);
+  check(h3.recomputed == 1 && mp_engine_recomputes(e, 0) == 0 && mp_engine_recomputes(e3, 1) == -1,
+        "mp_engine_recomputes", NULL);
+  for (int s = 0; s < 10; ++s) {
+    check(mp_engine_step(e3, &model, &h3, &r) == MP_OK, "step with recomputation", mp_engine_last_error(e3));
+    check(r.loss == losses[s], "loss with recomputation differs", NULL);
+  }
+  check(h3.recomputes == 10, "one recompute per micro-batch", NULL);
+  const mp_model_callbacks no_recompute = {begin, forward, loss, backward, NULL};
+  check(mp_engine_step(e3, &no_recompute, &h3, &r) == MP_ERROR_INVALID_ARGUMENT &&
+            strstr(mp_engine_last_error(e3), "the recompute callback is NULL") != NULL,
+        "recomputation without a recompute callback", mp_engine_last_error(e3));
+  mp_engine_destroy(e3);
+
   /* Bad input: status codes and messages, nothing ends the process. */
   check(mp_engine_get_weights(e, 0, w, 3) == MP_ERROR_INVALID_ARGUMENT &&
             strstr(mp_engine_last_error(e), "unit 0 has 9 elements, got 3") != NULL,
@@ -190,7 +231,7 @@ int main(int argc, char** argv) {
         "missing checkpoint", mp_engine_last_error(e));
   mp_engine* bad = NULL;
   const mp_param_desc p = {"w", 1, kWShape, MP_INIT_NORMAL, 0.02};
-  const mp_unit_desc u = {"u", 1, &p};
+  const mp_unit_desc u = {"u", 1, &p, 0};
   check(mp_engine_create("sharding { strategy: NOPE }", &u, 1, &bad) == MP_ERROR_CONFIG && bad == NULL &&
             strstr(mp_last_error(), "engine config:1:") != NULL,
         "bad config text", mp_last_error());

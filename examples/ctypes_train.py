@@ -25,7 +25,8 @@ class ParamDesc(C.Structure):
 
 
 class UnitDesc(C.Structure):
-    _fields_ = [("name", C.c_char_p), ("num_params", C.c_int), ("params", C.POINTER(ParamDesc))]
+    _fields_ = [("name", C.c_char_p), ("num_params", C.c_int), ("params", C.POINTER(ParamDesc)),
+                ("recomputable", C.c_int)]
 
 
 BEGIN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int64)
@@ -35,7 +36,8 @@ BACKWARD = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_int, C.POIN
 
 
 class Callbacks(C.Structure):
-    _fields_ = [("begin_micro_batch", BEGIN), ("forward", FORWARD), ("loss", LOSS), ("backward", BACKWARD)]
+    _fields_ = [("begin_micro_batch", BEGIN), ("forward", FORWARD), ("loss", LOSS), ("backward", BACKWARD),
+                ("recompute", FORWARD)]  # NULL: no unit is recomputed
 
 
 class StepResult(C.Structure):

@@ -66,9 +66,14 @@ mp_dtype c_dtype(mp::DType d) {
 // The host's callbacks as an mp::Model.
 class CallbackModel final : public mp::HostModel {
  public:
-  CallbackModel(const mp::ModelSpec& spec, const mp_model_callbacks& cb, void* user)
-      : spec_(spec), cb_(cb), user_(user) {}
+  // recomputed: the engine's choice per unit (Note [Activation recomputation]).
+  CallbackModel(const mp::ModelSpec& spec, const mp_model_callbacks& cb, void* user, std::vector<bool> recomputed)
+      : spec_(spec), cb_(cb), user_(user), recomputed_(std::move(recomputed)) {}
   const mp::ModelSpec& spec() const override { return spec_; }
+  bool recomputes(int unit) const override { return recomputed_[static_cast<size_t>(unit)]; }
+  void recompute(int unit, const mp::Tensor& params) override {
+    check(cb_.recompute(user_, unit, params.data(), c_dtype(params.dtype()), params.numel()), "recompute", unit);
+  }
   void begin_micro_batch(int64_t g) override {
     if (cb_.begin_micro_batch != nullptr) check(cb_.begin_micro_batch(user_, g), "begin_micro_batch", -1);
   }
@@ -91,6 +96,7 @@ class CallbackModel final : public mp::HostModel {
   const mp::ModelSpec& spec_;
   mp_model_callbacks cb_;
   void* user_;
+  std::vector<bool> recomputed_;
 };
 
 }  // namespace
@@ -141,7 +147,7 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
       if (ud.name == nullptr || (ud.num_params > 0 && ud.params == nullptr) || ud.num_params < 0) {
         return invalid(g_last_error, mp::detail::str("mp_engine_create: unit ", u, ": null name or params"));
       }
-      mp::UnitSpec unit{ud.name, {}};
+      mp::UnitSpec unit{ud.name, {}, /*backward_reads_params=*/true, ud.recomputable != 0};
       for (int k = 0; k < ud.num_params; ++k) {
         const mp_param_desc& pd = ud.params[k];
         if (pd.name == nullptr || pd.ndim < 0 || (pd.ndim > 0 && pd.shape == nullptr)) {
@@ -170,6 +176,12 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
 }
 
 void mp_engine_destroy(mp_engine* engine) { delete engine; }
+
+int mp_engine_recomputes(const mp_engine* engine, int unit) {
+  if (engine == nullptr || unit < 0 || unit >= static_cast<int>(engine->spec.units.size())) return -1;
+  return mp::recomputed_units(engine->spec, engine->engine->options().recompute_every)[static_cast<size_t>(unit)] ? 1
+                                                                                                                : 0;
+}
 
 const char* mp_engine_last_error(const mp_engine* engine) {
   return engine != nullptr ? engine->last_error.c_str() : g_last_error.c_str();
@@ -203,8 +215,13 @@ mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, voi
   if (model == nullptr || model->forward == nullptr || model->backward == nullptr || model->loss == nullptr) {
     return invalid(engine->last_error, "mp_engine_step: forward, loss and backward callbacks are required");
   }
+  const std::vector<bool> recomputed = mp::recomputed_units(engine->spec, engine->engine->options().recompute_every);
+  if (model->recompute == nullptr && std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end()) {
+    return invalid(engine->last_error, "mp_engine_step: the config's activation_checkpointing recomputes units, "
+                                       "but the recompute callback is NULL");
+  }
   try {
-    CallbackModel m(engine->spec, *model, user);
+    CallbackModel m(engine->spec, *model, user, recomputed);
     const mp::StepResult r = engine->engine->step(m);
     if (result != nullptr) {
       *result = mp_step_result{r.step, r.loss, r.grad_norm, r.loss_scale, r.lr, r.skipped ? 1 : 0, r.timings.total_s};

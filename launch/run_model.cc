@@ -45,6 +45,15 @@ void open_gpt_data(const proto::DataConfig& d, const GptConfig& g, RunModel& m) 
   if (m.val) m.val_first = 0;
 }
 
+// The GPT's options from the run's engine options: TF32 GEMMs and the
+// blocks whose activations are recomputed (the engine's own policy).
+GptOptions gpt_options(const TrainSettings& s) {
+  GptOptions o;
+  o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+  o.recompute_every = s.engine_options.recompute_every;
+  return o;
+}
+
 RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   RunModel m;
   const proto::TrainConfig& c = s.config;
@@ -53,8 +62,7 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(c.compute().fp32_ops().begin(), c.compute().fp32_ops().end());
   open_gpt_data(c.data(), g, m);
-  GptOptions o;
-  o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+  const GptOptions o = gpt_options(s);
   auto gpt = std::make_unique<Gpt>(g, allocator, m.train, o);
   m.gpt = gpt.get();
   m.model = std::move(gpt);
@@ -79,9 +87,7 @@ int64_t model_activation_bytes(const TrainSettings& s, Device device) {
   GptConfig g = s.gpt;
   g.matmul_dtype = s.gpt_matmul_dtype();
   g.fp32_ops.assign(s.config.compute().fp32_ops().begin(), s.config.compute().fp32_ops().end());
-  GptOptions o;
-  o.allow_tf32 = s.engine_options.precision.tf32_matmul;
-  return Gpt::activation_bytes(g, device, o);
+  return Gpt::activation_bytes(g, device, gpt_options(s));
 }
 
 RunModel make_model(const TrainSettings& settings, int threads, Allocator allocator) {

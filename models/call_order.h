@@ -21,6 +21,7 @@ class CallOrder {
     loaded_ = true;
     forwarded_ = 0;
     next_backward_ = -1;
+    recomputed_ = -1;
   }
   // Checks that forward(unit) may be enqueued; forwarded() once it was.
   void check_forward(int unit) const {
@@ -40,7 +41,23 @@ class CallOrder {
     MP_ENFORCE(next_backward_ >= 0, model_, "::backward before the forward of every unit (or after unit 0)");
     MP_ENFORCE_EQ(unit, next_backward_, model_, "::backward runs units in reverse order, once each");
   }
-  void backwarded() { --next_backward_; }
+  void backwarded() {
+    --next_backward_;
+    recomputed_ = -1;
+  }
+  // recompute(unit) comes just before backward(unit) (Note [Activation
+  // recomputation] in models/model.h); check_recomputed before a backward
+  // that needs it.
+  void check_recompute(int unit) const {
+    check(unit, "recompute");
+    MP_ENFORCE(next_backward_ >= 0 && unit == next_backward_, model_, "::recompute of unit ", unit,
+               " must come just before its backward (the next backward is of unit ", next_backward_, ")");
+  }
+  void recomputed(int unit) { recomputed_ = unit; }
+  void check_recomputed(int unit) const {
+    MP_ENFORCE(recomputed_ == unit, model_, "::backward of unit ", unit,
+               ", whose activations are recomputed, without recompute just before it");
+  }
   bool loaded() const { return loaded_; }
 
  private:
@@ -54,6 +71,7 @@ class CallOrder {
   bool loaded_ = false;
   int forwarded_ = 0;
   int next_backward_ = -1;
+  int recomputed_ = -1;
 };
 
 }  // namespace mp

@@ -14,6 +14,21 @@ int64_t ModelSpec::numel() const {
   return total;
 }
 
+std::vector<bool> recomputed_units(const ModelSpec& spec, int every) {
+  MP_ENFORCE(every >= 0, "recomputed_units: k = ", every);
+  std::vector<bool> recomputed(spec.units.size(), false);
+  if (every == 0) return recomputed;
+  int seen = 0;
+  for (size_t u = 0; u < spec.units.size(); ++u) {
+    if (spec.units[u].recomputable) recomputed[u] = seen++ % every == 0;
+  }
+  if (seen == 0) {
+    MP_THROW(ConfigError, "activation_checkpointing is on, but the model can recompute none of its ",
+             spec.units.size(), " units (UnitSpec::recomputable): turn it off for this model");
+  }
+  return recomputed;
+}
+
 FlatLayout::FlatLayout(const ModelSpec& spec, int group_size) : group_size_(group_size) {
   if (group_size < 1) MP_THROW(ConfigError, "shard group size ", group_size, ": must be at least 1");
   if (spec.units.empty()) MP_THROW(ConfigError, "model has no units");

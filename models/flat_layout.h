@@ -45,12 +45,22 @@ struct UnitSpec {
   // embedding: Note [Tied head] in models/gpt.h): the engine then gathers
   // nothing for it and passes an undefined `params` to backward_on.
   bool backward_reads_params = true;
+  // The model can run the unit's forward again just before its backward
+  // (Note [Activation recomputation] in models/model.h).
+  bool recomputable = false;
 };
 
 struct ModelSpec {
   std::vector<UnitSpec> units;
   int64_t numel() const;  // parameters, without alignment or padding
 };
+
+// The units whose activations are recomputed for a policy of every k-th
+// recomputable unit (engine.activation_checkpointing; k = 0: none, 1: all):
+// of the recomputable units in order, the 1st, the (1+k)th, ... The engine
+// and the models that size their activations by it (GptOptions) both ask
+// here. ConfigError when k > 0 and the model can recompute no unit.
+std::vector<bool> recomputed_units(const ModelSpec& spec, int every);
 
 // Where a parameter lives: its unit and its element range in the unit's
 // flat buffer.

@@ -358,6 +358,23 @@ void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.forwarded();
 }
 
+bool Gpt::recomputes(int unit) const {
+  return unit >= 1 && unit <= config_.layers && plan_->recomputed[static_cast<size_t>(unit - 1)];
+}
+
+// Note [GPT recomputation]: block unit - 1's forward again, into the scratch
+// its backward reads next.
+void Gpt::recompute_on(int unit, const Tensor& params, Stream& s) {
+  order_.check_recompute(unit);
+  MP_ENFORCE(recomputes(unit), "Gpt::recompute of unit ", layout_[static_cast<size_t>(unit)].name,
+             ", which keeps its activations (GptOptions::recompute_every = ", options_.recompute_every, ")");
+  CpuOpBatch batch;
+  const OpContext cx = context(s, unit, &batch);
+  block_forward(cx, unit, unit_params(cx, unit, params));
+  batch.submit(s);
+  order_.recomputed(unit);
+}
+
 void Gpt::enqueue_loss(double* loss, Stream& s) const {
   order_.after_forward("loss");
   ops::copy_bytes(loss, Device::cpu(), b_->mean_loss, plan_->device, sizeof(double), s);
@@ -365,6 +382,7 @@ void Gpt::enqueue_loss(double* loss, Stream& s) const {
 
 void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) {
   order_.check_backward(unit);
+  if (recomputes(unit)) order_.check_recomputed(unit);
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
   MP_ENFORCE(grads.defined() && grads.device() == plan_->device && grads.dtype() == DType::kF32 &&
                  grads.shape().size() == 1 && grads.numel() >= layout.numel,

@@ -123,6 +123,21 @@
 // the bits are those of the whole-batch products; with several, d wte is
 // summed chunk by chunk.
 //
+// Note [GPT recomputation]
+// The blocks are recomputable (Note [Activation recomputation] in
+// models/model.h); the embedding is not (its output is block 0's input,
+// kept anyway) and neither is the head (its backward follows its forward
+// at once). A recomputed block keeps only its input, the residual stream
+// residual[l], which every block keeps; its ln_1, qkv, attention output and
+// saved state, res2, ln_2, fc and GELU outputs and bf16 GEMM inputs go to
+// one scratch Layer shared by every recomputed block. recompute_on(1 + l)
+// runs block l's forward again into that scratch (rewriting residual[l + 1]
+// with the same bits, read by nothing after block l + 1's backward), so
+// backward(1 + l) reads exactly what the first forward wrote. With every
+// block recomputed the activations drop from about 16 [rows, C] tensors a
+// block (plus attention's saved state: the [B, H, T, T] probabilities on
+// the CPU) to one.
+//
 // Determinism: the CPU op math (kernels/cpu/gpt_ops.h) computes every
 // element on one thread in a fixed order, and the GEMMs split their work
 // into tiles that do not depend on the thread count (Note [CPU GEMM
@@ -284,6 +299,11 @@ struct GptOptions {
   // most kGptLogitsChunkBytes of fp32 logits on a GPU (Note [GPT loss]).
   int64_t loss_chunk_rows = 0;
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
+  // Note [GPT recomputation]: the blocks whose activations are recomputed,
+  // recomputed_units' k (0: none); the engine's
+  // engine.activation_checkpointing must say the same (recompute_every in
+  // runtime/engine_options.h).
+  int recompute_every = 0;
 };
 
 inline constexpr int64_t kGptLogitsChunkBytes = int64_t{256} << 20;
@@ -325,6 +345,8 @@ class Gpt final : public StreamModel {
   void begin_micro_batch_on(int64_t global_index, Stream& s) override;
   void forward_on(int unit, const Tensor& params, Stream& s) override;
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override;
+  bool recomputes(int unit) const override;
+  void recompute_on(int unit, const Tensor& params, Stream& s) override;
 
   // Switches the token source (e.g. to validation data and back): later
   // begin_micro_batch_on calls read it. Its batch and context must equal

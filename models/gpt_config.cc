@@ -150,7 +150,9 @@ ModelSpec Gpt::spec_for(const GptConfig& config) {
                                    ParamSpec{h + ".mlp.c_fc.weight", {c, 4 * c}, normal},
                                    ParamSpec{h + ".mlp.c_fc.bias", {4 * c}, zeros},
                                    ParamSpec{h + ".mlp.c_proj.weight", {4 * c, c}, residual},
-                                   ParamSpec{h + ".mlp.c_proj.bias", {c}, zeros}}});
+                                   ParamSpec{h + ".mlp.c_proj.bias", {c}, zeros}},
+                                  /*backward_reads_params=*/true,
+                                  /*recomputable=*/true});  // Note [GPT recomputation]
   }
   spec.units.push_back(UnitSpec{"head", {ParamSpec{"ln_f.weight", {c}, ones}, ParamSpec{"ln_f.bias", {c}, zeros}}});
   return spec;

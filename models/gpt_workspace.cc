@@ -44,6 +44,48 @@ class Carver {
   int64_t used_ = 0;
 };
 
+// A block's activations (Layer).
+Layer take_layer(const Plan& p, Carver& k) {
+  const int64_t nc = p.rows * p.channels;
+  Layer y{};
+  y.ln1 = k.take<float>(nc);
+  y.ln1_mean = k.take<float>(p.rows);
+  y.ln1_rstd = k.take<float>(p.rows);
+  y.qkv = k.take<float>(3 * nc);
+  y.atty = k.take<float>(nc);
+  y.att_saved = k.take<float>(nn::attention_saved_elements(p.device, p.attention));
+  y.res2 = k.take<float>(nc);
+  y.ln2 = k.take<float>(nc);
+  y.ln2_mean = k.take<float>(p.rows);
+  y.ln2_rstd = k.take<float>(p.rows);
+  y.fch = k.take<float>(4 * nc);
+  y.fch_gelu = k.take<float>(4 * nc);
+  return y;
+}
+
+// The bf16 GEMM inputs x16: one per bf16 op, but one per BlockOp shared by
+// the recomputed blocks (Note [GPT recomputation]).
+void take_x16(const Plan& p, Carver& k, Buffers& b) {
+  const int64_t nc = p.rows * p.channels;
+  auto elements = [&](size_t i) { return i + 1 < p.op_dtype.size() && i % kBlockOps == kMlpCProj ? 4 * nc : nc; };
+  std::vector<void*> shared(kBlockOps, nullptr);
+  std::vector<bool> taken(kBlockOps, false);  // (a counting Carver hands out nulls)
+  for (size_t i = 0; i < p.op_dtype.size(); ++i) {
+    void* x = nullptr;
+    if (p.op_dtype[i] == DType::kBF16) {
+      const size_t block = i / kBlockOps;
+      if (block < p.recomputed.size() && p.recomputed[block]) {
+        if (!taken[i % kBlockOps]) shared[i % kBlockOps] = k.take_bf16(elements(i), p.bf16_storage);
+        taken[i % kBlockOps] = true;
+        x = shared[i % kBlockOps];
+      } else {
+        x = k.take_bf16(elements(i), p.bf16_storage);
+      }
+    }
+    b.x16.push_back(x);
+  }
+}
+
 }  // namespace
 
 Plan plan_for(const GptConfig& c, const GptOptions& o, Device device) {
@@ -64,8 +106,11 @@ Plan plan_for(const GptConfig& c, const GptOptions& o, Device device) {
   p.chunk = chunk_rows(p, o, device);
   p.attention = nn::Attention{p.batch, p.seq, p.channels, p.heads,
                               nn::attention_on_tensor_cores(o.attention, c.channels / c.heads, c.matmul_dtype)};
-  const FlatLayout layout(Gpt::spec_for(c), 1);
+  const ModelSpec spec = Gpt::spec_for(c);
+  const FlatLayout layout(spec, 1);
   for (const UnitLayout& unit : layout.units()) p.max_unit_numel = std::max(p.max_unit_numel, unit.numel);
+  const std::vector<bool> units = recomputed_units(spec, o.recompute_every);
+  p.recomputed.assign(units.begin() + 1, units.begin() + 1 + p.layers);  // the blocks are units 1 .. layers
   return p;
 }
 
@@ -75,21 +120,10 @@ Buffers carve(const Plan& p, char* base, int64_t* bytes) {
   Buffers b;
   b.tokens = k.take<int32_t>(2 * p.rows);
   b.residual.push_back(k.take<float>(nc));
+  const bool any_recomputed = std::find(p.recomputed.begin(), p.recomputed.end(), true) != p.recomputed.end();
+  const Layer scratch = any_recomputed ? take_layer(p, k) : Layer{};  // Note [GPT recomputation]
   for (int64_t l = 0; l < p.layers; ++l) {
-    Layer y{};
-    y.ln1 = k.take<float>(nc);
-    y.ln1_mean = k.take<float>(p.rows);
-    y.ln1_rstd = k.take<float>(p.rows);
-    y.qkv = k.take<float>(3 * nc);
-    y.atty = k.take<float>(nc);
-    y.att_saved = k.take<float>(nn::attention_saved_elements(p.device, p.attention));
-    y.res2 = k.take<float>(nc);
-    y.ln2 = k.take<float>(nc);
-    y.ln2_mean = k.take<float>(p.rows);
-    y.ln2_rstd = k.take<float>(p.rows);
-    y.fch = k.take<float>(4 * nc);
-    y.fch_gelu = k.take<float>(4 * nc);
-    b.layers.push_back(y);
+    b.layers.push_back(p.recomputed[static_cast<size_t>(l)] ? scratch : take_layer(p, k));
     b.residual.push_back(k.take<float>(nc));
   }
   b.lnf = k.take<float>(nc);
@@ -109,10 +143,7 @@ Buffers carve(const Plan& p, char* base, int64_t* bytes) {
   b.dqkv = k.take<float>(3 * nc);
   b.dfch = k.take<float>(4 * nc);
   b.att_scratch = k.take<float>(nn::attention_scratch_elements(p.device, p.attention));
-  for (size_t i = 0; i < p.op_dtype.size(); ++i) {
-    const bool mlp_proj = i + 1 < p.op_dtype.size() && i % kBlockOps == kMlpCProj;
-    b.x16.push_back(p.op_dtype[i] == DType::kBF16 ? k.take_bf16(mlp_proj ? 4 * nc : nc, p.bf16_storage) : nullptr);
-  }
+  take_x16(p, k, b);
   if (p.any_bf16_op()) {
     b.dy16 = k.take_bf16(4 * nc, p.bf16_storage);
     b.w16 = k.take_bf16(4 * p.channels * p.channels, p.bf16_storage);

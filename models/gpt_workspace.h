@@ -42,6 +42,9 @@ struct Plan {
   DType bf16_storage = DType::kBF16;
   nn::Attention attention;
   int64_t max_unit_numel = 0;
+  // Note [GPT recomputation]: per block, whether its activations are
+  // recomputed (they then live in the shared scratch Layer).
+  std::vector<bool> recomputed;
 
   bool any_bf16_op() const;
   DType head_dtype() const { return op_dtype.back(); }
@@ -75,7 +78,7 @@ struct Layer {
 struct Buffers {
   int32_t* tokens = nullptr;  // inputs then targets, rows each
   std::vector<float*> residual;  // layers + 1: [0] the embeddings, [l + 1] block l's output
-  std::vector<Layer> layers;
+  std::vector<Layer> layers;     // a recomputed block's is the one shared scratch Layer
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   float* row_loss = nullptr;   // [rows]
   double* mean_loss = nullptr;
@@ -92,7 +95,8 @@ struct Buffers {
   float *dres = nullptr, *dln = nullptr, *datty = nullptr, *dqkv = nullptr, *dfch = nullptr, *att_scratch = nullptr;
   // bf16 GEMM inputs (Note [GPT autocast]): x16[i] op i's activation input,
   // rounded by the forward and read again by the backward (null for fp32
-  // ops); dy16 a block's output gradient; w16 a weight.
+  // ops; a recomputed block's share one scratch per BlockOp); dy16 a
+  // block's output gradient; w16 a weight.
   std::vector<void*> x16;
   void *dy16 = nullptr, *w16 = nullptr;
   float* param_ws = nullptr;   // a narrow unit widened to fp32

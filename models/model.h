@@ -38,6 +38,21 @@
 // lag far behind the host in the tests (Note [Order torture]).
 // A model must be deterministic: the same parameters and micro-batch give
 // the same bits on any rank.
+//
+// Note [Activation recomputation]
+// With engine.activation_checkpointing, the engine picks units among those
+// the spec marks UnitSpec::recomputable (recomputed_units in
+// models/flat_layout.h); the model, built for the same policy, says so
+// through recomputes(u), and the engine checks that they agree before a
+// step. Such a unit's forward_on keeps only what its backward cannot
+// recompute (its input; the GPT's blocks keep their residual stream input
+// and put the rest in one scratch shared by every recomputed block). Just
+// before backward_on(u) the engine calls recompute_on(u, params, s) with the
+// parameters it gathered for the backward (FULL_SHARD gathers them anyway;
+// the other strategies keep them), which must rebuild exactly the state the
+// forward left, so the gradients are the bits they would have been: a
+// deterministic model gets that for free. The unit's forward thus runs
+// twice per micro-batch, about a third more compute for a block.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +73,17 @@ class Model {
   virtual void forward_on(int unit, const Tensor& params, Stream& s) = 0;
   virtual void loss_on(double* loss, Stream& s) = 0;
   virtual void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) = 0;
+  // Note [Activation recomputation]: whether forward_on keeps only unit u's
+  // input, and the call that rebuilds the rest just before backward_on(u).
+  virtual bool recomputes(int unit) const {
+    (void)unit;
+    return false;
+  }
+  virtual void recompute_on(int unit, const Tensor& params, Stream& s) {
+    (void)params;
+    (void)s;
+    MP_THROW(EnforceError, "recompute_on(", unit, ") of a model that recomputes no unit");
+  }
 };
 
 // A model computed by the host (CPU memory), such as an embedding host's
@@ -95,11 +121,26 @@ class HostModel : public Model {
         TaskName{"backward"});
   }
 
+  void recompute_on(int unit, const Tensor& params, Stream& s) final {
+    host_stream(s).host_task(
+        [this, unit, params] {
+          ModelCallScope profiled;
+          recompute(unit, params);
+        },
+        TaskName{"recompute"});
+  }
+
   // The host bodies, also called directly by tests and tools.
   virtual void begin_micro_batch(int64_t global_index) = 0;
   virtual void forward(int unit, const Tensor& params) = 0;
   virtual double loss() const = 0;  // after the last forward of a micro-batch
   virtual void backward(int unit, const Tensor& params, const Tensor& grads) = 0;
+  // A host model that recomputes (overrides recomputes()) rebuilds unit u's
+  // state from the parameters here, just before backward(unit).
+  virtual void recompute(int unit, const Tensor& params) {
+    (void)params;
+    MP_THROW(EnforceError, "recompute(", unit, ") of a host model that recomputes no unit");
+  }
 
  private:
   // `s`, once it is a CPU stream: a host model cannot compute on device memory.

@@ -32,6 +32,12 @@ double StreamModel::loss() const {
   return *direct_loss_.as<double>();
 }
 
+void StreamModel::recompute(int unit, const Tensor& params) {
+  Stream& s = direct_stream();
+  recompute_on(unit, params, s);
+  s.synchronize();
+}
+
 void StreamModel::backward(int unit, const Tensor& params, const Tensor& grads) {
   Stream& s = direct_stream();
   backward_on(unit, params, grads, s);

@@ -26,6 +26,8 @@ class StreamModel : public Model {
   // params: 1-D, fp32, bf16 or fp16, at least the unit's numel elements.
   void forward(int unit, const Tensor& params);
   double loss() const;
+  // Before backward(unit) of a unit the model recomputes (models/model.h).
+  void recompute(int unit, const Tensor& params);
   // grads: 1-D, fp32, at least the unit's numel elements.
   void backward(int unit, const Tensor& params, const Tensor& grads);
 

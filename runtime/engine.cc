@@ -65,6 +65,7 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
     : spec_(model),
       o_(resolve_engine_options(config, w.size())),
       layout_(model, o_.shard_size),
+      recomputed_(recomputed_units(model, o_.recompute_every)),
       alloc_(std::move(allocator)),
       opt_(std::make_unique<Optimizer>(optimizer_config(config, o_))),
       world_(w),
@@ -132,6 +133,7 @@ Event Engine::Impl::on_compute(F&& enqueue) {
 // read) and for the end of the step's compute.
 
 StepResult Engine::Impl::step(Model& model) {
+  check_recomputation(model);
   begin_step();
   const int k = o_.micro_batches, W = world_.size(), r = world_.rank();
   for (int m = 0; m < k; ++m) {
@@ -166,6 +168,18 @@ void Engine::Impl::begin_step() {
   decision_.begin(reducer_->divisor());
 }
 
+void Engine::Impl::check_recomputation(const Model& model) const {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const bool engine = recomputed_[static_cast<size_t>(u)], own = model.recomputes(u);
+    if (engine == own) continue;
+    MP_THROW(ConfigError, "unit '", layout_.unit(u).name, "': engine.activation_checkpointing ",
+             engine ? "recomputes its activations, but the model keeps them"
+                    : "keeps its activations, but the model recomputes them",
+             ": build the model for the engine's policy (recomputed_units with k = ", o_.recompute_every,
+             "; GptOptions::recompute_every for the GPT)");
+  }
+}
+
 // Forward of one micro-batch: unit by unit, each gathered (its successors
 // prefetched) just before.
 void Engine::Impl::forward(Model& model) {
@@ -193,9 +207,12 @@ void Engine::Impl::backward(Model& model, int micro_batch) {
     pending.unit = -1;
   };
   for (int u = layout_.num_units() - 1; u >= 0; --u) {
-    const bool reads = layout_.unit(u).backward_reads_params;  // else nothing to gather
+    // Note [Activation recomputation]: the forward again, on the backward's gather.
+    const bool recompute = recomputed_[static_cast<size_t>(u)];
+    const bool reads = layout_.unit(u).backward_reads_params || recompute;  // else nothing to gather
     const Tensor params = reads ? gathers_->params_for(u, -1, *compute_) : Tensor();
     issue_pending();
+    if (recompute) on_compute([&] { model.recompute_on(u, params, *compute_); });
     const GradBuffer grads = reducer_->take_buffer(u, *compute_);
     const Event done = on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); });
     if (reads) gathers_->release(u, done);

@@ -74,6 +74,9 @@ class Engine::Impl {
   void begin_step();
   void forward(Model& model);
   void backward(Model& model, int micro_batch);
+  // Note [Activation recomputation]: ConfigError unless the model recomputes
+  // exactly the units engine.activation_checkpointing picks.
+  void check_recomputation(const Model& model) const;
   void reduce(int u, int micro_batch, const GradBuffer& grads, const Event& computed);
   void update_in_backward(int u, Stream& stream);
   GradStats reduced_statistics();
@@ -98,6 +101,7 @@ class Engine::Impl {
   ModelSpec spec_;
   EngineOptions o_;
   FlatLayout layout_;
+  std::vector<bool> recomputed_;    // per unit: activations recomputed before its backward
   Allocator alloc_;
   std::unique_ptr<Optimizer> opt_;
   Communicator& world_;

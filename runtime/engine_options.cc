@@ -78,6 +78,28 @@ bool EngineOptions::local_reduction() const {
          strategy != SC::NO_SHARD && !full_grad_accumulators() && grad_shard_dtype() == DType::kF32;
 }
 
+int recompute_every(const proto::ActivationCheckpointing& config) {
+  using AC = proto::ActivationCheckpointing;
+  switch (config.policy()) {
+    case AC::NONE:
+    case AC::EVERY_UNIT:
+      if (config.every() != 0) {
+        MP_THROW(ConfigError, "activation_checkpointing.every = ", config.every(), " is set but policy is ",
+                 AC::Policy_Name(config.policy()), "; it applies to EVERY_KTH_UNIT");
+      }
+      return config.policy() == AC::NONE ? 0 : 1;
+    case AC::EVERY_KTH_UNIT:
+      if (config.every() < 2) {
+        MP_THROW(ConfigError, "activation_checkpointing.every = ", config.every(),
+                 ": EVERY_KTH_UNIT needs k >= 2 (EVERY_UNIT is k = 1)");
+      }
+      return config.every();
+    default:
+      MP_THROW(ConfigError, "activation_checkpointing.policy = ", static_cast<int>(config.policy()),
+               ": unknown policy");
+  }
+}
+
 EngineOptions resolve_engine_options(const proto::EngineConfig& config, int world_size) {
   if (world_size < 1) MP_THROW(ConfigError, "world size ", world_size, ": must be at least 1");
   EngineOptions o;
@@ -116,6 +138,7 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   o.max_consecutive_skips = config.max_consecutive_skips() == 0 ? 50 : config.max_consecutive_skips();
   o.stop_on_non_finite = config.non_finite() == proto::EngineConfig::NON_FINITE_STOP;
   o.locate_non_finite = config.locate_non_finite();
+  o.recompute_every = recompute_every(config.activation_checkpointing());
   o.optimizer_in_backward = sc.optimizer_in_backward();
   o.serialize_communication = sc.serialize_communication();
   o.int8_param_gather = sc.int8_param_gather();

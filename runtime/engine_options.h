@@ -32,6 +32,9 @@ struct EngineOptions {
   bool stop_on_non_finite = false;  // non_finite = NON_FINITE_STOP, without loss scaling
   int max_consecutive_skips = 50;
   bool locate_non_finite = false;
+  // activation_checkpointing: 0 none, 1 every recomputable unit, k every
+  // k-th of them (recomputed_units in models/flat_layout.h).
+  int recompute_every = 0;
   uint64_t seed = 0;
   std::string comm_hook;  // NO_SHARD with comm.comm_hook set
   Precision precision;
@@ -66,6 +69,10 @@ struct EngineOptions {
 // Throws ConfigError naming the field: "sharding.hybrid_shard_size = 3 does
 // not divide the world size 4", "deterministic needs precision.reduce_dtype
 // FP32", ...
+// activation_checkpointing as recomputed_units' k (0: none); ConfigError
+// naming the field for a bad policy or k.
+int recompute_every(const proto::ActivationCheckpointing& config);
+
 EngineOptions resolve_engine_options(const proto::EngineConfig& config, int world_size);
 
 }  // namespace mp

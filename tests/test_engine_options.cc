@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "models/flat_layout.h"
 #include "runtime/engine_options.h"
 #include "runtime/precision.h"
 #include "tests/test_util.h"
@@ -29,6 +30,37 @@ TEST(EngineOptions, StrategiesResolveGroups) {
   EXPECT_EQ(h.gather_slots(10), 2);  // prefetch 1 + the unit being computed
   EXPECT_EQ(parse_strategy("shard_grad_op"), SC::SHARD_GRAD_OP);
   EXPECT_TRUE(contains(error_of([] { parse_strategy("zero4"); }), "strategy 'zero4' is unknown"));
+}
+
+// activation_checkpointing: NONE, EVERY_UNIT and EVERY_KTH_UNIT as
+// recomputed_units' k, and the units that k picks.
+TEST(EngineOptions, ActivationCheckpointingPicksEveryKthRecomputableUnit) {
+  using AC = proto::ActivationCheckpointing;
+  proto::ActivationCheckpointing a;
+  EXPECT_EQ(recompute_every(a), 0);
+  a.set_policy(AC::EVERY_UNIT);
+  EXPECT_EQ(recompute_every(a), 1);
+  a.set_policy(AC::EVERY_KTH_UNIT);
+  a.set_every(3);
+  EXPECT_EQ(recompute_every(a), 3);
+  a.set_every(1);
+  EXPECT_EQ(error_of([&] { recompute_every(a); }),
+            "activation_checkpointing.every = 1: EVERY_KTH_UNIT needs k >= 2 (EVERY_UNIT is k = 1)");
+  a.set_policy(AC::EVERY_UNIT);
+  a.set_every(2);
+  EXPECT_EQ(error_of([&] { recompute_every(a); }),
+            "activation_checkpointing.every = 2 is set but policy is EVERY_UNIT; it applies to EVERY_KTH_UNIT");
+
+  ModelSpec spec;
+  for (int u = 0; u < 7; ++u) spec.units.push_back(UnitSpec{"u" + std::to_string(u), {}, true, u >= 1 && u <= 5});
+  EXPECT_EQ(recomputed_units(spec, 0), std::vector<bool>(7, false));
+  EXPECT_EQ(recomputed_units(spec, 1), (std::vector<bool>{false, true, true, true, true, true, false}));
+  EXPECT_EQ(recomputed_units(spec, 2), (std::vector<bool>{false, true, false, true, false, true, false}));
+  EXPECT_EQ(recomputed_units(spec, 5), (std::vector<bool>{false, true, false, false, false, false, false}));
+  for (UnitSpec& u : spec.units) u.recomputable = false;
+  EXPECT_EQ(error_of([&] { recomputed_units(spec, 1); }),
+            "activation_checkpointing is on, but the model can recompute none of its 7 units "
+            "(UnitSpec::recomputable): turn it off for this model");
 }
 
 TEST(EngineOptions, BadConfigsNameTheField) {

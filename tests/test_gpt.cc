@@ -568,14 +568,59 @@ TEST(Gpt, AdamOnMarkovDataLowersTheLoss) {
 namespace mp::testing {
 namespace {
 
-// The memory plan's activations row is what the constructor allocates.
+// The memory plan's activations row is what the constructor allocates,
+// also where blocks are recomputed (Note [GPT recomputation]), which keeps
+// less: with every block recomputed, their activations shrink to one
+// block's plus each block's input.
 TEST(Gpt, ActivationBytesAreWhatTheModelAllocates) {
-  for (const GptConfig& c : {small_gpt(), gpt_config(300, 24, 32, 4, 3, 3)}) {
-    Allocator alloc;
-    const Gpt gpt(c, alloc);
-    EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
-              Gpt::activation_bytes(c));
+  GptConfig bf16 = gpt_config(300, 24, 32, 4, 3, 3);
+  bf16.matmul_dtype = DType::kBF16;
+  bf16.fp32_ops = {"h1.attn.c_proj"};
+  for (const GptConfig& c : {small_gpt(), gpt_config(300, 24, 32, 4, 3, 3), bf16}) {
+    int64_t bytes[3] = {0, 0, 0};
+    for (int every : {0, 1, 2}) {
+      GptOptions o;
+      o.recompute_every = every;
+      Allocator alloc;
+      const Gpt gpt(c, alloc, nullptr, o);
+      bytes[every] = Gpt::activation_bytes(c, Device::cpu(), o);
+      EXPECT_EQ(static_cast<int64_t>(alloc.stats().current_bytes[static_cast<size_t>(MemCategory::kActivations)]),
+                bytes[every]);
+      for (int u = 0; u < static_cast<int>(gpt.spec().units.size()); ++u) {
+        const bool block = u >= 1 && u <= c.layers;
+        EXPECT_EQ(gpt.recomputes(u), block && (every == 1 || (every == 2 && (u - 1) % 2 == 0))) << u;
+      }
+    }
+    EXPECT_LT(bytes[1], bytes[2]);
+    if (c.layers >= 3) {
+      EXPECT_LT(bytes[2], bytes[0]);
+    } else {  // one of two blocks recomputed: its scratch is the Layer it does not keep
+      EXPECT_EQ(bytes[2], bytes[0]);
+    }
   }
+}
+
+// A recomputed block's backward needs recompute just before it; recompute
+// of a block that keeps its activations, or out of order, is refused.
+TEST(Gpt, RecomputeComesJustBeforeTheBackwardOfARecomputedBlock) {
+  const GptConfig c = gpt_config(50, 8, 16, 2, 2, 2);
+  GptOptions o;
+  o.recompute_every = 2;  // block 0 (unit 1) only
+  Gpt gpt(c, Allocator(), nullptr, o);
+  const FlatLayout layout(gpt.spec(), 1);
+  Units32 params = init_params(layout, 3, 1.0f, 0.1f);
+  std::vector<float> grads(static_cast<size_t>(layout.max_padded_numel()));
+  auto t = [](std::vector<float>& v) { return Tensor::wrap(v.data(), Device::cpu(), DType::kF32, {static_cast<int64_t>(v.size())}); };
+  gpt.begin_micro_batch(0);
+  for (int u = 0; u < 4; ++u) gpt.forward(u, t(params[static_cast<size_t>(u)]));
+  gpt.backward(3, t(params[3]), t(grads));
+  EXPECT_PRED2(contains, error_of<EnforceError>([&] { gpt.recompute(2, t(params[2])); }),
+               "Gpt::recompute of unit h1, which keeps its activations");
+  gpt.backward(2, t(params[2]), t(grads));
+  EXPECT_PRED2(contains, error_of<EnforceError>([&] { gpt.backward(1, t(params[1]), t(grads)); }),
+               "Gpt::backward of unit 1, whose activations are recomputed, without recompute just before it");
+  gpt.recompute(1, t(params[1]));
+  gpt.backward(1, t(params[1]), t(grads));
 }
 
 }  // namespace

@@ -69,19 +69,29 @@ typedef struct {
   const char* name;
   int num_params;
   const mp_param_desc* params;
+  /* Non-zero: the host can run this unit's forward again just before its
+   * backward (mp_model_callbacks.recompute), so the engine config's
+   * activation_checkpointing may pick it. 0 (the default): never. */
+  int recomputable;
 } mp_unit_desc;
 
 /* The host's model. Called on the engine's compute thread, one at a time,
  * in the order of the file comment; `user` is mp_engine_step's. `params`
  * and `grads` stay valid until the callback returns. Return 0, or non-zero
  * to fail the step (MP_ERROR_HOST). begin_micro_batch may be NULL (nothing
- * to load); forward, loss and backward must not be. */
+ * to load); forward, loss and backward must not be. recompute may be NULL
+ * unless the config's activation_checkpointing picks a unit (the
+ * recomputable ones, mp_engine_recomputes). */
 typedef struct {
   int (*begin_micro_batch)(void* user, int64_t global_index);
   int (*forward)(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel);
   /* The mean loss of the micro-batch just forwarded. */
   double (*loss)(void* user);
   int (*backward)(void* user, int unit, const void* params, mp_dtype dtype, float* grads, int64_t numel);
+  /* Activation recomputation: for a unit mp_engine_recomputes, forward
+   * keeps only what recompute needs (its input), and recompute, called just
+   * before that unit's backward with the same params, rebuilds the rest. */
+  int (*recompute)(void* user, int unit, const void* params, mp_dtype dtype, int64_t numel);
 } mp_model_callbacks;
 
 typedef struct {
@@ -134,6 +144,10 @@ MP_C_API const char* mp_engine_last_error(const mp_engine* engine);
 
 /* The number of units; -1 for NULL. Not collective. */
 MP_C_API int mp_engine_num_units(const mp_engine* engine);
+/* 1 when the config's activation_checkpointing recomputes the unit (it
+ * is recomputable and picked), 0 when not, -1 for a bad handle or unit.
+ * Not collective. */
+MP_C_API int mp_engine_recomputes(const mp_engine* engine, int unit);
 /* The unit's flat elements (its parameters and the alignment gaps between
  * them): the count of set/get_weights. The buffers forward and backward see
  * may be longer (padding to the shard size); index them by the offsets of

@@ -28,6 +28,14 @@ place in that buffer and read back, in the backward, from the buffer
 gathered for it (torch.autograd.graph.saved_tensors_hooks): the forward's
 gathered copy may be gone by then (FULL_SHARD).
 
+With the config's activation_checkpointing (as torch.utils.checkpoint,
+but planned by mp), a unit mp recomputes runs its forward without autograd,
+keeping only its input (and the RNG state); just before its backward mp
+calls recompute, which runs the forward again with autograd on the
+parameters the backward gathered. Units that own or use a tied parameter,
+and the last unit, are never recomputed; Unit(recompute=False) opts a unit
+out.
+
 Micro-batch `index` is the engine's global index (step, micro-batch, rank):
 `data(index)` must give every rank its own data, the same for the same
 index. Build the module with the same seed on every rank: the weights start
@@ -48,15 +56,17 @@ _IN_BUFFER = object()  # marks a saved tensor packed as a place in a gathered bu
 class Unit:
     """A part of the model mp gathers, runs and reduces as one.
 
-    module:  the nn.Module (or ModuleList) whose parameters the unit owns;
-    forward: forward(x) -> y, run on the previous unit's output (the first
-             unit on the micro-batch), a single tensor.
+    module:    the nn.Module (or ModuleList) whose parameters the unit owns;
+    forward:   forward(x) -> y, run on the previous unit's output (the first
+               unit on the micro-batch), a single tensor;
+    recompute: whether activation_checkpointing may recompute the unit.
     """
 
-    def __init__(self, name, module, forward):
+    def __init__(self, name, module, forward, recompute=True):
         self.name = name
         self.module = module
         self.forward = forward
+        self.recompute = recompute
 
 
 def causal_lm_loss(logits, batch):
@@ -144,8 +154,10 @@ class Sharded:
         names = {id(p): n for n, p in root.named_parameters()} if root is not None else {}
         self._params = self._place(names)
         spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros") for (_, name, _, _, shape) in
-                                  self._params[i].owned]) for i, u in enumerate(self.units)]
+                                  self._params[i].owned], recomputable=self._recomputable(i))
+                for i, u in enumerate(self.units)]
         self.engine = _mp.Engine(spec, config, device)
+        self._recomputed = [self.engine.recomputes(i) for i in range(len(self.units))]
         self.device = torch.device("cpu") if self.engine.device == "cpu" else torch.device(self.engine.device)
         self._dtype = getattr(torch, self.engine.param_dtype)
         self._offsets(spec)
@@ -174,6 +186,11 @@ class Sharded:
         self._tied_ids = {id(p) for up in placed for p in up.tied}
         return placed
 
+    def _recomputable(self, i):
+        up = self._params[i]
+        tied = up.tied or any(id(e[0]) in self._tied_ids for e in up.owned)
+        return self.units[i].recompute and not tied and i < len(self.units) - 1
+
     def _offsets(self, spec):
         for u, up in enumerate(self._params):
             where = {d["name"]: d["offset"] for d in self.engine.params(u)}
@@ -197,6 +214,7 @@ class Sharded:
         self._tied_values = {}
         self._tied_grads = {}
         self._backward_flat = {}
+        self._rng = {}
         self._loss = None
 
     # ---- what the engine calls (Note [Python callbacks] in python/src/models.h) ------------
@@ -214,7 +232,10 @@ class Sharded:
             x = self._batch if unit == 0 else self._inputs[unit]
             last = unit == len(self.units) - 1
             grad = torch.is_grad_enabled() and not self._evaluating
-            with torch.set_grad_enabled(grad), torch.autograd.graph.saved_tensors_hooks(
+            recomputed = grad and self._recomputed[unit]
+            if recomputed:  # the input is kept (self._inputs), and the RNG state for the recompute
+                self._rng[unit] = self._rng_state()
+            with torch.set_grad_enabled(grad and not recomputed), torch.autograd.graph.saved_tensors_hooks(
                     self._packer(flat), self._unpacker(unit)):
                 y = self.units[unit].forward(x)
                 if last:
@@ -228,8 +249,22 @@ class Sharded:
                 if grad and nxt.is_floating_point():
                     nxt.requires_grad_()
                 self._inputs[unit + 1] = nxt
-            if grad:
+            if grad and not recomputed:
                 self._outputs[unit] = y
+
+    def recompute(self, unit, params, stream=None):
+        """The forward of a recomputed unit again, with autograd, just
+        before its backward, on the same input and RNG state."""
+        with self._on(stream):
+            flat = torch.from_dlpack(params)
+            self._backward_flat[unit] = flat  # what the unpacker reads; backward sets the same buffer
+            self._bind(unit, flat)
+            x = self._batch if unit == 0 else self._inputs[unit]
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                self._set_rng_state(self._rng.pop(unit))
+                with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(
+                        self._packer(flat), self._unpacker(unit)):
+                    self._outputs[unit] = self.units[unit].forward(x)
 
     def loss(self):
         if self._stream is not None:  # a device engine copies it to the host on its stream
@@ -287,6 +322,15 @@ class Sharded:
                 self._tied_values[id(p)] = p.data.clone()
         for p in self._params[unit].tied:
             p.data = self._tied_values[id(p)]
+
+    def _rng_state(self):
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return torch.get_rng_state(), cuda
+
+    def _set_rng_state(self, state):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], self.device)
 
     @staticmethod
     def _packer(flat):

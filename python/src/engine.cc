@@ -86,7 +86,7 @@ class PyEngine {
   }
 
   StepResult step(nb::object model) {
-    auto m = make_python_model(std::move(model), spec_, device_);
+    auto m = make_python_model(std::move(model), spec_, device_, recomputed());
     StepResult r;
     {
       nb::gil_scoped_release release;
@@ -97,7 +97,7 @@ class PyEngine {
   }
 
   double evaluate(nb::object model, int64_t first, int count) {
-    auto m = make_python_model(std::move(model), spec_, device_);
+    auto m = make_python_model(std::move(model), spec_, device_, recomputed());
     double loss = 0;
     {
       nb::gil_scoped_release release;
@@ -105,6 +105,15 @@ class PyEngine {
     }
     release_kept(*m);
     return loss;
+  }
+
+  // Per unit: whether engine.activation_checkpointing recomputes it.
+  std::vector<bool> recomputed() { return recomputed_units(spec_, engine().options().recompute_every); }
+  bool recomputes(int unit) {
+    if (unit < 0 || unit >= static_cast<int>(spec_.units.size())) {
+      MP_THROW(ConfigError, "Engine.recomputes: no unit ", unit, " (the model has ", spec_.units.size(), ")");
+    }
+    return recomputed()[static_cast<size_t>(unit)];
   }
 
   std::string save_checkpoint(const std::string& root) {
@@ -226,12 +235,15 @@ void bind_engine(nb::module_& m) {
   nb::class_<UnitSpec>(m, "Unit", "A unit: parameters gathered and reduced together, in order.")
       .def(
           "__init__",
-          [](UnitSpec* u, std::string name, std::vector<ParamSpec> params, bool backward_reads_params) {
-            new (u) UnitSpec{std::move(name), std::move(params), backward_reads_params};
+          [](UnitSpec* u, std::string name, std::vector<ParamSpec> params, bool backward_reads_params,
+             bool recomputable) {
+            new (u) UnitSpec{std::move(name), std::move(params), backward_reads_params, recomputable};
           },
-          nb::arg("name"), nb::arg("params"), nb::arg("backward_reads_params") = true)
+          nb::arg("name"), nb::arg("params"), nb::arg("backward_reads_params") = true,
+          nb::arg("recomputable") = false)
       .def_ro("name", &UnitSpec::name)
-      .def_ro("params", &UnitSpec::params);
+      .def_ro("params", &UnitSpec::params)
+      .def_ro("recomputable", &UnitSpec::recomputable);
 
   nb::class_<StepResult>(m, "StepResult", "What Engine.step returns (runtime/engine.h StepResult).")
       .def_ro("step", &StepResult::step)
@@ -254,6 +266,9 @@ void bind_engine(nb::module_& m) {
       .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&>(), nb::arg("units"),
            nb::arg("config") = "", nb::arg("device") = "cpu")
       .def("step", &PyEngine::step, nb::arg("model"), "One optimizer step of `model`. Collective.")
+      .def("recomputes", &PyEngine::recomputes, nb::arg("unit"),
+           "Whether engine.activation_checkpointing recomputes the unit: the model's forward then keeps only "
+           "its input and recompute(unit, params) rebuilds the rest just before its backward.")
       .def("evaluate", &PyEngine::evaluate, nb::arg("model"), nb::arg("first"), nb::arg("count"),
            "The mean loss of `count` forward-only micro-batches per rank from index `first`. Collective.")
       .def("save_checkpoint", &PyEngine::save_checkpoint, nb::arg("root"),

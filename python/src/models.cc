@@ -46,7 +46,8 @@ auto call_python(const ModelSpec& spec, const char* call, int unit, F&& f) -> de
 // The CPU: the calls as host tasks of the compute stream (HostModel).
 class PyHostModel final : public HostModel {
  public:
-  PyHostModel(nb::object model, const ModelSpec& spec) : model_(std::move(model)), spec_(spec) {
+  PyHostModel(nb::object model, const ModelSpec& spec, std::vector<bool> recomputed)
+      : model_(std::move(model)), spec_(spec), recomputed_(std::move(recomputed)) {
     has_begin_ = nb::hasattr(model_, "begin_micro_batch");
   }
   ~PyHostModel() override {
@@ -67,10 +68,15 @@ class PyHostModel final : public HostModel {
   void backward(int unit, const Tensor& params, const Tensor& grads) override {
     call_python(spec_, "backward", unit, [&] { model_.attr("backward")(unit, view(params), view(grads)); });
   }
+  bool recomputes(int unit) const override { return recomputed_[static_cast<size_t>(unit)]; }
+  void recompute(int unit, const Tensor& params) override {
+    call_python(spec_, "recompute", unit, [&] { model_.attr("recompute")(unit, view(params)); });
+  }
 
  private:
   nb::object model_;
   const ModelSpec& spec_;
+  std::vector<bool> recomputed_;
   bool has_begin_ = false;
 };
 
@@ -79,7 +85,8 @@ class PyHostModel final : public HostModel {
 // model's work on the compute stream (Note [Python callbacks]).
 class PyDeviceModel final : public Model {
  public:
-  PyDeviceModel(nb::object model, const ModelSpec& spec) : model_(std::move(model)), spec_(spec) {
+  PyDeviceModel(nb::object model, const ModelSpec& spec, std::vector<bool> recomputed)
+      : model_(std::move(model)), spec_(spec), recomputed_(std::move(recomputed)) {
     has_begin_ = nb::hasattr(model_, "begin_micro_batch");
   }
   ~PyDeviceModel() override {
@@ -109,6 +116,10 @@ class PyDeviceModel final : public Model {
   void backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) override {
     guarded(s, "backward", unit, [&] { model_.attr("backward")(unit, view(params), view(grads), handle(s)); });
   }
+  bool recomputes(int unit) const override { return recomputed_[static_cast<size_t>(unit)]; }
+  void recompute_on(int unit, const Tensor& params, Stream& s) override {
+    guarded(s, "recompute", unit, [&] { model_.attr("recompute")(unit, view(params), handle(s)); });
+  }
   void release() {
     kept_.clear();
     failed_ = false;  // a new step calls the model again
@@ -132,6 +143,7 @@ class PyDeviceModel final : public Model {
 
   nb::object model_;
   const ModelSpec& spec_;
+  std::vector<bool> recomputed_;
   bool has_begin_ = false;
   bool failed_ = false;
   std::vector<nb::object> kept_;
@@ -140,10 +152,11 @@ class PyDeviceModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_python_model(nb::object model, const ModelSpec& spec, Device device) {
-  if (device.is_cpu()) return std::make_unique<PyHostModel>(std::move(model), spec);
+std::unique_ptr<Model> make_python_model(nb::object model, const ModelSpec& spec, Device device,
+                                         std::vector<bool> recomputed) {
+  if (device.is_cpu()) return std::make_unique<PyHostModel>(std::move(model), spec, std::move(recomputed));
 #if MP_WITH_CUDA
-  return std::make_unique<PyDeviceModel>(std::move(model), spec);
+  return std::make_unique<PyDeviceModel>(std::move(model), spec, std::move(recomputed));
 #else
   MP_THROW(ConfigError, "a model on ", device, ": mp was built without CUDA");
 #endif

@@ -4,6 +4,12 @@
 //   forward(unit, params[, stream])     params: the unit's gathered flat buffer
 //   loss()                              the micro-batch's mean loss
 //   backward(unit, params, grads[, stream])  write d loss / d param into grads
+//   recompute(unit, params[, stream])   only where the engine recomputes a
+//                                       unit (Unit(recomputable=True) and
+//                                       engine.activation_checkpointing;
+//                                       Engine.recomputes(unit)): the forward
+//                                       kept only the unit's input, this
+//                                       rebuilds the rest just before backward
 // params and grads are DLPack arrays (python/src/arrays.h) valid until the
 // call returns; grads is fp32 and has the layout of params (write each
 // parameter's range; the gaps are ignored).
@@ -39,7 +45,9 @@ namespace mp::python {
 
 // The model for an engine on `device`: a PyHostModel on the CPU, else a
 // PyDeviceModel. Made and destroyed with the GIL held.
-std::unique_ptr<Model> make_python_model(nanobind::object model, const ModelSpec& spec, Device device);
+// recomputed: per unit, whether the engine recomputes it (recomputed_units).
+std::unique_ptr<Model> make_python_model(nanobind::object model, const ModelSpec& spec, Device device,
+                                         std::vector<bool> recomputed);
 
 // Drops the Python objects a device model kept for the stream (loss arrays
 // whose copies have run): call with the GIL held, after the step.

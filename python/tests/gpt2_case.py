@@ -10,10 +10,10 @@ VOCAB, CHANNELS, LAYERS, HEADS, CONTEXT, BATCH = 256, 64, 2, 4, 32, 4
 LR, WEIGHT_DECAY, CLIP = 1e-3, 0.1, 1.0
 
 
-def config_text(strategy="FULL_SHARD", recipe="RECIPE_FP32", micro_batches=1):
+def config_text(strategy="FULL_SHARD", recipe="RECIPE_FP32", micro_batches=1, extra=""):
     return (f"sharding {{ strategy: {strategy} }} precision {{ recipe: {recipe} }} micro_batches: {micro_batches} "
             f"deterministic: {'true' if recipe == 'RECIPE_FP32' else 'false'} "
-            f"optimizer {{ lr: {LR} weight_decay: {WEIGHT_DECAY} grad_clip: {CLIP} }}")
+            f"optimizer {{ lr: {LR} weight_decay: {WEIGHT_DECAY} grad_clip: {CLIP} }} {extra}")
 
 
 def make_model(seed=0):

@@ -1,7 +1,8 @@
 """mp.torch on one rank (CTest python_torch): a transformers GPT-2 (2
 layers, 64 channels, vocabulary 256) trained through mp equals plain
 PyTorch within 1e-6 relative at every one of 20 steps (fp32, deterministic);
-its units compute the model's own forward; a checkpoint resumes exactly."""
+its units compute the model's own forward; a checkpoint resumes exactly;
+recomputing the blocks' activations changes no bit."""
 import copy
 
 import torch
@@ -66,4 +67,24 @@ def test_evaluate_runs_forward_only():
         want = sum(mp.torch.causal_lm_loss(model(case.batch(i)).logits, case.batch(i)).item() for i in (0, 1)) / 2
     assert abs(loss - want) <= 1e-6 * want
     assert (trainer.engine.gather_master(0) == before).all()
+    trainer.close()
+
+
+def test_recomputing_the_blocks_changes_no_bit():
+    plain = case.sharded(case.make_model(), recipe="BF16_MASTER")
+    want = [plain.step().loss for _ in range(4)]
+    want_weights = [plain.engine.gather_master(u) for u in range(plain.engine.num_units)]
+    plain.close()
+    trainer = case.sharded(case.make_model(), recipe="BF16_MASTER",
+                           extra="activation_checkpointing { policy: EVERY_UNIT }")
+    # the blocks; not the embedding (it owns the tied wte) nor the head (last, and tied)
+    assert trainer._recomputed == [False] + [True] * case.LAYERS + [False]
+    calls = []
+    recompute = trainer.recompute
+    trainer.recompute = lambda unit, params, stream=None: (calls.append(unit), recompute(unit, params, stream))
+    got = [trainer.step().loss for _ in range(4)]
+    assert got == want
+    assert calls == list(range(case.LAYERS, 0, -1)) * 4
+    for u in range(trainer.engine.num_units):
+        assert (trainer.engine.gather_master(u) == want_weights[u]).all(), f"unit {u}"
     trainer.close()
