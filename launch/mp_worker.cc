@@ -23,13 +23,12 @@
 #include "core/error.h"
 #include "core/stop_signals.h"
 #include "launch/device_choice.h"
+#include "launch/plan_search.h"
 #include "launch/rank_info.h"
 #include "launch/rank_main.h"
 #include "launch/run_model.h"
 #include "launch/train_config.h"
 #include "launch/trainer.h"
-#include "models/gpt.h"
-#include "models/mlp.h"
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
@@ -72,9 +71,6 @@ void print_version() {
 }
 
 // --plan: the long-lived bytes per category of one rank, without running.
-ModelSpec model_spec(const TrainSettings& s) {
-  return s.model == ModelKind::kGpt ? Gpt::spec_for(s.gpt) : Mlp::spec_for(s.mlp);
-}
 
 int print_plan(const TrainSettings& s, int world_size, bool all) {
   const ModelSpec spec = model_spec(s);
@@ -108,9 +104,24 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   set_current_device(device.device);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
       static_cast<size_t>(model_activation_bytes(s, device.device));
-  std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s\n%s", model,
+  const std::string recompute = o.recompute_every == 0   ? ""
+                                : o.recompute_every == 1 ? ", activations recomputed for every unit"
+                                                         : ", activations recomputed for every " +
+                                                               std::to_string(o.recompute_every) + "th unit";
+  std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s%s\n%s", model,
               static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
-              world_size, to_string(device.device).c_str(), plan.to_string().c_str());
+              world_size, to_string(device.device).c_str(), recompute.c_str(), plan.to_string().c_str());
+  return 0;
+}
+
+// --plan --memory-per-rank: the configurations that fit (launch/plan_search.h).
+int print_plan_search(const TrainSettings& s, int world_size, int ranks_per_host, uint64_t budget, int rows) {
+  const int per_host = ranks_per_host > 0 ? ranks_per_host : world_size % 8 == 0 ? 8 : 1;
+  const DeviceChoice device = choose_device(s.config.compute().device(), 0, 0, 1, cuda_info(),
+                                            s.config.compute().share_gpus());
+  set_current_device(device.device);
+  const PlanSearch search = search_plans(s, world_size, per_host, budget, device.device);
+  std::cout << to_string(search, s, rows);
   return 0;
 }
 
@@ -159,6 +170,9 @@ struct WorkerArgs {
   std::vector<std::string> sets;
   int64_t steps = -1;  // -1: not given
   int plan_world_size = 0;
+  int ranks_per_host = 0;             // --plan --memory-per-rank: HYBRID_SHARD's group; 0: 8 where it divides
+  uint64_t memory_per_rank = 0;       // --plan --memory-per-rank: the budget; 0: not given
+  int plan_rows = 25;                 // --plan-rows
   CLI::Option* world_size = nullptr;  // given: --world-size was
 };
 
@@ -186,6 +200,16 @@ void add_options(CLI::App& app, WorkerArgs& a) {
                                 "launcher's world size, else 1")
                      ->check(CLI::Range(1, 1 << 24));
   app.add_flag("--plan-all", a.plan_all, "With --plan: total bytes per parameter of every strategy x recipe");
+  app.add_option("--memory-per-rank", a.memory_per_rank,
+                 "With --plan: list the configurations (strategy x recipe x recomputation x micro-batches) whose "
+                 "bytes per rank fit this budget, e.g. 16GiB, and the one to choose")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--ranks-per-host", a.ranks_per_host,
+                 "With --memory-per-rank: ranks per host, HYBRID_SHARD's group (default: 8 where it divides the "
+                 "world size)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--plan-rows", a.plan_rows, "With --memory-per-rank: rows shown (and the chosen one); 0: all")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // --verify-checkpoint: the exit code.
@@ -223,6 +247,9 @@ std::optional<int> resolve_settings(const WorkerArgs& a, int check_size, TrainSe
     if (a.print_config) {
       std::cout << to_text(settings.config);
       return 0;
+    }
+    if (a.plan && a.memory_per_rank > 0) {
+      return print_plan_search(settings, check_size, a.ranks_per_host, a.memory_per_rank, a.plan_rows);
     }
     if (a.plan) return print_plan(settings, check_size, a.plan_all);
   } catch (const Error& e) {

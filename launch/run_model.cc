@@ -82,6 +82,10 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
 
 }  // namespace
 
+ModelSpec model_spec(const TrainSettings& s) {
+  return s.model == ModelKind::kGpt ? Gpt::spec_for(s.gpt) : Mlp::spec_for(s.mlp);
+}
+
 int64_t model_activation_bytes(const TrainSettings& s, Device device) {
   if (s.model == ModelKind::kMlp) return Mlp::activation_bytes(s.mlp, device);
   GptConfig g = s.gpt;

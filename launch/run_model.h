@@ -41,6 +41,9 @@ struct RunModel {
   std::string sample(Engine& engine, int count, uint64_t seed, int64_t step);
 };
 
+// The units of the model of `settings` (Gpt::spec_for or Mlp::spec_for).
+ModelSpec model_spec(const TrainSettings& settings);
+
 // The bytes of activations and workspace the model of `settings` allocates
 // on `device` (the memory plan's activations row). For a CUDA device, that
 // device must be current (the CUDA GPT asks CUB for its sort's scratch).

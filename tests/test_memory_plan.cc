@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "runtime/comm_volume.h"
 #include "runtime/memory_plan.h"
 #include "runtime/precision.h"
 #include "tests/test_util.h"
@@ -53,6 +54,52 @@ TEST(MemoryPlan, MatchesTheStrategyTableAtScale) {
   EXPECT_EQ(amp.at(MemCategory::kParamShards), 0u);
   EXPECT_DOUBLE_EQ(static_cast<double>(amp.at(MemCategory::kCommScratch)), 2.0 * unit / N);
   EXPECT_TRUE(contains(amp.to_string(), "param_shards"));
+}
+
+
+// Note [Communication volume] on 4 units of 1024 parameters (8 ranks, so
+// no padding), every strategy, against the ring counts written out.
+TEST(CommVolume, CountsEachCollectiveAsARingSendsIt) {
+  ModelSpec m;
+  for (int u = 0; u < 4; ++u) {
+    const std::string name = "u" + std::to_string(u);
+    m.units.push_back(UnitSpec{name, {ParamSpec{name + ".w", {1024}, {}}}, /*backward_reads_params=*/u != 0});
+  }
+  m.units[2].recomputable = true;
+  m.units[0].recomputable = true;
+  auto volume = [&](Strategy s, int micro_batches, int every = 0, int world = 8) {
+    proto::EngineConfig c;
+    c.mutable_sharding()->set_strategy(s);
+    if (s == SC::HYBRID_SHARD) c.mutable_sharding()->set_hybrid_shard_size(4);
+    *c.mutable_precision() = precision_recipe("bf16_master");  // bf16 params and reductions
+    c.set_micro_batches(micro_batches);
+    if (every > 0) c.mutable_activation_checkpointing()->set_policy(proto::ActivationCheckpointing::EVERY_UNIT);
+    return plan_comm_volume(m, resolve_engine_options(c, world));
+  };
+  const double unit = 1024 * 2.0, all = 4 * unit, ring8 = 7.0 / 8;
+  // NO_SHARD: one all-reduce of every gradient.
+  EXPECT_DOUBLE_EQ(volume(SC::NO_SHARD, 2).total(), 2 * ring8 * all);
+  // SHARD_OPTIMIZER: one reduce-scatter (full accumulators) and one all-gather.
+  EXPECT_DOUBLE_EQ(volume(SC::SHARD_OPTIMIZER, 2).reduce_bytes, ring8 * all);
+  EXPECT_DOUBLE_EQ(volume(SC::SHARD_OPTIMIZER, 2).gather_bytes, ring8 * all);
+  // SHARD_GRAD_OP: a reduce-scatter per micro-batch, one all-gather.
+  EXPECT_DOUBLE_EQ(volume(SC::SHARD_GRAD_OP, 2).reduce_bytes, 2 * ring8 * all);
+  EXPECT_DOUBLE_EQ(volume(SC::SHARD_GRAD_OP, 2).gather_bytes, ring8 * all);
+  // FULL_SHARD, prefetch depth 1 (a ring of 2): the first micro-batch's
+  // forward gathers 4 units, the second's the 2 not left in the ring; each
+  // backward the units 0 and 1 not left by the forward, but unit 0 reads
+  // no parameters, unless it is recomputed.
+  EXPECT_DOUBLE_EQ(volume(SC::FULL_SHARD, 2).gather_bytes, ring8 * unit * (4 + 2 + 2 * 1));
+  EXPECT_DOUBLE_EQ(volume(SC::FULL_SHARD, 2, 1).gather_bytes, ring8 * unit * (4 + 2 + 2 * 2));
+  EXPECT_DOUBLE_EQ(volume(SC::FULL_SHARD, 2).reduce_bytes, 2 * ring8 * all);
+  // HYBRID_SHARD over groups of 4: the same in the group, then each
+  // shard (a quarter) all-reduced across the 2 replicas.
+  const CommVolume h = volume(SC::HYBRID_SHARD, 1);
+  EXPECT_DOUBLE_EQ(h.gather_bytes, 0.75 * unit * (4 + 1));  // one micro-batch: forward 4, backward unit 1
+  EXPECT_DOUBLE_EQ(h.reduce_bytes, 0.75 * all);
+  EXPECT_DOUBLE_EQ(h.replicate_bytes, 2 * 0.5 * all / 4);
+  // One rank sends nothing.
+  EXPECT_EQ(volume(SC::FULL_SHARD, 2, 0, 1).total(), 0.0);
 }
 
 }  // namespace
