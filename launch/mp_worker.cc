@@ -104,10 +104,8 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   set_current_device(device.device);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
       static_cast<size_t>(model_activation_bytes(s, device.device));
-  const std::string recompute = o.recompute_every == 0   ? ""
-                                : o.recompute_every == 1 ? ", activations recomputed for every unit"
-                                                         : ", activations recomputed for every " +
-                                                               std::to_string(o.recompute_every) + "th unit";
+  const std::string recompute =
+      o.recompute_every == 0 ? "" : ", activations recomputed: " + recompute_name(o.recompute_every);
   std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s%s\n%s", model,
               static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
               world_size, to_string(device.device).c_str(), recompute.c_str(), plan.to_string().c_str());

@@ -97,6 +97,9 @@ std::string human(double bytes) {
   return s;
 }
 
+
+}  // namespace
+
 std::string recompute_name(int every) {
   if (every == 0) return "none";
   if (every == 1) return "every unit";
@@ -104,8 +107,6 @@ std::string recompute_name(int every) {
   if (every == 3) return "every 3rd";
   return "every " + std::to_string(every) + "th";
 }
-
-}  // namespace
 
 PlanSearch search_plans(const TrainSettings& settings, int world_size, int ranks_per_host, size_t budget,
                         Device device) {

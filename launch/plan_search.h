@@ -57,6 +57,9 @@ struct PlanSearch {
 PlanSearch search_plans(const TrainSettings& settings, int world_size, int ranks_per_host, size_t budget,
                         Device device);
 
+// A recomputation policy's k in words: "none", "every unit", "every 2nd".
+std::string recompute_name(int every);
+
 // The table mp_worker prints: the first max_rows rows that fit (all for
 // 0) and the chosen one, then the choice and why.
 std::string to_string(const PlanSearch& search, const TrainSettings& settings, int max_rows);
