@@ -278,6 +278,9 @@ TrainSettings resolve_train_config(const proto::TrainConfig& config, int world_s
   resolve_checkpoint(c, s);
   s.engine_options = resolve_engine_options(c.engine(), world_size);
   fill_model_run(c, s);
+  // Before any rank starts: a recomputation policy the model cannot follow.
+  recomputed_units(s.model == ModelKind::kGpt ? Gpt::spec_for(s.gpt) : Mlp::spec_for(s.mlp),
+                   s.engine_options.recompute_every);
   return s;
 }
 

@@ -82,6 +82,12 @@ expect "unknown field in --set" 2 \
   "unknown field 'engine.optimizer.learning_rate': engine.optimizer (mp.proto.OptimizerConfig) has kind, lr, beta1," --set engine.optimizer.learning_rate=1e-3
 expect "--set without =" 2 "override 'steps': missing '=' (write field.path=value, e.g. engine.optimizer.lr=3e-4)" --set steps
 expect "heads do not divide channels" 2 "model.gpt.heads = 3 does not divide model.gpt.channels = 100" --set model.gpt.channels=100 --set model.gpt.heads=3
+expect "recomputation every 1st unit" 2 \
+  "activation_checkpointing.every = 1: EVERY_KTH_UNIT needs k >= 2 (EVERY_UNIT is k = 1)" "${gpt[@]}" \
+  --set engine.activation_checkpointing.policy=EVERY_KTH_UNIT --set engine.activation_checkpointing.every=1
+expect "recomputation of a model that cannot" 2 \
+  "activation_checkpointing is on, but the model can recompute none of its 4 units (UnitSpec::recomputable)" \
+  "${mlp[@]}" --set engine.activation_checkpointing.policy=EVERY_UNIT
 expect "bad fp32_ops regex" 2 \
   "compute.fp32_ops[0] = 'h(0': not a valid ECMAScript regex (Mismatched '(' and ')' in regular expression)" --set "compute.fp32_ops=h(0"
 

@@ -13,6 +13,7 @@
 //   the host GPT trained by the CPU engine, fp32 and bf16_master: the same
 //   model and data, so the losses agree to fp32 rounding (fp32) or to the
 //   bf16 band (bf16_master) over several steps.
+// - The GPT with every block's activations recomputed: the same bits.
 // - gpu_engine_np2: two ranks share the GPU (the staged MPI backend, as on
 //   any one-GPU machine); NCCL runs only where every rank has its own GPU.
 #include <gtest/gtest.h>
@@ -123,8 +124,10 @@ TEST_F(GpuEngine, NcclStepsEqualTheCpuSteps) {
 #endif
 }
 
-// Five steps of a small GPT: the losses, on `world`'s device.
-std::vector<double> gpt_losses(Communicator& world, Device device, const std::string& recipe) {
+// Five steps of a small GPT: the losses, on `world`'s device, with the
+// blocks' activations recomputed every `recompute_every`-th block (0: none).
+std::vector<double> gpt_losses(Communicator& world, Device device, const std::string& recipe,
+                               int recompute_every = 0) {
   GptConfig g;
   g.vocab = 70;
   g.context = 40;
@@ -138,11 +141,18 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
   c.set_deterministic(recipe == "fp32");
   const Precision precision = resolve_precision(c.precision(), true);
   g.matmul_dtype = gpt_matmul_dtype(std::nullopt, precision.param_dtype);
+  GptOptions o;
+  o.recompute_every = recompute_every;
+  if (recompute_every > 0) {
+    c.mutable_activation_checkpointing()->set_policy(proto::ActivationCheckpointing::EVERY_UNIT);
+  }
   Allocator alloc(device);
-  auto model = std::make_unique<Gpt>(g, alloc);  // on the allocator's device
+  auto model = std::make_unique<Gpt>(g, alloc, nullptr, o);  // on the allocator's device
   Engine engine(model->spec(), c, world, alloc);
   std::vector<double> losses;
   for (int s = 0; s < 5; ++s) losses.push_back(engine.step(*model).loss);
+  EXPECT_EQ(static_cast<int64_t>(alloc.stats().current(MemCategory::kActivations)),
+            Gpt::activation_bytes(g, device, o));
   return losses;
 }
 
@@ -159,6 +169,20 @@ TEST_F(GpuEngine, GptTrainsAsOnTheCpu) {
       EXPECT_NEAR(gpu[s], cpu[s], tol * cpu[s]) << "step " << s + 1;
     }
     EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
+  }
+}
+
+// Note [GPT recomputation] on the GPU: recomputing every block gives the
+// losses of keeping their activations bit for bit (the CUDA kernels are
+// deterministic too), with fewer activation bytes, as planned.
+TEST_F(GpuEngine, GptRecomputationChangesNoBit) {
+  for (const char* recipe : {"fp32", "bf16_master"}) {
+    SCOPED_TRACE(recipe);
+    auto staged = StagedMpiCommunicator::create(
+        MpiCommunicator::create_world("staged recompute", testing::gpu_test_comm_options()), device_);
+    const std::vector<double> kept = gpt_losses(*staged, device_, recipe);
+    const std::vector<double> recomputed = gpt_losses(*staged, device_, recipe, 1);
+    EXPECT_EQ(recomputed, kept);
   }
 }
 
