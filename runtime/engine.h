@@ -17,7 +17,10 @@
 //   reduction on the communication thread: cast (and loss-scale) into the
 //   wire dtype, reduce-scatter (all-reduce for NO_SHARD; then all-reduce
 //   across replicas for HYBRID_SHARD), and accumulate over micro-batches.
-//   The compute thread goes on with backward(u-1) meanwhile.
+//   The compute thread goes on with backward(u-1) meanwhile. A unit whose
+//   activations are recomputed (engine.activation_checkpointing) runs its
+//   forward again first, on the same gathered parameters (Note [Activation
+//   recomputation] in models/model.h).
 // Step: per unit, as its reduction lands, the partial sum of squares and a
 //   non-finite flag of the gradient shard; one exchange of those over the
 //   shard group; the optimizer's decision (optim/optimizer.h); then the
