@@ -1,5 +1,6 @@
 #include "runtime/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -42,6 +43,7 @@ std::string MemoryPlan::to_string() const {
   }
   row("total", total());
   if (communicator_scratch_bytes > 0) row("(communicator, at most)", communicator_scratch_bytes);
+  if (checkpoint_snapshot_bytes > 0) row("(checkpoint snapshot, host)", checkpoint_snapshot_bytes);
   return s.str();
 }
 
@@ -109,6 +111,23 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
     plan.communicator_scratch_bytes = o.accumulate_chunk_bytes * (o.replicate_size > 1 && o.shard_size > 1 ? 2 : 1);
   }
   return plan;
+}
+
+size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& o) {
+  const FlatLayout layout(model, o.shard_size);
+  const Precision& p = o.precision;
+  // Bytes per element of the stored fields (UnitState::fields).
+  size_t per_element = static_cast<size_t>(o.state_count) * dtype_size(p.state_dtype);
+  if (p.master == MasterMode::kFp32) per_element += 4;
+  if (p.master == MasterMode::kBf16Remainder) per_element += 2;
+  if (o.persistent_param_shard()) per_element += dtype_size(p.param_dtype);
+  const int64_t replicas = std::max(1, o.replicate_size);
+  size_t bytes = 0;
+  for (const UnitLayout& u : layout.units()) {
+    const int64_t first_part = (u.shard_numel + replicas - 1) / replicas;
+    bytes += static_cast<size_t>(first_part) * per_element;
+  }
+  return bytes;
 }
 
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {
