@@ -108,6 +108,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   set_current_device(device.device);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
       static_cast<size_t>(model_activation_bytes(s, device.device));
+  if (s.config.checkpoint().async_save()) plan.checkpoint_snapshot_bytes = plan_checkpoint_snapshot(spec, o);
   std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s\n%s", model,
               static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
               world_size, to_string(device.device).c_str(), plan.to_string().c_str());
