@@ -77,15 +77,16 @@ std::vector<ChunkPlan> plan_chunks(const ShardStateView& state) {
 
 // Writes and fsyncs DIR/shard_RANK.bin: the header, then each chunk's bytes
 // from source(i, staging) (a host pointer to chunk i's bytes, valid until
-// the next call). Touches no engine state and no communicator itself, so
-// the background writer runs it too.
+// the next call); `direct`: with O_DIRECT where possible
+// (CheckpointBlockWriter). Touches no engine state and no communicator
+// itself, so the background writer runs it too.
 template <class Source>
 proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int world_size, int64_t step,
-                                       const std::vector<ChunkPlan>& chunks, const Source& source) {
+                                       const std::vector<ChunkPlan>& chunks, const Source& source, bool direct) {
   proto::CheckpointFile file;
   file.set_name(checkpoint_shard_file_name(rank));
   file.set_rank(rank);
-  CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
+  CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes, direct);
   const std::string header = encode_checkpoint_shard_header(rank, world_size, step);
   w.write(header.data(), static_cast<int64_t>(header.size()));
   if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {  // MP_FAULT (tests)
@@ -337,7 +338,8 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
                               const ChunkPlan& k = chunks[i];
                               return state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin,
                                                 staging);
-                            });
+                            },
+                            false);
   });
   info.bytes = finish_save(world, mine, [&] { return make_manifest(state, step, options.config_text); }, root, name,
                            tmp_dir, options.keep_last);
@@ -422,7 +424,7 @@ CheckpointInfo CheckpointWriter::save_async() {
     const auto w0 = Clock::now();
     try {
       q->file = write_shard_file(q->tmp_dir, rank, world_size, q->step, q->chunks,
-                                 [&](size_t i, std::vector<char>&) { return data + q->offsets[i]; });
+                                 [&](size_t i, std::vector<char>&) { return data + q->offsets[i]; }, true);
     } catch (...) {
       q->error = std::current_exception();
     }

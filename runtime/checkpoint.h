@@ -53,7 +53,10 @@
 // waits for a write in flight but does not commit (it is not collective):
 // an uncommitted save stays a .tmp- directory, removed by the next publish.
 // The writer thread runs at a lower CPU priority (nice +10) so that on a
-// busy host the training threads keep the cores.
+// busy host the training threads keep the cores, and writes with O_DIRECT
+// where the file system allows (CheckpointBlockWriter): a buffered write
+// and its writeback cost the kernel far more CPU time than the copy itself,
+// time a background write would take from training.
 //
 // Note [Resharding]
 // Flat offsets do not depend on the world size (models/flat_layout.h), so
