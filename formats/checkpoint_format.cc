@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -191,66 +190,15 @@ std::string encode_checkpoint_shard_header(int rank, int world_size, int64_t ste
 
 // ---- shard files: writing -------------------------------------------------------------
 
-CheckpointBlockWriter::CheckpointBlockWriter(std::string path, int64_t block_bytes, bool direct)
+CheckpointBlockWriter::CheckpointBlockWriter(std::string path, int64_t block_bytes)
     : path_(std::move(path)), block_(block_bytes) {
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-  if (direct) {
-    fd_ = Fd(::open(path_.c_str(), kFlags | O_DIRECT, 0644));
-    direct_ = fd_.get() >= 0;  // EINVAL: a file system without O_DIRECT (tmpfs)
-    if (direct_) {
-      staging_ = static_cast<char*>(std::aligned_alloc(kDirectAlign, kStagingBytes));
-      if (staging_ == nullptr) stop_direct();
-    }
-  }
-  if (fd_.get() < 0) fd_ = Fd(::open(path_.c_str(), kFlags, 0644));
+  fd_ = Fd(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd_.get() < 0) MP_THROW(IoError, "checkpoint file '", path_, "': cannot create: ", std::strerror(errno));
-}
-
-CheckpointBlockWriter::~CheckpointBlockWriter() { std::free(staging_); }
-
-void CheckpointBlockWriter::stop_direct() {
-  if (fd_.get() >= 0) {
-    const int flags = ::fcntl(fd_.get(), F_GETFL);
-    if (flags < 0 || ::fcntl(fd_.get(), F_SETFL, flags & ~O_DIRECT) != 0) {
-      MP_THROW(IoError, "checkpoint file '", path_, "': cannot leave O_DIRECT: ", std::strerror(errno));
-    }
-  }
-  direct_ = false;
-}
-
-void CheckpointBlockWriter::write_direct(int64_t size) {
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd_.get(), staging_ + done, static_cast<size_t>(size - done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && done % kDirectAlign == 0) {  // alignment the device refuses: buffered
-      stop_direct();
-      write_all(fd_.get(), staging_ + done, static_cast<size_t>(size - done), "checkpoint file", path_);
-      return;
-    }
-    if (n <= 0) MP_THROW(IoError, "checkpoint file '", path_, "': write failed: ", std::strerror(errno));
-    done += n;
-  }
-}
-
-void CheckpointBlockWriter::put(const char* p, int64_t size) {
-  while (direct_ && size > 0) {
-    const int64_t take = std::min(size, kStagingBytes - staged_);
-    std::memcpy(staging_ + staged_, p, static_cast<size_t>(take));
-    staged_ += take;
-    p += take;
-    size -= take;
-    if (staged_ == kStagingBytes) {
-      write_direct(kStagingBytes);
-      staged_ = 0;
-    }
-  }
-  if (size > 0) write_all(fd_.get(), p, static_cast<size_t>(size), "checkpoint file", path_);
 }
 
 void CheckpointBlockWriter::write(const void* data, int64_t size) {
   const char* p = static_cast<const char*>(data);
-  put(p, size);
+  write_all(fd_.get(), p, static_cast<size_t>(size), "checkpoint file", path_);
   while (size > 0) {
     const int64_t take = std::min(size, block_ - in_block_);
     crc_ = crc32c_extend(crc_, p, static_cast<size_t>(take));
@@ -276,14 +224,6 @@ void CheckpointBlockWriter::pad_to(int64_t align) {
 std::vector<uint32_t> CheckpointBlockWriter::finish() {
   if (in_block_ > 0) crcs_.push_back(crc_);
   in_block_ = 0;
-  if (direct_ && staged_ > 0) {  // the aligned part direct, the tail buffered
-    const int64_t aligned = staged_ / kDirectAlign * kDirectAlign;
-    if (aligned > 0) write_direct(aligned);
-    const int64_t tail = staged_ - aligned;
-    if (direct_) stop_direct();
-    if (tail > 0) write_all(fd_.get(), staging_ + aligned, static_cast<size_t>(tail), "checkpoint file", path_);
-    staged_ = 0;
-  }
   if (::fsync(fd_.get()) != 0) MP_THROW(IoError, "checkpoint '", path_, "': fsync failed: ", std::strerror(errno));
   return crcs_;
 }

@@ -56,18 +56,9 @@ void check_checkpoint_manifest(const proto::CheckpointManifest& m, const std::st
 std::string encode_checkpoint_shard_header(int rank, int world_size, int64_t step);
 
 // Streams bytes into a new file, computing the CRC32C of every block.
-// `direct`: write with O_DIRECT, through an aligned staging buffer, where
-// the file system takes it (else as usual, silently): the page cache is
-// bypassed, which costs a small fraction of the kernel CPU time of a
-// buffered write plus its writeback (on a 2-core VM, 0.15 s against 2.1 s
-// for 768 MiB); for the background writer of asynchronous saves, whose
-// CPU time is taken from training. The file's bytes are the same.
 class CheckpointBlockWriter {
  public:
-  CheckpointBlockWriter(std::string path, int64_t block_bytes, bool direct = false);
-  ~CheckpointBlockWriter();
-  CheckpointBlockWriter(const CheckpointBlockWriter&) = delete;
-  CheckpointBlockWriter& operator=(const CheckpointBlockWriter&) = delete;
+  CheckpointBlockWriter(std::string path, int64_t block_bytes);
   void write(const void* data, int64_t size);
   void pad_to(int64_t align);  // zeros up to a multiple of `align`
   int64_t offset() const { return offset_; }
@@ -75,18 +66,9 @@ class CheckpointBlockWriter {
   std::vector<uint32_t> finish();
 
  private:
-  void put(const char* p, int64_t size);   // to the file (direct: through staging_)
-  void write_direct(int64_t size);         // the first `size` bytes of staging_ (a multiple of kDirectAlign)
-  void stop_direct();                      // buffered from here on
-
-  static constexpr int64_t kDirectAlign = 4096;
-  static constexpr int64_t kStagingBytes = int64_t{8} << 20;
   std::string path_;
   int64_t block_;
   Fd fd_;
-  bool direct_ = false;
-  char* staging_ = nullptr;  // kStagingBytes, kDirectAlign-aligned (direct_ only)
-  int64_t staged_ = 0;
   int64_t offset_ = 0, in_block_ = 0;
   uint32_t crc_ = 0;
   std::vector<uint32_t> crcs_;
