@@ -75,24 +75,27 @@ std::vector<ChunkPlan> plan_chunks(const ShardStateView& state) {
   return chunks;
 }
 
+// MP_FAULT write_fail (tests): the write of DIR/NAME fails as on a full disk.
+void inject_write_fail(const std::string& dir, const std::string& name, int64_t step, int rank) {
+  if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {
+    MP_THROW(IoError, "checkpoint file '", dir, "/", name,
+             "': write failed: No space left on device (injected by MP_FAULT write_fail)");
+  }
+}
+
 // Writes and fsyncs DIR/shard_RANK.bin: the header, then each chunk's bytes
 // from source(i, staging) (a host pointer to chunk i's bytes, valid until
-// the next call); `direct`: with O_DIRECT where possible
-// (CheckpointBlockWriter). Touches no engine state and no communicator
-// itself, so the background writer runs it too.
+// the next call).
 template <class Source>
 proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int world_size, int64_t step,
-                                       const std::vector<ChunkPlan>& chunks, const Source& source, bool direct) {
+                                       const std::vector<ChunkPlan>& chunks, const Source& source) {
   proto::CheckpointFile file;
   file.set_name(checkpoint_shard_file_name(rank));
   file.set_rank(rank);
-  CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes, direct);
+  CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
   const std::string header = encode_checkpoint_shard_header(rank, world_size, step);
   w.write(header.data(), static_cast<int64_t>(header.size()));
-  if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {  // MP_FAULT (tests)
-    MP_THROW(IoError, "checkpoint file '", dir, "/", file.name(),
-             "': write failed: No space left on device (injected by MP_FAULT write_fail)");
-  }
+  inject_write_fail(dir, file.name(), step, rank);
   std::vector<char> staging;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkPlan& k = chunks[i];
@@ -338,8 +341,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
                               const ChunkPlan& k = chunks[i];
                               return state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin,
                                                 staging);
-                            },
-                            false);
+                            });
   });
   info.bytes = finish_save(world, mine, [&] { return make_manifest(state, step, options.config_text); }, root, name,
                            tmp_dir, options.keep_last);
@@ -353,13 +355,12 @@ struct CheckpointWriter::Pending {
   int64_t step = 0;
   std::string name, final_dir, tmp_dir;
   proto::CheckpointManifest manifest;  // but for the files
-  std::vector<ChunkPlan> chunks;
-  std::vector<int64_t> offsets;        // chunk i's bytes in the snapshot
+  proto::CheckpointFile file;          // but for its size and checksums (the thread's)
+  int64_t file_bytes = 0;              // the file: the snapshot's first bytes
   double snapshot_seconds = 0;
   std::thread thread;
   // Written by the thread before `done`; read after it or after join().
   std::atomic<bool> done{false};
-  proto::CheckpointFile file;
   std::exception_ptr error;
   double write_seconds = 0;
 };
@@ -398,33 +399,56 @@ CheckpointInfo CheckpointWriter::save_async() {
     info.seconds = since(t0);
     return info;
   }
+  const int rank = world.rank(), world_size = world.size();
   world.agree("checkpoint save", [&] {
-    p->chunks = plan_chunks(state);
-    int64_t total = 0;
-    for (const ChunkPlan& k : p->chunks) {
-      p->offsets.push_back(total);
-      total += k.bytes;
+    // The snapshot is the shard file's image (Note [Checkpoint format]):
+    // the header, then each chunk at its 64-byte aligned offset; the
+    // padding stays zero (the buffer starts zeroed, chunks never cover it).
+    const std::vector<ChunkPlan> chunks = plan_chunks(state);
+    p->file.set_name(checkpoint_shard_file_name(rank));
+    p->file.set_rank(rank);
+    std::vector<int64_t> chunk_bytes;
+    int64_t pos = kCheckpointShardHeaderBytes;
+    for (const ChunkPlan& k : chunks) {
+      pos = (pos + kCheckpointChunkAlign - 1) / kCheckpointChunkAlign * kCheckpointChunkAlign;
+      proto::CheckpointChunk* c = p->file.add_chunks();
+      c->set_unit(k.unit);
+      c->set_field(k.field);
+      c->set_begin(k.begin);
+      c->set_end(k.end);
+      c->set_file_offset(pos);
+      pos += k.bytes;
+      chunk_bytes.push_back(k.bytes);
     }
-    if (snapshot_.size_bytes() != static_cast<size_t>(total) || snapshot_.device() != state.device()) {
+    p->file_bytes = pos;
+    const auto image_bytes = static_cast<size_t>(checkpoint_image_bytes(chunk_bytes));
+    if (snapshot_.size_bytes() != image_bytes || snapshot_.device() != state.device()) {
       snapshot_ = PinnedBuffer();  // the old one first: never both at once
-      snapshot_ = PinnedBuffer(state.device(), static_cast<size_t>(total));
+      snapshot_ = PinnedBuffer(state.device(), image_bytes);
     }
-    for (size_t i = 0; i < p->chunks.size(); ++i) {
-      const ChunkPlan& k = p->chunks[i];
-      state.read_into(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, snapshot_, p->offsets[i]);
+    const std::string header = encode_checkpoint_shard_header(rank, world_size, p->step);
+    std::memcpy(snapshot_.data(), header.data(), header.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ChunkPlan& k = chunks[i];
+      state.read_into(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, snapshot_,
+                      p->file.chunks(static_cast<int>(i)).file_offset());
     }
     if (world.rank() == 0) p->manifest = make_manifest(state, p->step, options_.config_text);
   });
   p->snapshot_seconds = since(t0);
-  const int rank = world.rank(), world_size = world.size();
-  const char* data = static_cast<const char*>(snapshot_.data());
+  const char* image = static_cast<const char*>(snapshot_.data());
   Pending* q = p.get();
-  p->thread = std::thread([q, data, rank, world_size] {
+  p->thread = std::thread([q, image, rank] {
     lower_thread_priority();
     const auto w0 = Clock::now();
     try {
-      q->file = write_shard_file(q->tmp_dir, rank, world_size, q->step, q->chunks,
-                                 [&](size_t i, std::vector<char>&) { return data + q->offsets[i]; }, true);
+      const std::vector<uint32_t> crcs =
+          write_checkpoint_image(q->tmp_dir + "/" + q->file.name(), image, q->file_bytes, kCheckpointBlockBytes, [&] {
+            inject_write_fail(q->tmp_dir, q->file.name(), q->step, rank);  // MP_FAULT (tests)
+            inject_save_kill(q->step, rank);  // MP_FAULT save_kill (tests): the file is partly written
+          });
+      q->file.set_size_bytes(q->file_bytes);
+      for (const uint32_t crc : crcs) q->file.add_block_crc32c(crc);
     } catch (...) {
       q->error = std::current_exception();
     }

@@ -30,11 +30,13 @@
 // at a step boundary: rank 0 prepares ROOT/.tmp-step_N/ (agreed), and every
 // rank copies the chunks it writes (its part of master, param, remainder,
 // state0, state1) into a host snapshot, pinned for the engine's device
-// (core/pinned.h), allocated at the first save and reused; the manifest's
-// step-dependent part (optimizer counters, loss scaler, config) is taken at
-// the same moment. Training then goes on while one background thread per
-// rank writes the shard file from the snapshot (the same bytes a
-// synchronous save writes, CRC32C per block) and fsyncs it. That thread
+// (core/pinned.h), allocated at the first save and reused. The snapshot is
+// the image of the rank's shard file: the header and each chunk at its file
+// offset, so nothing is copied again. The manifest's step-dependent part
+// (optimizer counters, loss scaler, config) is taken at the same moment.
+// Training then goes on while one background thread per rank computes the
+// blocks' CRC32C and writes the image (the same bytes a synchronous save
+// writes) and fsyncs it. That thread
 // touches only the snapshot and its own file: no engine state, no
 // communicator, so no collective ever runs beside the training thread's.
 // The commit is collective and runs on the training thread: the ranks agree
@@ -54,7 +56,7 @@
 // an uncommitted save stays a .tmp- directory, removed by the next publish.
 // The writer thread runs at a lower CPU priority (nice +10) so that on a
 // busy host the training threads keep the cores, and writes with O_DIRECT
-// where the file system allows (CheckpointBlockWriter): a buffered write
+// where the file system allows (write_checkpoint_image): a buffered write
 // and its writeback cost the kernel far more CPU time than the copy itself,
 // time a background write would take from training.
 //

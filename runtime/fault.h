@@ -14,8 +14,9 @@
 //                     on a full disk
 //   save_kill@5:1     rank 1 sends itself SIGKILL in the middle of writing
 //                     step 5's checkpoint file (after its first chunk; with
-//                     checkpoint.async_save, in the background writer while
-//                     training goes on)
+//                     checkpoint.async_save, after the first 8 MiB or the
+//                     aligned part of a smaller file, before its tail and
+//                     fsync, in the background writer while training goes on)
 //   device_fault@5:1  rank 1's compute stream runs a kernel that writes
 //                     outside its memory at the start of step 5 (an illegal
 //                     memory access; CUDA engines only, ConfigError on the CPU)

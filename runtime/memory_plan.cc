@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "comm/hooks.h"
+#include "formats/checkpoint_format.h"
 #include "kernels/cpu/quant.h"
 #include "runtime/param_gathers.h"
 
@@ -116,18 +117,20 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
 size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& o) {
   const FlatLayout layout(model, o.shard_size);
   const Precision& p = o.precision;
-  // Bytes per element of the stored fields (UnitState::fields).
-  size_t per_element = static_cast<size_t>(o.state_count) * dtype_size(p.state_dtype);
-  if (p.master == MasterMode::kFp32) per_element += 4;
-  if (p.master == MasterMode::kBf16Remainder) per_element += 2;
-  if (o.persistent_param_shard()) per_element += dtype_size(p.param_dtype);
+  // Bytes per element of each stored field (UnitState::fields).
+  std::vector<int64_t> field_bytes;
+  if (p.master == MasterMode::kFp32) field_bytes.push_back(4);
+  if (o.persistent_param_shard()) field_bytes.push_back(static_cast<int64_t>(dtype_size(p.param_dtype)));
+  if (p.master == MasterMode::kBf16Remainder) field_bytes.push_back(2);
+  for (int i = 0; i < o.state_count; ++i) field_bytes.push_back(static_cast<int64_t>(dtype_size(p.state_dtype)));
   const int64_t replicas = std::max(1, o.replicate_size);
-  size_t bytes = 0;
+  std::vector<int64_t> chunks;  // replica rank 0's part of each unit's shard, per field
   for (const UnitLayout& u : layout.units()) {
     const int64_t first_part = (u.shard_numel + replicas - 1) / replicas;
-    bytes += static_cast<size_t>(first_part) * per_element;
+    if (first_part == 0) continue;
+    for (const int64_t b : field_bytes) chunks.push_back(first_part * b);
   }
-  return bytes;
+  return static_cast<size_t>(checkpoint_image_bytes(chunks));
 }
 
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {

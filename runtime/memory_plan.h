@@ -48,8 +48,10 @@ MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config
 
 // The host snapshot of an asynchronous checkpoint save on replica rank 0 of
 // its shards (the largest: replicas split a shard, the first ones get the
-// extra element): master, param, remainder and moments of its part of each
-// unit's shard, as CheckpointWriter::snapshot_bytes() measures it.
+// extra element): the image of its shard file (checkpoint_image_bytes:
+// master, param, remainder and moments of its part of each unit's shard,
+// the header and alignment), as CheckpointWriter::snapshot_bytes()
+// measures it.
 size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& options);
 
 }  // namespace mp

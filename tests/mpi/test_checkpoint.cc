@@ -312,33 +312,37 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSyncFilesAndResumesBitwise) {
   }
 }
 
-// The background writer's O_DIRECT path (CheckpointBlockWriter, direct):
-// files across several 8 MiB staging buffers, written in odd pieces, get
-// the bytes and block checksums of a buffered write, tail included.
-TEST_F(CheckpointTest, DirectWritesGiveTheBytesOfBufferedWrites) {
-  const std::string dir = root_ + "/direct" + std::to_string(rank());
+// The background writer's path (write_checkpoint_image: O_DIRECT from an
+// aligned image, the unaligned tail buffered): files from one block to
+// several 8 MiB pieces get the bytes and block checksums that
+// CheckpointBlockWriter streams; a misaligned image is written too.
+TEST_F(CheckpointTest, ImageWritesGiveTheBytesOfStreamedWrites) {
+  const std::string dir = root_ + "/image" + std::to_string(rank());
   fs::create_directories(dir);
-  std::vector<char> data(size_t{20} << 20);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
-  for (const int64_t total : {int64_t{100}, int64_t{4096}, int64_t{8} << 20, (int64_t{20} << 20) - 123}) {
-    SCOPED_TRACE(total);
-    std::vector<uint32_t> crcs[2];
-    for (const bool direct : {false, true}) {
-      CheckpointBlockWriter w(dir + (direct ? "/direct.bin" : "/buffered.bin"), kCheckpointBlockBytes, direct);
-      int64_t at = 0;
-      for (int64_t piece = 1; at < total; piece = piece * 3 + 7) {
-        const int64_t n = std::min(piece, total - at);
-        w.write(data.data() + at, n);
-        at += n;
-        w.pad_to(kCheckpointChunkAlign);
-        at = std::min(total, (at + kCheckpointChunkAlign - 1) / kCheckpointChunkAlign * kCheckpointChunkAlign);
+  const int64_t max_bytes = (int64_t{20} << 20) + 4096;
+  PinnedBuffer image(Device::cpu(), static_cast<size_t>(max_bytes) + 4096);
+  char* data = image.as<char>();
+  for (int64_t i = 0; i < max_bytes; ++i) data[i] = static_cast<char>((static_cast<uint64_t>(i) * 2654435761u) >> 13);
+  for (const int64_t size : {int64_t{100}, int64_t{4096}, int64_t{8} << 20, (int64_t{20} << 20) - 123}) {
+    for (const int64_t shift : {int64_t{0}, int64_t{64}}) {
+      SCOPED_TRACE(std::to_string(size) + " bytes at offset " + std::to_string(shift));
+      std::vector<uint32_t> streamed;
+      {
+        CheckpointBlockWriter w(dir + "/streamed.bin", kCheckpointBlockBytes);
+        for (int64_t at = 0, piece = 1; at < size; at += piece, piece = piece * 3 + 7) {
+          w.write(data + shift + at, std::min(piece, size - at));
+        }
+        streamed = w.finish();
       }
-      crcs[direct ? 1 : 0] = w.finish();
+      int calls = 0;
+      const std::vector<uint32_t> crcs =
+          write_checkpoint_image(dir + "/image.bin", data + shift, size, kCheckpointBlockBytes, [&] { ++calls; });
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(crcs, streamed);
+      const std::string bytes = file_bytes(dir + "/image.bin");
+      EXPECT_EQ(static_cast<int64_t>(bytes.size()), size);
+      EXPECT_TRUE(bytes == file_bytes(dir + "/streamed.bin")) << "the image's file differs";
     }
-    EXPECT_EQ(crcs[0], crcs[1]);
-    const std::string buffered = file_bytes(dir + "/buffered.bin");
-    EXPECT_GE(static_cast<int64_t>(buffered.size()), total);
-    EXPECT_TRUE(buffered == file_bytes(dir + "/direct.bin")) << "the direct file differs";
   }
 }
 
