@@ -249,20 +249,11 @@ void add_files(proto::CheckpointManifest& m, const std::vector<std::string>& fil
   }
 }
 
-// Rank 0, the last steps of a save (Note [Atomic saves]): the manifest into
-// the temporary directory, which becomes ROOT/name, then `latest`; then
-// only the newest keep_last complete checkpoints stay, and no temporaries.
-void publish(const proto::CheckpointManifest& m, const std::string& root, const std::string& name,
-             const std::string& tmp_dir, int keep_last) {
-  const std::string final_dir = root + "/" + name;
-  check_checkpoint_manifest(m, tmp_dir + "/" + kCheckpointManifestName);
-  write_file_atomic(tmp_dir + "/" + kCheckpointManifestName, encode_checkpoint_manifest(m), "checkpoint manifest");
-  fsync_dir(tmp_dir);
+// Rank 0, after `latest` moved to `name`: only the newest keep_last complete
+// checkpoints stay, and no temporaries. Removing a checkpoint of GPT-2 124M
+// takes 0.2 s here: asynchronous saves do it in the background.
+void prune(const std::string& root, const std::string& name, int keep_last) {
   std::error_code ec;
-  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked before): a leftover
-  rename_or_throw(tmp_dir, final_dir);
-  fsync_dir(root);
-  write_file_atomic(root + "/latest", name + "\n", "checkpoint pointer");
   std::vector<std::pair<std::string, std::string>> steps;  // (name, path)
   for (const fs::directory_entry& d : fs::directory_iterator(root, ec)) {
     const std::string n = d.path().filename().string();
@@ -273,6 +264,21 @@ void publish(const proto::CheckpointManifest& m, const std::string& root, const 
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i) {
     if (steps[i].first != name) fs::remove_all(steps[i].second, ec);
   }
+}
+
+// Rank 0, the last steps of a save (Note [Atomic saves]): the manifest into
+// the temporary directory, which becomes ROOT/name, then `latest`.
+void publish(const proto::CheckpointManifest& m, const std::string& root, const std::string& name,
+             const std::string& tmp_dir) {
+  const std::string final_dir = root + "/" + name;
+  check_checkpoint_manifest(m, tmp_dir + "/" + kCheckpointManifestName);
+  write_file_atomic(tmp_dir + "/" + kCheckpointManifestName, encode_checkpoint_manifest(m), "checkpoint manifest");
+  fsync_dir(tmp_dir);
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // not `latest` (checked before): a leftover
+  rename_or_throw(tmp_dir, final_dir);
+  fsync_dir(root);
+  write_file_atomic(root + "/latest", name + "\n", "checkpoint pointer");
 }
 
 // Rank 0 prepares the temporary directory (agreed); true on every rank when
@@ -287,8 +293,9 @@ bool begin_save(Communicator& world, const std::string& root, const std::string&
 }
 
 // Every rank's file is complete (`mine`, this rank's): gathers their
-// descriptions and rank 0 publishes `manifest()` with them (agreed).
-// Returns the bytes of all shard files.
+// descriptions and rank 0 publishes `manifest()` with them (agreed), then
+// prunes unless keep_last is 0 (the caller's). Returns the bytes of all
+// shard files.
 template <class ManifestFn>
 int64_t finish_save(Communicator& world, const proto::CheckpointFile& mine, const ManifestFn& manifest,
                     const std::string& root, const std::string& name, const std::string& tmp_dir, int keep_last) {
@@ -299,7 +306,8 @@ int64_t finish_save(Communicator& world, const proto::CheckpointFile& mine, cons
     if (world.rank() != 0) return;
     proto::CheckpointManifest m = manifest();
     add_files(m, files);
-    publish(m, root, name, tmp_dir, keep_last);
+    publish(m, root, name, tmp_dir);
+    if (keep_last > 0) prune(root, name, keep_last);
   });
   int64_t bytes = 0;
   for (const std::string& f : files) {
@@ -370,10 +378,17 @@ CheckpointWriter::CheckpointWriter(Engine& engine, std::string root, CheckpointS
   MP_ENFORCE_GE(options_.keep_last, 1);
 }
 
-CheckpointWriter::~CheckpointWriter() { join(); }
+CheckpointWriter::~CheckpointWriter() {
+  join();
+  join_prune();
+}
 
 void CheckpointWriter::join() {
   if (pending_ != nullptr && pending_->thread.joinable()) pending_->thread.join();
+}
+
+void CheckpointWriter::join_prune() {
+  if (prune_.joinable()) prune_.join();
 }
 
 bool CheckpointWriter::written() const {
@@ -384,6 +399,7 @@ size_t CheckpointWriter::snapshot_bytes() const { return snapshot_.size_bytes();
 
 CheckpointInfo CheckpointWriter::save_async() {
   wait();  // at most one save in flight; its commit precedes this prepare
+  join_prune();  // which removes stale .tmp-* directories: never this save's
   const ShardStateView state = engine_.shard_state();
   const auto t0 = Clock::now();
   Communicator& world = state.world();
@@ -471,7 +487,14 @@ std::optional<CheckpointInfo> CheckpointWriter::wait() {
   CheckpointInfo info;
   info.path = p->final_dir;
   info.step = p->step;
-  info.bytes = finish_save(world, p->file, [&] { return p->manifest; }, root_, p->name, p->tmp_dir, options_.keep_last);
+  join_prune();
+  info.bytes = finish_save(world, p->file, [&] { return p->manifest; }, root_, p->name, p->tmp_dir, 0);
+  if (world.rank() == 0) {
+    prune_ = std::thread([root = root_, name = p->name, keep_last = options_.keep_last] {
+      lower_thread_priority();
+      prune(root, name, keep_last);
+    });
+  }
   info.seconds = p->snapshot_seconds;
   info.write_seconds = p->write_seconds;
   return info;

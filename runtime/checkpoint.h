@@ -50,8 +50,10 @@
 // agreement] in launch/trainer.h) and commits at the first step boundary
 // where all ranks are done. So a crash (SIGKILL) during a background write
 // leaves `latest` naming the previous complete checkpoint, and the commit
-// always precedes the next prepare, whose clean-up of stale .tmp-*
-// directories therefore never removes a write in flight. The destructor
+// always precedes the next prepare. Removing the checkpoints beyond
+// keep_last and stale .tmp-* directories (rank 0, after `latest` moved)
+// runs on a thread of its own, joined before the next prepare, so it never
+// removes a write in flight. The destructor
 // waits for a write in flight but does not commit (it is not collective):
 // an uncommitted save stays a .tmp- directory, removed by the next publish.
 // The writer thread runs at a lower CPU priority (nice +10) so that on a
@@ -80,6 +82,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "core/pinned.h"
 #include "formats/checkpoint_format.h"
@@ -144,12 +147,14 @@ class CheckpointWriter {
  private:
   struct Pending;
   void join();
+  void join_prune();
 
   Engine& engine_;
   std::string root_;
   CheckpointSaveOptions options_;
   PinnedBuffer snapshot_;
   std::unique_ptr<Pending> pending_;
+  std::thread prune_;  // rank 0: old checkpoints removed after a commit
 };
 
 // Loads a checkpoint directory into the engine: weights, optimizer
