@@ -35,10 +35,10 @@
 // offset, so nothing is copied again. The manifest's step-dependent part
 // (optimizer counters, loss scaler, config) is taken at the same moment.
 // Training then goes on while one background thread per rank computes the
-// blocks' CRC32C and writes the image (the same bytes a synchronous save
-// writes) and fsyncs it. That thread
-// touches only the snapshot and its own file: no engine state, no
-// communicator, so no collective ever runs beside the training thread's.
+// blocks' CRC32C, writes the image (the same bytes a synchronous save
+// writes) and fsyncs it. That thread touches only the snapshot and its own
+// file: no engine state, no communicator, so no collective ever runs beside
+// the training thread's.
 // The commit is collective and runs on the training thread: the ranks agree
 // that every write succeeded (a failed write throws on every rank, naming
 // the file, and `latest` stays where it was), gather the file descriptions,
@@ -53,9 +53,9 @@
 // always precedes the next prepare. Removing the checkpoints beyond
 // keep_last and stale .tmp-* directories (rank 0, after `latest` moved)
 // runs on a thread of its own, joined before the next prepare, so it never
-// removes a write in flight. The destructor
-// waits for a write in flight but does not commit (it is not collective):
-// an uncommitted save stays a .tmp- directory, removed by the next publish.
+// removes a write in flight. The destructor waits for a write in flight but
+// does not commit (it is not collective): an uncommitted save stays a .tmp-
+// directory, removed after the next commit.
 // The writer thread runs at a lower CPU priority (nice +10) so that on a
 // busy host the training threads keep the cores, and writes with O_DIRECT
 // where the file system allows (write_checkpoint_image): a buffered write
