@@ -41,6 +41,8 @@ constexpr Suite kSuites[] = {
      "GPT-2 124M and a small GPT through the engine: tokens/s, model FLOP/s vs the GEMM peak (--bind-to none)"},
     {"ckpt", run_ckpt_suite,
      "checkpoint save/load GB/s of GPT-2 124M vs plain write+fsync/read of the same bytes (run with -np 2)"},
+    {"ckpt_async", run_ckpt_async_suite,
+     "training time of GPT-2 124M with a save every 10 steps: asynchronous vs synchronous vs none (run with -np 2)"},
     {"recipes", run_recipes_suite, "the default GPT under every precision recipe and strategy (run with -np 2)"},
 };
 

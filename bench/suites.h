@@ -40,4 +40,8 @@ void run_recipes_suite(const BenchContext& ctx);
 // same bytes (ckpt_bench.cc).
 void run_ckpt_suite(const BenchContext& ctx);
 
+// ckpt_async: the cost of a save every 10 steps of GPT-2 124M training,
+// synchronous vs asynchronous vs none (ckpt_async_bench.cc).
+void run_ckpt_async_suite(const BenchContext& ctx);
+
 }  // namespace mp::bench

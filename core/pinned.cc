@@ -1,5 +1,7 @@
 #include "core/pinned.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -18,8 +20,14 @@ namespace mp {
 PinnedBuffer::PinnedBuffer(Device device, size_t bytes) : device_(device), size_bytes_(bytes) {
   if (bytes == 0) return;
   if (device.is_cpu()) {
-    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    // As the Allocator's buffers: 2 MiB or more are 2 MiB aligned and advised
+    // as transparent huge pages (before the first touch below).
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t alignment = bytes >= kHuge ? kHuge : 64;
+    const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    data_ = std::aligned_alloc(alignment, rounded);
     if (data_ == nullptr) MP_THROW(OutOfMemoryError, "host buffer of ", bytes, " bytes");
+    if (alignment == kHuge) (void)madvise(data_, rounded, MADV_HUGEPAGE);  // advisory only
   } else {
 #if MP_WITH_CUDA
     CudaDeviceGuard guard(device);

@@ -3,7 +3,9 @@
 // (cudaMallocHost), so cudaMemcpyAsync to or from it is truly asynchronous
 // (to pageable memory the call itself waits until the stream reaches the
 // copy, which would turn every bounded wait behind it into an unbounded
-// one). For the CPU it is ordinary 64-byte aligned memory. Every value that
+// one). For the CPU it is ordinary 64-byte aligned memory; 2 MiB or more is
+// 2 MiB aligned and advised as transparent huge pages, as the Allocator's
+// buffers. Either way 2 MiB or more is page aligned (O_DIRECT can write it). Every value that
 // comes back from the engine's device to the host (losses, gradient
 // statistics, sampled logits) lands in a PinnedBuffer through a
 // stream-ordered copy (ops::copy_bytes), and tokens go the other way through

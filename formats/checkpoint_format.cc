@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -226,6 +227,63 @@ std::vector<uint32_t> CheckpointBlockWriter::finish() {
   in_block_ = 0;
   if (::fsync(fd_.get()) != 0) MP_THROW(IoError, "checkpoint '", path_, "': fsync failed: ", std::strerror(errno));
   return crcs_;
+}
+
+int64_t checkpoint_image_bytes(const std::vector<int64_t>& chunk_bytes) {
+  auto up = [](int64_t n, int64_t a) { return (n + a - 1) / a * a; };
+  int64_t bytes = kCheckpointShardHeaderBytes;
+  for (const int64_t b : chunk_bytes) bytes += up(b, kCheckpointChunkAlign);
+  return up(bytes, kCheckpointImageAlign);
+}
+
+std::vector<uint32_t> write_checkpoint_image(const std::string& path, const char* image, int64_t size,
+                                             int64_t block_bytes, const std::function<void()>& after_first_piece) {
+  const bool aligned_image = reinterpret_cast<uintptr_t>(image) % kCheckpointImageAlign == 0;
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  Fd fd(aligned_image ? ::open(path.c_str(), kFlags | O_DIRECT, 0644) : -1);
+  bool direct = fd.get() >= 0;  // else EINVAL: a file system without O_DIRECT (tmpfs)
+  if (!direct) fd = Fd(::open(path.c_str(), kFlags, 0644));
+  if (fd.get() < 0) MP_THROW(IoError, "checkpoint file '", path, "': cannot create: ", std::strerror(errno));
+  auto buffered = [&] {  // from here on
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_DIRECT) != 0) {
+      MP_THROW(IoError, "checkpoint file '", path, "': cannot leave O_DIRECT: ", std::strerror(errno));
+    }
+    direct = false;
+  };
+  // Bytes [at, at + n), n a multiple of the alignment while direct.
+  auto put = [&](int64_t at, int64_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd.get(), image + at, static_cast<size_t>(n));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EINVAL && direct) {  // an alignment the device refuses
+        buffered();
+        continue;
+      }
+      if (w <= 0) MP_THROW(IoError, "checkpoint file '", path, "': write failed: ", std::strerror(errno));
+      at += w;
+      n -= w;
+    }
+  };
+  const int64_t piece = std::max<int64_t>(1, (int64_t{8} << 20) / block_bytes) * block_bytes;
+  std::vector<uint32_t> crcs;
+  for (int64_t at = 0; at < size;) {
+    const int64_t n = std::min(piece, size - at);
+    for (int64_t b = at; b < at + n; b += block_bytes) {
+      crcs.push_back(crc32c_extend(0, image + b, static_cast<size_t>(std::min(block_bytes, size - b))));
+    }
+    const int64_t aligned = direct ? n / kCheckpointImageAlign * kCheckpointImageAlign : n;
+    put(at, aligned);
+    if (aligned < n) {  // the file's unaligned tail
+      buffered();
+      put(at + aligned, n - aligned);
+    }
+    if (at == 0 && after_first_piece) after_first_piece();
+    at += n;
+  }
+  if (size == 0 && after_first_piece) after_first_piece();
+  if (::fsync(fd.get()) != 0) MP_THROW(IoError, "checkpoint '", path, "': fsync failed: ", std::strerror(errno));
+  return crcs;
 }
 
 // ---- shard files: reading -----------------------------------------------------------

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,6 +74,26 @@ class CheckpointBlockWriter {
   uint32_t crc_ = 0;
   std::vector<uint32_t> crcs_;
 };
+
+// A whole shard file from memory: writes `image`'s `size` bytes as a new
+// file `path` and fsyncs it; returns the CRC32C of every block of
+// `block_bytes` (as CheckpointBlockWriter::finish). Where `image` is
+// kCheckpointImageAlign-aligned (readable up to `size` rounded up to that)
+// the file is written with O_DIRECT where the file system takes it (else as
+// usual), which bypasses the page cache: a small
+// fraction of the kernel CPU time of a buffered write and its writeback
+// (0.15 s against 2.1 s for 768 MiB on a 2-core VM), and no copy. For the
+// background writer of asynchronous saves, whose CPU time is taken from
+// training. `after_first_piece` (may be empty) runs once, after the first
+// 8 MiB (or less) is written: MP_FAULT's hooks.
+inline constexpr int64_t kCheckpointImageAlign = 4096;
+// The bytes of a shard file's image with chunks of these sizes: the header
+// and each chunk padded to kCheckpointChunkAlign (the file's layout),
+// rounded up to kCheckpointImageAlign.
+int64_t checkpoint_image_bytes(const std::vector<int64_t>& chunk_bytes);
+std::vector<uint32_t> write_checkpoint_image(const std::string& path, const char* image, int64_t size,
+                                             int64_t block_bytes,
+                                             const std::function<void()>& after_first_piece = {});
 
 // Reads byte ranges of one shard file of checkpoint `dir`, checking its
 // size and header against the manifest and every block it touches against

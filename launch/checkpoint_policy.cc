@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -35,6 +36,9 @@ CheckpointPolicy::CheckpointPolicy(Engine& engine, const TrainSettings& settings
       last_save_(std::chrono::steady_clock::now()) {
   save_options_.keep_last = settings.checkpoint_keep_last;
   save_options_.config_text = to_text(settings.config);
+  if (settings.checkpoint_saves && config_.async_save()) {
+    writer_ = std::make_unique<CheckpointWriter>(engine, settings.checkpoint_dir, save_options_);
+  }
 }
 
 int64_t CheckpointPolicy::restore() {
@@ -80,6 +84,7 @@ std::string CheckpointPolicy::describe() const {
   }
   if (config_.save_at_end()) text += "at the end, ";
   if (config_.save_on_signal() || !config_.has_save_on_signal()) text += "on SIGTERM/SIGUSR1, ";
+  if (writer_ != nullptr) text += "written in the background, ";
   return text + detail::str("keeping ", settings_.checkpoint_keep_last, ")");
 }
 
@@ -93,30 +98,56 @@ bool CheckpointPolicy::time_due() const {
   return minutes >= config_.interval_minutes();
 }
 
+bool CheckpointPolicy::save_written() const { return writer_ == nullptr || writer_->written(); }
+
 int CheckpointPolicy::after_step(int64_t step, const StepAgreement& agreed) {
   if (!settings_.checkpoint_saves) return 0;  // no checkpoint to save: signals keep their default action
+  if (writer_ != nullptr && writer_->pending() && agreed.save_written) commit();
   if (agreed.signal != 0) {
-    save(step, stop_signal_name(agreed.signal));
+    save(step, stop_signal_name(agreed.signal), true);
   } else if (config_.interval_steps() > 0 && step % config_.interval_steps() == 0) {
-    save(step, "interval");
+    save(step, "interval", false);
   } else if (agreed.checkpoint_time) {
-    save(step, "time interval");
+    save(step, "time interval", false);
   }
   return agreed.signal;
 }
 
 void CheckpointPolicy::finish() {
-  if (settings_.checkpoint_saves && config_.save_at_end()) save(settings_.config.steps(), "end");
+  if (settings_.checkpoint_saves && config_.save_at_end()) save(settings_.config.steps(), "end", true);
+  commit();
   if (!config_.export_safetensors().empty()) export_weights();
 }
 
-void CheckpointPolicy::save(int64_t step, const char* why) {
-  const CheckpointInfo info = save_checkpoint(engine_, settings_.checkpoint_dir, save_options_);
+void CheckpointPolicy::save(int64_t step, const char* why, bool complete) {
+  const char* clear = live_progress() ? "\r\033[K" : "";
+  if (writer_ == nullptr) {
+    const CheckpointInfo info = save_checkpoint(engine_, settings_.checkpoint_dir, save_options_);
+    last_save_ = std::chrono::steady_clock::now();
+    if (!lead_) return;
+    std::printf("%scheckpoint at step %lld (%s): %s, %s in %.2f s\n", clear, static_cast<long long>(step), why,
+                info.path.c_str(), si(static_cast<double>(info.bytes), "B").c_str(), info.seconds);
+    std::fflush(stdout);
+    return;
+  }
+  const CheckpointInfo info = writer_->save_async();  // commits the previous save first
   last_save_ = std::chrono::steady_clock::now();
-  if (!lead_) return;
-  std::printf("%scheckpoint at step %lld (%s): %s, %s in %.2f s\n", live_progress() ? "\r\033[K" : "",
-              static_cast<long long>(step), why, info.path.c_str(), si(static_cast<double>(info.bytes), "B").c_str(),
-              info.seconds);
+  if (lead_ && writer_->pending()) {
+    std::printf("%scheckpoint at step %lld (%s): snapshot of %s on rank 0 in %.2f s, writing in the background\n",
+                clear, static_cast<long long>(step), why,
+                si(static_cast<double>(writer_->snapshot_bytes()), "B").c_str(), info.seconds);
+    std::fflush(stdout);
+  }
+  if (complete) commit();
+}
+
+void CheckpointPolicy::commit() {
+  if (writer_ == nullptr) return;
+  const std::optional<CheckpointInfo> info = writer_->wait();
+  if (!info || !lead_) return;
+  std::printf("%scheckpoint at step %lld committed: %s, %s, written in the background in %.2f s on rank 0\n",
+              live_progress() ? "\r\033[K" : "", static_cast<long long>(info->step), info->path.c_str(),
+              si(static_cast<double>(info->bytes), "B").c_str(), info->write_seconds);
   std::fflush(stdout);
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "launch/step_agreement.h"
@@ -40,19 +41,29 @@ class CheckpointPolicy {
   // save (false on the other ranks and without a time interval).
   bool time_due() const;
 
-  // After step `step`: saves when the agreed signal, the step interval or
-  // the time interval asks. Returns the signal that stops the run, 0 to go
-  // on (a signal without checkpoints to save is ignored). Collective.
+  // With checkpoint.async_save: whether this rank's background write has
+  // ended (or none is in flight), for the step agreement. Never blocks.
+  bool save_written() const;
+
+  // After step `step`: commits an asynchronous save whose writes every rank
+  // finished (agreed.save_written), then saves when the agreed signal, the
+  // step interval or the time interval asks; a stop signal's checkpoint is
+  // committed before this returns, asynchronous or not. Returns the signal
+  // that stops the run, 0 to go on (a signal without checkpoints to save is
+  // ignored). Collective.
   int after_step(int64_t step, const StepAgreement& agreed);
-  // After the last step: save_at_end's checkpoint and the Hugging Face
-  // export (checkpoint.export_safetensors). Collective.
+  // After the last step: save_at_end's checkpoint, the commit of an
+  // asynchronous save still in flight, and the Hugging Face export
+  // (checkpoint.export_safetensors). Collective.
   void finish();
   // The Hugging Face export alone (checkpoint.export_safetensors), of the
   // weights the engine holds: mp_worker --steps 0. Collective.
   void export_weights();
 
  private:
-  void save(int64_t step, const char* why);
+  // `complete`: committed before it returns (a stop signal's, the end's).
+  void save(int64_t step, const char* why, bool complete);
+  void commit();  // the asynchronous save in flight, if any
   void import_weights(const std::string& path);
 
   Engine& engine_;
@@ -60,6 +71,7 @@ class CheckpointPolicy {
   const proto::CheckpointConfig& config_;
   bool lead_;
   CheckpointSaveOptions save_options_;
+  std::unique_ptr<CheckpointWriter> writer_;  // checkpoint.async_save
   std::chrono::steady_clock::time_point last_save_;
   std::string note_;
 };

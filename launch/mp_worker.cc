@@ -104,6 +104,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   set_current_device(device.device);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
       static_cast<size_t>(model_activation_bytes(s, device.device));
+  if (s.config.checkpoint().async_save()) plan.checkpoint_snapshot_bytes = plan_checkpoint_snapshot(spec, o);
   const std::string recompute =
       o.recompute_every == 0 ? "" : ", activations recomputed: " + recompute_name(o.recompute_every);
   std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s%s\n%s", model,

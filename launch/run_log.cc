@@ -68,6 +68,9 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
   MemoryPlan plan = engine_.plan();
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] = static_cast<size_t>(model_.activation_bytes);
+  if (settings_.checkpoint_saves && settings_.config.checkpoint().async_save()) {
+    plan.checkpoint_snapshot_bytes = plan_checkpoint_snapshot(model_.model->spec(), o);
+  }
   std::printf("memory per rank (planned): %s", plan.to_string().c_str());
   if (model_.floor) {
     const int64_t vocab = settings_.gpt.vocab;

@@ -7,15 +7,18 @@
 
 namespace mp {
 
-StepAgreement agree_on_step(Communicator& comm, bool checkpoint_time, const StepTimings& timings) {
-  const double mine[3] = {static_cast<double>(stop_signal()), checkpoint_time ? 1.0 : 0.0,
-                          timings.total_s - timings.exposed_comm_s};
+StepAgreement agree_on_step(Communicator& comm, bool checkpoint_time, const StepTimings& timings,
+                            bool save_written) {
+  constexpr size_t k = 4;
+  const double mine[k] = {static_cast<double>(stop_signal()), checkpoint_time ? 1.0 : 0.0,
+                          timings.total_s - timings.exposed_comm_s, save_written ? 1.0 : 0.0};
   const std::vector<double> all = comm.all_gather_double(mine);
   StepAgreement a;
-  std::vector<double> busy(all.size() / 3);
+  std::vector<double> busy(all.size() / k);
   for (size_t j = 0; j < busy.size(); ++j) {
-    a.signal = std::max(a.signal, static_cast<int>(all[3 * j]));
-    busy[j] = all[3 * j + 2];
+    a.signal = std::max(a.signal, static_cast<int>(all[k * j]));
+    busy[j] = all[k * j + 2];
+    a.save_written = a.save_written && all[k * j + 3] != 0;
   }
   a.checkpoint_time = all[1] != 0;
   a.straggler = find_straggler(busy);

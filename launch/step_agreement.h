@@ -15,12 +15,15 @@ struct StepAgreement {
   int signal = 0;                        // a stop signal some rank got (the largest number); 0: none
   bool checkpoint_time = false;          // rank 0's checkpoint clock ran out
   std::optional<std::string> straggler;  // find_straggler's line, when a rank was one
+  bool save_written = true;              // every rank's asynchronous checkpoint write has ended
 };
 
-// One all-gather of three numbers per rank: stop_signal() (core/stop_signals.h),
-// `checkpoint_time` (only rank 0's counts) and the step's busy time (its wall
-// time minus the time blocked on communication). Collective.
-StepAgreement agree_on_step(Communicator& comm, bool checkpoint_time, const StepTimings& timings);
+// One all-gather of four numbers per rank: stop_signal() (core/stop_signals.h),
+// `checkpoint_time` (only rank 0's counts), the step's busy time (its wall
+// time minus the time blocked on communication) and `save_written`
+// (CheckpointWriter::written()). Collective.
+StepAgreement agree_on_step(Communicator& comm, bool checkpoint_time, const StepTimings& timings,
+                            bool save_written = true);
 
 // A rank that worked much longer than the others in a step (they waited
 // for it in the collectives), from each rank's busy seconds: named when it

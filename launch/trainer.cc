@@ -128,7 +128,8 @@ int train(const MpiWorld& world, const TrainSettings& s) {
       report.sample = m.sample(engine, c.sample_tokens(), c.engine().seed(), step);
     }
     // Note [Step agreement] in trainer.h.
-    const StepAgreement agreed = agree_on_step(*comm, checkpoints.time_due(), report.result.timings);
+    const StepAgreement agreed =
+        agree_on_step(*comm, checkpoints.time_due(), report.result.timings, checkpoints.save_written());
     report.straggler = agreed.straggler;
     stop = checkpoints.after_step(step, agreed);
     log.step(report);

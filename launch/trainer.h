@@ -26,10 +26,13 @@
 // the MLP.
 //
 // Note [Step agreement]
-// After every step the ranks exchange three numbers each (one all-gather):
+// After every step the ranks exchange four numbers each (one all-gather):
 // whether a stop signal (SIGTERM/SIGUSR1) arrived, rank 0's verdict on the
-// checkpoint time interval, and the rank's busy time (the step's wall time
-// minus the time it was blocked on communication). So a signal to any rank
+// checkpoint time interval, the rank's busy time (the step's wall time
+// minus the time it was blocked on communication), and whether its
+// asynchronous checkpoint write has ended (Note [Asynchronous saves] in
+// runtime/checkpoint.h: the save commits at the first step boundary where
+// every rank's has). So a signal to any rank
 // stops every rank at the same step after a checkpoint, and a rank that
 // worked much longer than the others is named in the log (a straggler:
 // more than 3x the median of the others and 1 s above it). Skipped steps (non-finite

@@ -69,9 +69,11 @@ std::vector<Fault> parse_faults(const std::string& text) {
       fault.kind = FaultKind::kWriteFail;
     } else if (kind == "device_fault") {
       fault.kind = FaultKind::kDeviceFault;
+    } else if (kind == "save_kill") {
+      fault.kind = FaultKind::kSaveKill;
     } else {
       MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': unknown kind '", kind,
-               "' (kill, hang, sleep, nan, write_fail, device_fault)");
+               "' (kill, hang, sleep, nan, write_fail, device_fault, save_kill)");
     }
     const bool needs_arg = fault.kind == FaultKind::kSleep;
     const bool takes_arg = needs_arg || fault.kind == FaultKind::kNan;
@@ -126,6 +128,14 @@ void inject_step_faults(int64_t step, int rank) {
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
   }
+}
+
+void inject_save_kill(int64_t step, int rank) {
+  if (find_fault(FaultKind::kSaveKill, step, rank) == nullptr) return;
+  std::fprintf(stderr, "[rank %d] MP_FAULT: SIGKILL while writing the checkpoint of step %lld\n", rank,
+               static_cast<long long>(step));
+  std::fflush(stderr);
+  ::kill(::getpid(), SIGKILL);
 }
 
 }  // namespace mp

@@ -12,6 +12,11 @@
 //                     step 5 (every micro-batch); nan@5-9:1 for steps 5..9
 //   write_fail@5:1    rank 1's checkpoint write fails in step 5's save, as
 //                     on a full disk
+//   save_kill@5:1     rank 1 sends itself SIGKILL in the middle of writing
+//                     step 5's checkpoint file (after its first chunk; with
+//                     checkpoint.async_save, after the first 8 MiB or the
+//                     aligned part of a smaller file, before its tail and
+//                     fsync, in the background writer while training goes on)
 //   device_fault@5:1  rank 1's compute stream runs a kernel that writes
 //                     outside its memory at the start of step 5 (an illegal
 //                     memory access; CUDA engines only, ConfigError on the CPU)
@@ -26,7 +31,7 @@
 
 namespace mp {
 
-enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail, kDeviceFault };
+enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail, kDeviceFault, kSaveKill };
 
 struct Fault {
   FaultKind kind = FaultKind::kKill;
@@ -48,5 +53,9 @@ const Fault* find_fault(FaultKind kind, int64_t step, int rank);
 // The start-of-step faults (kill, hang, sleep) for this rank and step.
 // Prints what it does to stderr first.
 void inject_step_faults(int64_t step, int rank);
+
+// save_kill: SIGKILL when MP_FAULT asks for it while writing the checkpoint
+// of `step` on `rank` (printed to stderr first). Safe from any thread.
+void inject_save_kill(int64_t step, int rank);
 
 }  // namespace mp

@@ -1,9 +1,11 @@
 #include "runtime/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "comm/hooks.h"
+#include "formats/checkpoint_format.h"
 #include "kernels/cpu/quant.h"
 #include "runtime/param_gathers.h"
 
@@ -42,6 +44,7 @@ std::string MemoryPlan::to_string() const {
   }
   row("total", total());
   if (communicator_scratch_bytes > 0) row("(communicator, at most)", communicator_scratch_bytes);
+  if (checkpoint_snapshot_bytes > 0) row("(checkpoint snapshot, host)", checkpoint_snapshot_bytes);
   return s.str();
 }
 
@@ -109,6 +112,25 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
     plan.communicator_scratch_bytes = o.accumulate_chunk_bytes * (o.replicate_size > 1 && o.shard_size > 1 ? 2 : 1);
   }
   return plan;
+}
+
+size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& o) {
+  const FlatLayout layout(model, o.shard_size);
+  const Precision& p = o.precision;
+  // Bytes per element of each stored field (UnitState::fields).
+  std::vector<int64_t> field_bytes;
+  if (p.master == MasterMode::kFp32) field_bytes.push_back(4);
+  if (o.persistent_param_shard()) field_bytes.push_back(static_cast<int64_t>(dtype_size(p.param_dtype)));
+  if (p.master == MasterMode::kBf16Remainder) field_bytes.push_back(2);
+  for (int i = 0; i < o.state_count; ++i) field_bytes.push_back(static_cast<int64_t>(dtype_size(p.state_dtype)));
+  const int64_t replicas = std::max(1, o.replicate_size);
+  std::vector<int64_t> chunks;  // replica rank 0's part of each unit's shard, per field
+  for (const UnitLayout& u : layout.units()) {
+    const int64_t first_part = (u.shard_numel + replicas - 1) / replicas;
+    if (first_part == 0) continue;
+    for (const int64_t b : field_bytes) chunks.push_back(first_part * b);
+  }
+  return static_cast<size_t>(checkpoint_image_bytes(chunks));
 }
 
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {

@@ -29,6 +29,11 @@ struct MemoryPlan {
   int64_t params = 0;  // model parameters (no padding)
   std::array<size_t, kNumMemCategories> bytes{};
   size_t communicator_scratch_bytes = 0;  // upper bound, outside `bytes`
+  // Host memory of asynchronous checkpoint saves (Note [Asynchronous
+  // saves] in runtime/checkpoint.h): the snapshot of what this rank writes,
+  // outside `bytes` (pinned host memory, not the device's allocator). Set by
+  // the launcher when checkpoint.async_save is on: plan_checkpoint_snapshot.
+  size_t checkpoint_snapshot_bytes = 0;
 
   size_t at(MemCategory c) const { return bytes[static_cast<size_t>(c)]; }
   size_t total() const;
@@ -40,5 +45,13 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& options);
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size);
+
+// The host snapshot of an asynchronous checkpoint save on replica rank 0 of
+// its shards (the largest: replicas split a shard, the first ones get the
+// extra element): the image of its shard file (checkpoint_image_bytes:
+// master, param, remainder and moments of its part of each unit's shard,
+// the header and alignment), as CheckpointWriter::snapshot_bytes()
+// measures it.
+size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& options);
 
 }  // namespace mp

@@ -1,6 +1,7 @@
 #include "runtime/shard_state.h"
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "runtime/engine_impl.h"
 #include "runtime/host_staging.h"
 
@@ -10,6 +11,7 @@ Communicator& ShardStateView::world() const { return impl_->world(); }
 const EngineOptions& ShardStateView::options() const { return impl_->options(); }
 const FlatLayout& ShardStateView::layout() const { return impl_->layout(); }
 Optimizer& ShardStateView::optimizer() const { return impl_->optimizer(); }
+Device ShardStateView::device() const { return impl_->allocator().device(); }
 int ShardStateView::replicate_rank() const { return impl_->mesh().replicate->rank(); }
 int ShardStateView::replicate_size() const { return impl_->mesh().replicate->size(); }
 
@@ -31,6 +33,19 @@ ShardStateView::FieldRange ShardStateView::field_range(int unit, int field, int6
 const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const {
   const FieldRange r = field_range(unit, field, begin, count);
   return static_cast<const char*>(host_view(r.data, impl_->allocator().device(), r.bytes, impl_->compute(), staging));
+}
+
+void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count, const PinnedBuffer& snapshot,
+                               int64_t offset) const {
+  const FieldRange r = field_range(unit, field, begin, count);
+  const Device device = impl_->allocator().device();
+  MP_ENFORCE(snapshot.device() == device, "a snapshot pinned for ", to_string(snapshot.device()),
+             " cannot take copies from ", to_string(device));
+  MP_ENFORCE(offset >= 0 && offset + r.bytes <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset, ", ",
+             offset + r.bytes, ") of a snapshot of ", snapshot.size_bytes());
+  Stream& s = impl_->compute();
+  ops::copy_bytes(static_cast<char*>(snapshot.data()) + offset, Device::cpu(), r.data, device, r.bytes, s);
+  s.synchronize();
 }
 
 char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pinned.h"
 #include "runtime/engine.h"
 
 namespace mp {
@@ -39,6 +40,7 @@ class ShardStateView {
   const EngineOptions& options() const;
   const FlatLayout& layout() const;
   Optimizer& optimizer() const;  // counters and loss-scaler state
+  Device device() const;         // where the fields live
   int replicate_rank() const;    // this rank's index among the replicas of its shards
   int replicate_size() const;
 
@@ -50,6 +52,11 @@ class ShardStateView {
   // field `field` of unit `unit`, valid until `staging` changes: the memory
   // itself on the CPU, a copy in `staging` otherwise.
   const char* read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const;
+  // The same elements copied to `snapshot` at byte `offset` (count * element
+  // bytes must fit): one stream-ordered copy into host memory pinned for the
+  // engine's device (core/pinned.h); returns once they are there.
+  void read_into(int unit, int field, int64_t begin, int64_t count, const PinnedBuffer& snapshot,
+                 int64_t offset) const;
   // The same range to fill on the host, then commit_write() with the same
   // arguments stores it.
   char* write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging);

@@ -10,6 +10,16 @@
 #   crash:  SIGKILL of one rank at a random moment of a run that saves
 #           every step, ROUNDS times (10): no rank is left running, and `latest`
 #           always names a checkpoint that verifies and loads.
+#   async:  checkpoint.async_save: training while the checkpoints are written
+#           gives the losses of a run with synchronous saves, and the shard
+#           files are the synchronous run's byte for byte; `latest` names the
+#           last one when the run ends; a resume from one is bit for bit the
+#           uninterrupted run. MP_FAULT save_kill: rank 1 SIGKILLed in the
+#           middle of step 8's background write leaves `latest` at step 4,
+#           which verifies, and --resume auto then repeats the uninterrupted
+#           run's steps 5-12 bit for bit.
+# MP_CHECKPOINT_WORKER_ARGS (words) go to every mp_worker run (CTest runs the
+# signal and crash cases again with --set checkpoint.async_save=true).
 set -u
 case_name=$1 mprun=$2 worker=$3 dir=$4 rounds=${5:-10}
 rm -rf "$dir"
@@ -18,6 +28,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 # A small GPT, so each case takes seconds.
 small=(--set model.gpt.layers=2 --set model.gpt.context=32 --set engine.optimizer.schedule.total_steps=400
        --set log_interval=1)
+read -r -a extra <<< "${MP_CHECKPOINT_WORKER_ARGS:-}"
+small+=("${extra[@]}")
 
 # Losses and norms of metrics.jsonl, one "step loss norm" line per step.
 losses() { python3 -c 'import json,sys
@@ -95,9 +107,10 @@ crash)
     "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps 100000 --out "$dir/run" --resume auto \
       --set checkpoint.interval_steps=1 --set checkpoint.keep_last=2 > "$dir/round$round.log" 2>&1 &
     launcher=$!
-    # Kill at a random moment once the first checkpoint of this round exists.
+    # Kill at a random moment once the first checkpoint of this round exists
+    # (is committed, for asynchronous saves).
     for _ in $(seq 1 600); do
-      [[ $(grep -c "^checkpoint at step" "$dir/round$round.log") -ge 1 ]] && break
+      [[ $(grep -Ec "^checkpoint at step .*/step_[0-9]+, " "$dir/round$round.log") -ge 1 ]] && break
       sleep 0.05
     done
     sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
@@ -115,6 +128,50 @@ crash)
   "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps $((last + 1)) --out "$dir/run" --resume auto \
     > "$dir/final.log" 2>&1 || { cat "$dir/final.log"; fail "the last checkpoint does not resume"; }
   echo "$rounds rounds of SIGKILL, $interrupted of them during a save (a .tmp- directory left): latest always verified; step $last resumes"
+  ;;
+async)
+  async=(--set checkpoint.async_save=true)
+  "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps 12 --out "$dir/sync" \
+    --set checkpoint.interval_steps=4 > "$dir/sync.log" 2>&1 || { cat "$dir/sync.log"; fail "sync run"; }
+  losses "$dir/sync/metrics.jsonl" > "$dir/sync.txt"
+  "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" "${async[@]}" --steps 12 --out "$dir/async" \
+    --set checkpoint.interval_steps=4 > "$dir/async.log" 2>&1 || { cat "$dir/async.log"; fail "async run"; }
+  grep -q "^checkpoints: .*written in the background" "$dir/async.log" || fail "the run log does not say async"
+  grep -q "^(checkpoint snapshot, host) " "$dir/async.log" || fail "no snapshot line in the memory plan"
+  grep -Eq "^checkpoint at step 4 committed: .*/step_00000004, " "$dir/async.log" || fail "step 4 never committed"
+  losses "$dir/async/metrics.jsonl" > "$dir/async.txt"
+  diff "$dir/sync.txt" "$dir/async.txt" || fail "training with asynchronous saves differs from synchronous"
+  [[ $(cat "$dir/async/checkpoints/latest") == step_00000012 ]] || fail "latest is not step 12 at the end"
+  for s in 4 8 12; do
+    name=$(printf "step_%08d" "$s")
+    for f in shard_00000.bin shard_00001.bin; do
+      cmp "$dir/sync/checkpoints/$name/$f" "$dir/async/checkpoints/$name/$f" || fail "$name/$f differs from the sync save's"
+    done
+  done
+  "$worker" --verify-checkpoint "$dir/async/checkpoints" || fail "verify"
+  echo "async saves: the losses and norms of the sync run, the same shard files at steps 4, 8, 12; latest step 12"
+  "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" "${async[@]}" --steps 12 --out "$dir/async" \
+    --resume "$dir/async/checkpoints/step_00000004" > "$dir/resume.log" 2>&1 || { cat "$dir/resume.log"; fail "resume"; }
+  losses "$dir/async/metrics.jsonl" > "$dir/resumed.txt"
+  diff "$dir/sync.txt" "$dir/resumed.txt" || fail "the run resumed from an async checkpoint differs"
+  echo "resumed from the async checkpoint of step 4: steps 5-12 bit for bit"
+  # A rank killed in the middle of step 8's background write.
+  MP_FAULT=save_kill@8:1 timeout -k 5 120 "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" "${async[@]}" \
+    --steps 12 --out "$dir/killed" --set checkpoint.interval_steps=4 > "$dir/killed.log" 2>&1 &&
+    fail "exit code 0 after a rank was killed"
+  [[ -z $(ranks) ]] || fail "ranks left running after the kill"
+  grep -q "MP_FAULT: SIGKILL while writing the checkpoint of step 8" "$dir/killed.log" ||
+    { cat "$dir/killed.log"; fail "the fault did not fire"; }
+  [[ $(cat "$dir/killed/checkpoints/latest") == step_00000004 ]] || fail "latest is not step 4 after the kill"
+  [[ -d $dir/killed/checkpoints/.tmp-step_00000008 ]] || fail "no partial step 8: the kill missed the write"
+  "$worker" --verify-checkpoint "$dir/killed/checkpoints" || fail "latest does not verify after the kill"
+  "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" "${async[@]}" --steps 12 --out "$dir/killed" \
+    --set checkpoint.interval_steps=4 --resume auto > "$dir/killed_resume.log" 2>&1 ||
+    { cat "$dir/killed_resume.log"; fail "resume after the kill"; }
+  grep -q "^resumed from .*step_00000004 at step 4 " "$dir/killed_resume.log" || fail "did not resume at step 4"
+  losses "$dir/killed/metrics.jsonl" > "$dir/killed.txt"
+  diff "$dir/sync.txt" "$dir/killed.txt" || fail "the run resumed after the kill differs"
+  echo "SIGKILL during step 8's background write: latest stayed step 4 and verified; resumed, steps 5-12 bit for bit"
   ;;
 *)
   fail "unknown case $case_name"

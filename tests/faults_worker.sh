@@ -17,6 +17,10 @@
 #   write_fail: rank 1's checkpoint write fails at step 4: every rank
 #               prints the error and exits non-zero without MPI_Abort, and
 #               `latest` still names step 2's checkpoint, which verifies.
+#   write_fail_async: the same with checkpoint.async_save: rank 1's
+#               background write of step 4 fails; the error surfaces on every
+#               rank at the commit (at a later step boundary) naming the file,
+#               and `latest` still names step 2's checkpoint, which verifies.
 #   device_fault (CUDA ranks only: scripts/gpu_check): rank 1's GPU runs an
 #               illegal memory access at step 4: the job ends, the error
 #               names rank 1, its device, the step and the last collective;
@@ -129,6 +133,21 @@ write_fail)
   "$worker" --verify-checkpoint "$dir/run/checkpoints" > "$dir/verify.log" 2>&1 || { cat "$dir/verify.log"; fail "verify"; }
   cat "$dir/verify.log"
   echo "write_fail: step 4's save failed on rank 1; every rank stopped with the error; step 2's checkpoint stays latest and verifies"
+  ;;
+write_fail_async)
+  run write_fail_async "write_fail@4:1" --out "$dir/run" --set checkpoint.interval_steps=2 \
+    --set checkpoint.async_save=true
+  [[ $rc -ne 0 ]] || fail "exit code 0 after a failed background checkpoint write"
+  expect write_fail_async "^checkpoint at step 4 \(interval\): snapshot of .* writing in the background"
+  expect write_fail_async "^\\[rank 0\\] .*checkpoint save failed on rank 1: .*shard_00001.bin': write failed: No space left on device"
+  expect write_fail_async "^\\[rank 1\\] .*shard_00001.bin': write failed: No space left on device"
+  agreed_exit write_fail_async
+  ! grep -q "^checkpoint at step 4 committed" "$dir/write_fail_async.log" || fail "step 4 was committed"
+  [[ $(cat "$dir/run/checkpoints/latest") == step_00000002 ]] || fail "latest moved off step 2"
+  "$worker" --verify-checkpoint "$dir/run/checkpoints" > "$dir/verify.log" 2>&1 || { cat "$dir/verify.log"; fail "verify"; }
+  cat "$dir/verify.log"
+  echo "write_fail_async: step 4's background write failed on rank 1; every rank stopped with the error at the" \
+       "commit; step 2's checkpoint stays latest and verifies"
   ;;
 device_fault)
   run device_fault "device_fault@4:1" --set engine.comm.timeout_s=5

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/comm_volume.h"
+#include "runtime/engine_options.h"
 #include "runtime/memory_plan.h"
 #include "runtime/precision.h"
 #include "tests/test_util.h"
@@ -56,7 +57,6 @@ TEST(MemoryPlan, MatchesTheStrategyTableAtScale) {
   EXPECT_TRUE(contains(amp.to_string(), "param_shards"));
 }
 
-
 // Note [Communication volume] on 4 units of 1024 parameters (8 ranks, so
 // no padding), every strategy, against the ring counts written out.
 TEST(CommVolume, CountsEachCollectiveAsARingSendsIt) {
@@ -100,6 +100,42 @@ TEST(CommVolume, CountsEachCollectiveAsARingSendsIt) {
   EXPECT_DOUBLE_EQ(h.replicate_bytes, 2 * 0.5 * all / 4);
   // One rank sends nothing.
   EXPECT_EQ(volume(SC::FULL_SHARD, 2, 0, 1).total(), 0.0);
+}
+
+// The host snapshot of an asynchronous checkpoint save is the image of the
+// file the rank writes: its shard's stored fields, split among replicas,
+// after a 64-byte header (these chunks need no padding), in whole 4 KiB
+// pages; the plan shows it on its own line only when set.
+TEST(MemoryPlan, CheckpointSnapshotIsTheStoredPartOfTheShard) {
+  ModelSpec m;
+  for (int u = 0; u < 4; ++u) {
+    const std::string name = "block" + std::to_string(u);
+    m.units.push_back(UnitSpec{name, {ParamSpec{name + ".w", {1024, 768}, {}}}});
+  }
+  auto options = [&](Strategy s, const std::string& recipe, int world) {
+    proto::EngineConfig c;
+    c.mutable_sharding()->set_strategy(s);
+    *c.mutable_precision() = precision_recipe(recipe);
+    return resolve_engine_options(c, world);
+  };
+  auto image = [](size_t field_bytes) { return (field_bytes + 64 + 4095) / 4096 * 4096; };
+  for (const std::string recipe : {"fp32", "bf16_master", "bf16_remainder", "pure_bf16"}) {
+    SCOPED_TRACE(recipe);
+    const EngineOptions z3 = options(SC::FULL_SHARD, recipe, 8);
+    const MemoryPlan p = plan_memory(m, z3);
+    EXPECT_EQ(plan_checkpoint_snapshot(m, z3),
+              image(p.at(MemCategory::kMaster) + p.at(MemCategory::kParamShards) + p.at(MemCategory::kOptimizerState)));
+    // NO_SHARD on 8 ranks: every rank holds the whole state and writes an eighth.
+    const EngineOptions ddp = options(SC::NO_SHARD, recipe, 8);
+    const MemoryPlan q = plan_memory(m, ddp);
+    EXPECT_EQ(plan_checkpoint_snapshot(m, ddp),
+              image((q.at(MemCategory::kMaster) + q.at(MemCategory::kParamShards) +
+                     q.at(MemCategory::kOptimizerState)) / 8));
+  }
+  MemoryPlan p = plan_memory(m, options(SC::FULL_SHARD, "bf16_master", 8));
+  EXPECT_FALSE(contains(p.to_string(), "checkpoint snapshot"));
+  p.checkpoint_snapshot_bytes = plan_checkpoint_snapshot(m, options(SC::FULL_SHARD, "bf16_master", 8));
+  EXPECT_TRUE(contains(p.to_string(), "(checkpoint snapshot, host)"));
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 //                       (models/model.h has the contract; Model is its
 //                       base, for models that enqueue their own ops)
 //   save_checkpoint / load_checkpoint   sharded, atomic, reshardable
+//   CheckpointWriter    save_async / wait: the same checkpoints written by
+//                       a background thread while training goes on
 //   parse_engine_config the EngineConfig from protobuf text format
 //   install_stop_signal_watcher / StopSignalScope / stop_signal()
 //                       SIGTERM and SIGUSR1 (preemption) recorded by a

@@ -8,9 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
+#include <thread>
 
 #include "mp/config.h"
 #include "runtime/checkpoint.h"
+#include "runtime/memory_plan.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
 #include "tests/test_util.h"
@@ -233,6 +237,161 @@ TEST_F(CheckpointTest, KeepsTheLastKAndMovesLatestLast) {
     EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003", "step_00000004"}));
     EXPECT_EQ(resolve_checkpoint(root), root + "/step_00000004");
     EXPECT_GT(verify_checkpoint(root + "/step_00000003"), 0);
+  }
+  MPI_Barrier(comm());
+}
+
+// ---- asynchronous saves (Note [Asynchronous saves]) ------------------------------
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A save in the background while training goes on: training is unchanged,
+// the files equal a synchronous save's of the same step byte for byte, and
+// a run resumed from it continues with the uninterrupted run's losses and
+// weights, bit for bit; the snapshot's bytes are what the memory plan says.
+TEST_F(CheckpointTest, AsyncSaveWritesTheSyncFilesAndResumesBitwise) {
+  const int n = size();
+  for (Strategy s : all_strategies()) {
+    for (const std::string recipe : {"bf16_master", "amp_fp16"}) {
+      SCOPED_TRACE(std::string(strategy_name(s)) + " " + recipe + " on " + std::to_string(n) + " ranks");
+      const proto::EngineConfig config = engine_config(s, recipe, n, 2);
+      const std::unique_ptr<Model> model = make_model(TestModel::kGpt);
+      std::vector<StepResult> ref;
+      std::vector<std::vector<float>> ref_weights;
+      const std::string tag = std::string(strategy_name(s)) + "_" + recipe;
+      const std::string sync_root = root_ + "/sync_" + tag, async_root = root_ + "/async_" + tag;
+      {
+        Engine e(model->spec(), config, *world_);
+        for (int i = 0; i < kSteps; ++i) {
+          ref.push_back(e.step(*model));
+          if (i + 1 == kSteps / 2) save_checkpoint(e, sync_root);
+        }
+        ref_weights = all_weights(e);
+      }
+      {
+        Engine e(model->spec(), config, *world_);
+        CheckpointWriter writer(e, async_root);
+        for (int i = 0; i < kSteps / 2; ++i) e.step(*model);
+        const CheckpointInfo started = writer.save_async();
+        EXPECT_EQ(started.step, kSteps / 2);
+        EXPECT_TRUE(writer.pending());
+        // Training goes on while the snapshot is written: the same results.
+        for (int i = kSteps / 2; i < kSteps; ++i) {
+          EXPECT_EQ(e.step(*model).loss, ref[static_cast<size_t>(i)].loss) << "step " << i + 1;
+        }
+        EXPECT_TRUE(same_bits(all_weights(e), ref_weights));
+        const std::optional<CheckpointInfo> done = writer.wait();
+        ASSERT_TRUE(done.has_value());
+        EXPECT_EQ(done->step, kSteps / 2);
+        EXPECT_GT(done->bytes, 0);
+        EXPECT_FALSE(writer.pending());
+        EXPECT_FALSE(writer.wait().has_value()) << "nothing left to commit";
+        // The largest rank's snapshot is the plan's (replica rank 0 of its shards).
+        const int64_t largest = world_->all_reduce_int64(static_cast<int64_t>(writer.snapshot_bytes()), HostOp::kMax);
+        EXPECT_EQ(largest, static_cast<int64_t>(plan_checkpoint_snapshot(model->spec(), e.options())));
+      }
+      const std::string name = checkpoint_step_dir_name(kSteps / 2), shard = checkpoint_shard_file_name(rank());
+      EXPECT_EQ(resolve_checkpoint(async_root), async_root + "/" + name);
+      const std::string async_file = file_bytes(async_root + "/" + name + "/" + shard);
+      EXPECT_FALSE(async_file.empty());
+      EXPECT_TRUE(async_file == file_bytes(sync_root + "/" + name + "/" + shard))
+          << "rank " << rank() << "'s shard file differs";
+      Engine e(model->spec(), config, *world_);
+      load_checkpoint(e, resolve_checkpoint(async_root));
+      for (int i = kSteps / 2; i < kSteps; ++i) {
+        const StepResult r = e.step(*model);
+        EXPECT_EQ(r.loss, ref[static_cast<size_t>(i)].loss) << "step " << i + 1;
+        EXPECT_EQ(r.grad_norm, ref[static_cast<size_t>(i)].grad_norm) << "step " << i + 1;
+        EXPECT_EQ(r.loss_scale, ref[static_cast<size_t>(i)].loss_scale) << "step " << i + 1;
+      }
+      EXPECT_TRUE(same_bits(all_weights(e), ref_weights));
+    }
+  }
+}
+
+// The background writer's path (write_checkpoint_image: O_DIRECT from an
+// aligned image, the unaligned tail buffered): files from one block to
+// several 8 MiB pieces get the bytes and block checksums that
+// CheckpointBlockWriter streams; a misaligned image is written too.
+TEST_F(CheckpointTest, ImageWritesGiveTheBytesOfStreamedWrites) {
+  const std::string dir = root_ + "/image" + std::to_string(rank());
+  fs::create_directories(dir);
+  const int64_t max_bytes = (int64_t{20} << 20) + 4096;
+  PinnedBuffer image(Device::cpu(), static_cast<size_t>(max_bytes) + 4096);
+  char* data = image.as<char>();
+  for (int64_t i = 0; i < max_bytes; ++i) data[i] = static_cast<char>((static_cast<uint64_t>(i) * 2654435761u) >> 13);
+  for (const int64_t size : {int64_t{100}, int64_t{4096}, int64_t{8} << 20, (int64_t{20} << 20) - 123}) {
+    for (const int64_t shift : {int64_t{0}, int64_t{64}}) {
+      SCOPED_TRACE(std::to_string(size) + " bytes at offset " + std::to_string(shift));
+      std::vector<uint32_t> streamed;
+      {
+        CheckpointBlockWriter w(dir + "/streamed.bin", kCheckpointBlockBytes);
+        for (int64_t at = 0, piece = 1; at < size; at += piece, piece = piece * 3 + 7) {
+          w.write(data + shift + at, std::min(piece, size - at));
+        }
+        streamed = w.finish();
+      }
+      int calls = 0;
+      const std::vector<uint32_t> crcs =
+          write_checkpoint_image(dir + "/image.bin", data + shift, size, kCheckpointBlockBytes, [&] { ++calls; });
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(crcs, streamed);
+      const std::string bytes = file_bytes(dir + "/image.bin");
+      EXPECT_EQ(static_cast<int64_t>(bytes.size()), size);
+      EXPECT_TRUE(bytes == file_bytes(dir + "/streamed.bin")) << "the image's file differs";
+    }
+  }
+}
+
+// At most one save in flight: the next save commits the previous one first,
+// `latest` moves only at a commit, a save of a committed step writes
+// nothing, and a writer destroyed with a save in flight leaves `latest`
+// alone (the temporary directory goes at the next commit).
+TEST_F(CheckpointTest, AsyncSaveCommitsInOrderAndOnlyWhenComplete) {
+  const std::unique_ptr<Model> model = make_model(TestModel::kMlp);
+  Engine e(model->spec(), engine_config(SC::FULL_SHARD, "bf16_master", size(), 1), *world_);
+  const std::string root = root_ + "/async_order";
+  auto latest = [&] { return resolve_checkpoint(root, true); };
+  auto name = [&](int step) { return root + "/" + checkpoint_step_dir_name(step); };
+  {
+    CheckpointWriter w(e, root);
+    EXPECT_TRUE(w.written()) << "nothing in flight";
+    EXPECT_FALSE(w.wait().has_value());
+    e.step(*model);
+    w.save_async();
+    EXPECT_EQ(latest(), "") << "step 1 is not committed yet";
+    e.step(*model);
+    w.save_async();  // commits step 1, starts step 2
+    EXPECT_EQ(latest(), name(1));
+    while (!w.written()) std::this_thread::yield();  // ends by itself, no collective needed
+    EXPECT_EQ(latest(), name(1)) << "written is not committed";
+    EXPECT_EQ(w.wait()->step, 2);
+    EXPECT_EQ(latest(), name(2));
+    EXPECT_EQ(w.save_async().bytes, 0) << "step 2 saved twice";
+    EXPECT_FALSE(w.pending());
+    e.step(*model);
+    w.save_async();  // step 3 in flight when the writer goes
+  }
+  MPI_Barrier(comm());
+  EXPECT_EQ(latest(), name(2));
+  if (rank() == 0) {
+    EXPECT_TRUE(fs::exists(root + "/.tmp-" + checkpoint_step_dir_name(3)));
+  }
+  MPI_Barrier(comm());
+  {
+    CheckpointWriter w(e, root);
+    w.save_async();
+    EXPECT_EQ(w.wait()->step, 3);
+  }
+  EXPECT_EQ(latest(), name(3));
+  if (rank() == 0) {
+    EXPECT_GT(verify_checkpoint(name(3)), 0);
+    for (const auto& d : fs::directory_iterator(root)) {
+      EXPECT_NE(d.path().filename().string().rfind(".tmp-", 0), 0u) << d.path() << " left behind";
+    }
   }
   MPI_Barrier(comm());
 }
