@@ -68,11 +68,10 @@ class MpiCommunicator final : public Communicator {
   // input's dtype and `divisor` must be 1).
   void accumulate_chunks(const Tensor& input, const comm_detail::ChunkSplit& split, const Tensor& out,
                          math::ElementOp op, double divisor, bool wire = false);
-  // Every rank's chunk of output from its owner, straight between the
-  // ranks (nonblocking sends and receives to and from every other rank at
-  // once); this rank's chunk comes from `mine` (in place when it is
-  // output's own chunk).
-  void gather_direct(const void* mine, const Tensor& output, const comm_detail::ChunkSplit& split);
+  // Every rank's chunk of output, passed around the ring of ranks (Note
+  // [Ring all-gather] in mpi_communicator.cc); this rank's chunk comes from
+  // `mine` (in place when it is output's own chunk).
+  void gather_ring(const void* mine, const Tensor& output, const comm_detail::ChunkSplit& split);
 
   std::shared_ptr<MpiContext> ctx_;
   MPI_Comm comm_;  // owned; used only on the communication thread after construction
