@@ -179,8 +179,7 @@ void mp_engine_destroy(mp_engine* engine) { delete engine; }
 
 int mp_engine_recomputes(const mp_engine* engine, int unit) {
   if (engine == nullptr || unit < 0 || unit >= static_cast<int>(engine->spec.units.size())) return -1;
-  return mp::recomputed_units(engine->spec, engine->engine->options().recompute_every)[static_cast<size_t>(unit)] ? 1
-                                                                                                                : 0;
+  return engine->engine->recomputed()[static_cast<size_t>(unit)] ? 1 : 0;
 }
 
 const char* mp_engine_last_error(const mp_engine* engine) {
@@ -215,7 +214,7 @@ mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, voi
   if (model == nullptr || model->forward == nullptr || model->backward == nullptr || model->loss == nullptr) {
     return invalid(engine->last_error, "mp_engine_step: forward, loss and backward callbacks are required");
   }
-  const std::vector<bool> recomputed = mp::recomputed_units(engine->spec, engine->engine->options().recompute_every);
+  const std::vector<bool>& recomputed = engine->engine->recomputed();
   if (model->recompute == nullptr && std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end()) {
     return invalid(engine->last_error, "mp_engine_step: the config's activation_checkpointing recomputes units, "
                                        "but the recompute callback is NULL");

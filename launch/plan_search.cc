@@ -35,22 +35,14 @@ std::vector<int> recompute_options(const ModelSpec& spec) {
   return {0, 1, 2};
 }
 
-struct Candidate {
-  Strategy strategy;
-  std::string recipe;
-  int recompute_every;
-  int micro_batches;
-  int64_t micro_batch_size;
-};
-
-// The config of one candidate, and the --set assignments that turn the
-// run's config into it.
-proto::TrainConfig candidate_config(const proto::TrainConfig& base, const Candidate& c, int hybrid_group,
-                                    std::vector<std::string>* sets) {
+// The config of row c's choices (strategy, recipe, recomputation,
+// micro-batches), and into c.sets the --set assignments that turn the run's
+// config into it.
+proto::TrainConfig candidate_config(const proto::TrainConfig& base, PlanRow& c, int hybrid_group) {
   proto::TrainConfig config = base;
   proto::EngineConfig& e = *config.mutable_engine();
   auto set = [&](const std::string& path, const std::string& value, bool differs) {
-    if (differs) sets->push_back(path + "=" + value);
+    if (differs) c.sets.push_back(path + "=" + value);
   };
   set("engine.sharding.strategy", std::string(strategy_name(c.strategy)), e.sharding().strategy() != c.strategy);
   e.mutable_sharding()->set_strategy(c.strategy);
@@ -128,16 +120,15 @@ PlanSearch search_plans(const TrainSettings& settings, int world_size, int ranks
     for (const std::string& recipe : precision_recipe_names()) {
       for (int every : recompute_options(spec)) {
         for (int64_t m : divisors(sequences)) {
-          const Candidate c{strategy, recipe, every, static_cast<int>(m), sequences / m};
           PlanRow row;
-          row.strategy = c.strategy;
-          row.recipe = c.recipe;
-          row.recompute_every = c.recompute_every;
-          row.micro_batches = c.micro_batches;
-          row.micro_batch_size = c.micro_batch_size;
+          row.strategy = strategy;
+          row.recipe = recipe;
+          row.recompute_every = every;
+          row.micro_batches = static_cast<int>(m);
+          row.micro_batch_size = sequences / m;
           TrainSettings t;
           try {
-            t = resolve_train_config(candidate_config(base, c, ranks_per_host, &row.sets), world_size);
+            t = resolve_train_config(candidate_config(base, row, ranks_per_host), world_size);
           } catch (const ConfigError&) {
             continue;  // a combination the config's other fields rule out (e.g. deterministic with bf16 reductions)
           }

@@ -75,6 +75,27 @@ std::vector<ChunkPlan> plan_chunks(const ShardStateView& state) {
   return chunks;
 }
 
+// This rank's shard file described (Note [Checkpoint format]): its name and
+// rank, and each chunk at its offset, the first after the header, each at a
+// multiple of kCheckpointChunkAlign; returns the bytes up to the last
+// chunk's end (what the file holds but for the sizes and checksums).
+int64_t describe_shard_file(const std::vector<ChunkPlan>& chunks, int rank, proto::CheckpointFile& file) {
+  file.set_name(checkpoint_shard_file_name(rank));
+  file.set_rank(rank);
+  int64_t pos = kCheckpointShardHeaderBytes;
+  for (const ChunkPlan& k : chunks) {
+    pos = (pos + kCheckpointChunkAlign - 1) / kCheckpointChunkAlign * kCheckpointChunkAlign;
+    proto::CheckpointChunk* c = file.add_chunks();
+    c->set_unit(k.unit);
+    c->set_field(k.field);
+    c->set_begin(k.begin);
+    c->set_end(k.end);
+    c->set_file_offset(pos);
+    pos += k.bytes;
+  }
+  return pos;
+}
+
 // MP_FAULT write_fail (tests): the write of DIR/NAME fails as on a full disk.
 void inject_write_fail(const std::string& dir, const std::string& name, int64_t step, int rank) {
   if (find_fault(FaultKind::kWriteFail, step, rank) != nullptr) {
@@ -90,24 +111,17 @@ template <class Source>
 proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int world_size, int64_t step,
                                        const std::vector<ChunkPlan>& chunks, const Source& source) {
   proto::CheckpointFile file;
-  file.set_name(checkpoint_shard_file_name(rank));
-  file.set_rank(rank);
+  describe_shard_file(chunks, rank, file);
   CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
   const std::string header = encode_checkpoint_shard_header(rank, world_size, step);
   w.write(header.data(), static_cast<int64_t>(header.size()));
   inject_write_fail(dir, file.name(), step, rank);
   std::vector<char> staging;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const ChunkPlan& k = chunks[i];
     if (i == 1) inject_save_kill(step, rank);  // MP_FAULT save_kill (tests): the file is half written
     w.pad_to(kCheckpointChunkAlign);
-    proto::CheckpointChunk* c = file.add_chunks();
-    c->set_unit(k.unit);
-    c->set_field(k.field);
-    c->set_begin(k.begin);
-    c->set_end(k.end);
-    c->set_file_offset(w.offset());
-    w.write(source(i, staging), k.bytes);
+    MP_ENFORCE_EQ(w.offset(), file.chunks(static_cast<int>(i)).file_offset());
+    w.write(source(i, staging), chunks[i].bytes);
   }
   file.set_size_bytes(w.offset());
   for (const uint32_t crc : w.finish()) file.add_block_crc32c(crc);
@@ -421,22 +435,9 @@ CheckpointInfo CheckpointWriter::save_async() {
     // the header, then each chunk at its 64-byte aligned offset; the
     // padding stays zero (the buffer starts zeroed, chunks never cover it).
     const std::vector<ChunkPlan> chunks = plan_chunks(state);
-    p->file.set_name(checkpoint_shard_file_name(rank));
-    p->file.set_rank(rank);
+    p->file_bytes = describe_shard_file(chunks, rank, p->file);
     std::vector<int64_t> chunk_bytes;
-    int64_t pos = kCheckpointShardHeaderBytes;
-    for (const ChunkPlan& k : chunks) {
-      pos = (pos + kCheckpointChunkAlign - 1) / kCheckpointChunkAlign * kCheckpointChunkAlign;
-      proto::CheckpointChunk* c = p->file.add_chunks();
-      c->set_unit(k.unit);
-      c->set_field(k.field);
-      c->set_begin(k.begin);
-      c->set_end(k.end);
-      c->set_file_offset(pos);
-      pos += k.bytes;
-      chunk_bytes.push_back(k.bytes);
-    }
-    p->file_bytes = pos;
+    for (const ChunkPlan& k : chunks) chunk_bytes.push_back(k.bytes);
     const auto image_bytes = static_cast<size_t>(checkpoint_image_bytes(chunk_bytes));
     if (snapshot_.size_bytes() != image_bytes || snapshot_.device() != state.device()) {
       snapshot_ = PinnedBuffer();  // the old one first: never both at once

@@ -494,6 +494,7 @@ Engine::~Engine() {
 
 const EngineOptions& Engine::options() const { return impl_->options(); }
 const FlatLayout& Engine::layout() const { return impl_->layout(); }
+const std::vector<bool>& Engine::recomputed() const { return impl_->recomputed(); }
 const Optimizer& Engine::optimizer() const { return impl_->optimizer(); }
 int Engine::shard_rank() const { return impl_->mesh().shard->rank(); }
 MemStats Engine::memory() const { return impl_->allocator().stats(); }

@@ -119,6 +119,9 @@ class Engine {
 
   const EngineOptions& options() const;
   const FlatLayout& layout() const;
+  // Per unit: whether engine.activation_checkpointing recomputes it (Note
+  // [Activation recomputation] in models/model.h); a model must agree.
+  const std::vector<bool>& recomputed() const;
   const Optimizer& optimizer() const;
   int shard_rank() const;  // this rank's index in its shard group
   // Measured bytes of the engine's own buffers (the plan's categories).

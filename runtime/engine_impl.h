@@ -58,6 +58,7 @@ class Engine::Impl {
   const ModelSpec& spec() const { return spec_; }
   const EngineOptions& options() const { return o_; }
   const FlatLayout& layout() const { return layout_; }
+  const std::vector<bool>& recomputed() const { return recomputed_; }
   Optimizer& optimizer() const { return *opt_; }
   Communicator& world() const { return world_; }
   // "rank R on DEVICE, step S; last collective issued: ..." for error reports.

@@ -108,7 +108,7 @@ class PyEngine {
   }
 
   // Per unit: whether engine.activation_checkpointing recomputes it.
-  std::vector<bool> recomputed() { return recomputed_units(spec_, engine().options().recompute_every); }
+  const std::vector<bool>& recomputed() { return engine().recomputed(); }
   bool recomputes(int unit) {
     if (unit < 0 || unit >= static_cast<int>(spec_.units.size())) {
       MP_THROW(ConfigError, "Engine.recomputes: no unit ", unit, " (the model has ", spec_.units.size(), ")");
