@@ -127,7 +127,7 @@ slurm)
   [[ $status -eq 0 ]] || { cat "$dir/slurm.log" "$dir"/*.out; fail "the Slurm jobs"; }
   grep -q "^reference job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log" "$dir"/ref-*.out; fail "sbatch"; }
   grep -Eq "^  rank 3: node1 " "$dir"/ref-*.out || { cat "$dir"/ref-*.out; fail "rank 3 did not run on node1"; }
-  grep -q "^preempted job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log"; fail "scancel --signal=TERM"; }
+  grep -q "^preempted job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log" "$dir"/pre-*.out; fail "scancel --signal=TERM"; }
   grep -q "got SIGTERM at step [0-9]* of $steps: checkpoint saved" "$dir/pre-first.out" ||
     { cat "$dir/pre-first.out"; fail "the preempted job did not checkpoint on SIGTERM"; }
   grep -q "^requeued job [0-9]*: COMPLETED" "$dir/slurm.log" || { cat "$dir/slurm.log" "$dir"/pre-*.out; fail "requeue"; }
