@@ -9,6 +9,7 @@
 
 #include "comm/mpi/mpi_context.h"
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_wait.h"
 #include "core/error.h"
 
 namespace mp {
@@ -105,8 +106,10 @@ LinkCheck check_host_links(int64_t bytes, std::chrono::milliseconds deadline) {
     for (int k = 0; k < 2; ++k) best = std::min(best, ping_pong(buf, peer, first, deadline, peer_host));
     if (first) rates[static_cast<size_t>(i) * H + j] = 2.0 * static_cast<double>(bytes) * 8.0 / best / 1e9;
   }
-  MP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rates.data(), static_cast<int>(rates.size()), MPI_DOUBLE, MPI_MAX,
-                             MPI_COMM_WORLD));
+  MPI_Request req;
+  MP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, rates.data(), static_cast<int>(rates.size()), MPI_DOUBLE, MPI_MAX,
+                              MPI_COMM_WORLD, &req));
+  mpi_wait(&req);
   for (const auto& [i, j] : pairs) {
     const double r = rates[static_cast<size_t>(i) * H + j];
     auto& hi = result.hosts[static_cast<size_t>(i)].best_gbit_s;

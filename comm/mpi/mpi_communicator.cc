@@ -7,6 +7,7 @@
 
 #include "comm/backend_util.h"
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_wait.h"
 #include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce.h"
@@ -127,7 +128,9 @@ void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
   const int64_t mine[4] = {op_code(info.op), static_cast<int64_t>(info.dtype), info.count,
                            static_cast<int64_t>(info.sequence)};
   std::vector<int64_t> all(4 * static_cast<size_t>(size_));
-  MP_CHECK_MPI(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_));
+  MPI_Request req;
+  MP_CHECK_MPI(MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req));
+  mpi_wait(&req);
   bool same = true;
   for (int r = 0; r < size_; ++r) same = same && std::equal(mine, mine + 4, &all[4 * r]);
   if (same) return;
@@ -184,7 +187,7 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
                              static_cast<int>(std::min(piece, split.counts[send] - b)), type, right, kGatherTag,
                              comm_, &reqs.back()));
     }
-    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    mpi_wait_all(static_cast<int>(reqs.size()), reqs.data());
   }
 }
 
@@ -278,7 +281,7 @@ class MpiRounds final : public RoundTransport {
 
   void finish(int slot) override {
     Slot& s = slots_[static_cast<size_t>(slot)];
-    MP_CHECK_MPI(MPI_Waitall(static_cast<int>(s.reqs.size()), s.reqs.data(), MPI_STATUSES_IGNORE));
+    mpi_wait_all(static_cast<int>(s.reqs.size()), s.reqs.data());
   }
 
   void accumulate(int64_t begin, int64_t /*piece*/, int64_t recv, int slot) override {
@@ -332,7 +335,9 @@ WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
     const int64_t piece = piece_elements(tensor.dtype());
     for (int64_t begin = 0; begin < tensor.numel(); begin += piece) {
       const int count = static_cast<int>(std::min(piece, tensor.numel() - begin));
-      MP_CHECK_MPI(MPI_Bcast(element_ptr(tensor, begin), count, type, root, comm_));
+      MPI_Request req;
+      MP_CHECK_MPI(MPI_Ibcast(element_ptr(tensor, begin), count, type, root, comm_, &req));
+      mpi_wait(&req);
     }
   });
 }
@@ -342,8 +347,10 @@ WorkPtr MpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output
   const int count = to_int_count(n, "all_to_all");
   return issue({"all_to_all", 0, input.dtype(), n}, [=, this] {
     const MPI_Datatype type = ctx_->datatype(input.dtype());
-    MP_CHECK_MPI(MPI_Alltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count,
-                              type, comm_));
+    MPI_Request req;
+    MP_CHECK_MPI(MPI_Ialltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count, type,
+                               comm_, &req));
+    mpi_wait(&req);
   });
 }
 
@@ -353,12 +360,18 @@ void MpiCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* a
   // The host values are waited for before this returns, so the body may
   // borrow the caller's buffers.
   issue({"host_all_gather", 0, DType::kF32, static_cast<int64_t>(bytes)}, [=, this] {
-    MP_CHECK_MPI(MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_));
+    MPI_Request req;
+    MP_CHECK_MPI(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &req));
+    mpi_wait(&req);
   })->wait();
 }
 
 WorkPtr MpiCommunicator::barrier() {
-  return issue({"barrier", 0, DType::kF32, 0}, [this] { MP_CHECK_MPI(MPI_Barrier(comm_)); });
+  return issue({"barrier", 0, DType::kF32, 0}, [this] {
+    MPI_Request req;
+    MP_CHECK_MPI(MPI_Ibarrier(comm_, &req));
+    mpi_wait(&req);
+  });
 }
 
 WorkPtr MpiCommunicator::fence(const std::string& what) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_wait.h"
 #include "core/error.h"
 #include "kernels/cpu/reduce.h"
 
@@ -38,7 +39,10 @@ std::vector<std::string> gather_processor_names(MPI_Comm comm) {
   char mine[MPI_MAX_PROCESSOR_NAME] = {};
   MP_CHECK_MPI(MPI_Get_processor_name(mine, &len));
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MP_CHECK_MPI(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
+  MPI_Request req;
+  MP_CHECK_MPI(MPI_Iallgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                              comm, &req));
+  mpi_wait(&req);
   std::vector<std::string> hosts(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     const char* name = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
