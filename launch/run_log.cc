@@ -188,10 +188,16 @@ void RunLog::stopped(int signal, int64_t step) {
 
 void RunLog::done() {
   if (!lead_) return;
-  std::printf("done: %lld steps in %s, final loss %.4f", static_cast<long long>(settings_.config.steps() - start_),
-              format_duration(elapsed_).c_str(), last_loss_);
-  if (last_val_) std::printf(", validation loss %.4f", *last_val_);
-  if (model_.floor) std::printf(", %.4f above the entropy floor %.4f", last_loss_ - *model_.floor, *model_.floor);
+  const int64_t steps = settings_.config.steps();
+  if (steps == start_) {  // resumed at its last step (a requeued job that had finished): no loss to report
+    std::printf("done: already at step %lld of %lld, nothing to train", static_cast<long long>(start_),
+                static_cast<long long>(steps));
+  } else {
+    std::printf("done: %lld steps in %s, final loss %.4f", static_cast<long long>(steps - start_),
+                format_duration(elapsed_).c_str(), last_loss_);
+    if (last_val_) std::printf(", validation loss %.4f", *last_val_);
+    if (model_.floor) std::printf(", %.4f above the entropy floor %.4f", last_loss_ - *model_.floor, *model_.floor);
+  }
   std::printf("\nmemory per rank (measured): %s\n", allocator_.stats().to_string().c_str());
   dir_.close();
 }

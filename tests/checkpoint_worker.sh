@@ -99,6 +99,11 @@ signal)
   grep -q "^resumed from .* at step $step " "$dir/resume.log" || fail "resume auto did not start at $step"
   grep -q "^done: 2 steps" "$dir/resume.log" || fail "resume auto did not run 2 steps"
   echo "--resume auto went on from step $step"
+  # A job requeued after it had finished (its last checkpoint at --steps): nothing to train, exit 0.
+  "$mprun" -np 2 --bind-to none "$worker" "${small[@]}" --steps "$step" --out "$dir/run" --resume auto \
+    > "$dir/finished.log" 2>&1 || { cat "$dir/finished.log"; fail "resume auto at the last step"; }
+  grep -q "^done: already at step $step of $step, nothing to train" "$dir/finished.log" ||
+    { cat "$dir/finished.log"; fail "resume auto at the last step did not say so"; }
   ;;
 crash)
   root=$dir/run/checkpoints
