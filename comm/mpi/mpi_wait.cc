@@ -30,10 +30,4 @@ void mpi_wait_all(int n, MPI_Request* reqs) {
   }
 }
 
-bool mpi_test(MPI_Request* req, MPI_Status* status) {
-  int done = 0;
-  MP_CHECK_MPI(MPI_Test(req, &done, status));
-  return done != 0;
-}
-
 }  // namespace mp

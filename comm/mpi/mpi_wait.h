@@ -1,6 +1,6 @@
 #pragma once
-// Waiting for MPI requests without spinning on sched_yield (Note [Waiting
-// on MPI]).
+// Waiting for MPI requests without Open MPI's unbounded sched_yield spin
+// (Note [Waiting on MPI]).
 
 #include <mpi.h>
 
@@ -23,8 +23,5 @@ namespace mp {
 // Completes `n` requests; CommError (through MP_CHECK_MPI) on failure.
 void mpi_wait_all(int n, MPI_Request* reqs);
 inline void mpi_wait(MPI_Request* req) { mpi_wait_all(1, req); }
-
-// One MPI_Test: whether `req` is done.
-bool mpi_test(MPI_Request* req, MPI_Status* status = MPI_STATUS_IGNORE);
 
 }  // namespace mp
