@@ -9,16 +9,17 @@ namespace mp {
 // Note [Waiting on MPI]: every wait of this library on MPI polls its
 // requests with MPI_Test*, yielding between polls for its first 5 ms and
 // sleeping 50 us between them after that, and its collectives are the
-// nonblocking ones waited for the same way (MPI_Comm_split, at setup, is
-// the one blocking call). Open MPI's own waits (MPI_Wait*, and the blocking
-// collectives built on them) spin on sched_yield for as long as they wait.
-// Where ranks outnumber cores, as on an emulated cluster of 2 hosts x 2
-// ranks on 2 cores, the spinning threads starved the ones with work for
-// seconds: 1000 steps of a small GPT-2 had steps of up to 26 s where the
-// median was 18 ms, and the communication timeout (6 s) fired with every
-// rank inside the same collective. With these waits the worst step of 1000
-// was 76-128 ms, and a training step on one host is as fast as with
-// spinning waits (docs/multinode.md).
+// nonblocking ones waited for the same way (what still blocks: creating
+// communicators at setup, and the diagnosis's few-word eager sends). Open
+// MPI's own waits (MPI_Wait*, and the blocking collectives built on them)
+// spin on sched_yield for as long as they wait. Where ranks outnumber
+// cores, as on an emulated cluster of 2 hosts x 2 ranks on 2 cores, the
+// spinning threads starved the ones with work for seconds: 1000 steps of a
+// small GPT-2 had steps of up to 26 s where the median was 18 ms, and the
+// communication timeout (6 s) fired with every rank inside the same
+// collective. With these waits the worst step of 1000 was 76-128 ms, and a
+// training step on one host is as fast as with spinning waits
+// (docs/multinode.md).
 
 // Completes `n` requests; CommError (through MP_CHECK_MPI) on failure.
 void mpi_wait_all(int n, MPI_Request* reqs);

@@ -30,8 +30,8 @@ echo "reference job $ref: $(state "$ref")"
 # after step 8, lands seconds before step STEPS even on a loaded machine
 # (without it, 30 fast steps could end first and the signal would find the
 # job finishing).
-pre=$(MP_FAULT="sleep@1-1000000:0:0.2" "${sb[@]}" --output="$dir/pre-%j.out" "$root/launch/mp.sbatch" "$@" --steps "$steps" --out "$dir/pre" \
-  --resume auto) || exit 1
+pre=$(MP_FAULT="sleep@1-1000000:0:0.2" "${sb[@]}" --output="$dir/pre-%j.out" "$root/launch/mp.sbatch" "$@" \
+  --steps "$steps" --out "$dir/pre" --resume auto) || exit 1
 for _ in $(seq 1 600); do
   [[ -s $dir/pre/metrics.jsonl && $(wc -l < "$dir/pre/metrics.jsonl") -ge 8 ]] && break
   sleep 0.2
