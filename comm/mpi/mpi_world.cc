@@ -1,6 +1,7 @@
 #include "comm/mpi/mpi_world.h"
 
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/tcp_defaults.h"
 #include "core/error.h"
 
 namespace mp {
@@ -12,6 +13,7 @@ MpiWorld::MpiWorld(int* argc, char*** argv) {
   if (initialized) {
     MP_CHECK_MPI(MPI_Query_thread(&provided));
   } else {
+    apply_openmpi_tcp_defaults();  // Note [Open MPI over TCP]
     MP_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     finalize_ = true;
   }

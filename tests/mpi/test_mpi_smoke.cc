@@ -2,11 +2,17 @@
 // through protobuf, exact reductions, and the harness's own agreement.
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_world.h"
+#include "comm/mpi/tcp_defaults.h"
 #include "core/error.h"
 #include "kernels/convert_math.h"
 #include "launch/rank_info.h"
@@ -76,6 +82,66 @@ TEST_F(MpiTest, AgreementNamesFailedRanksOnEveryRank) {
 }
 
 // Run only by the harness tests in tests/CMakeLists.txt (expected to fail).
+// The value of the MPI library's control variable `name` in this process,
+// read through the MPI tool interface; nullopt where the library has no
+// integer variable of that name (not Open MPI, or its TCP transport absent).
+std::optional<uint64_t> mpi_cvar(const std::string& name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<uint64_t> value;
+  int index = -1;
+  if (MPI_T_cvar_get_index(name.c_str(), &index) == MPI_SUCCESS) {
+    char cname[256], desc[1024];
+    int name_len = sizeof cname, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0, count = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    alignas(16) unsigned char buf[16] = {};  // wide enough for any integer datatype
+    auto as = [&buf](auto v) {
+      std::memcpy(&v, buf, sizeof v);
+      return static_cast<uint64_t>(v);
+    };
+    if (MPI_T_cvar_get_info(index, cname, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
+                            &scope) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && MPI_T_cvar_read(handle, buf) == MPI_SUCCESS) {
+        if (type == MPI_INT) value = as(int{});
+        if (type == MPI_UNSIGNED) value = as(0u);
+        if (type == MPI_UNSIGNED_LONG) value = as(0ul);
+        if (type == MPI_UNSIGNED_LONG_LONG) value = as(0ull);
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return value;
+}
+
+// Note [Open MPI over TCP]: MpiWorld put every default into the environment
+// before MPI_Init, and Open MPI's TCP transport runs with it.
+TEST_F(MpiTest, OpenMpiRunsWithTheTcpDefaults) {
+  for (const auto& [name, value] : openmpi_tcp_defaults()) {
+    const char* env = std::getenv(("OMPI_MCA_" + name).c_str());
+    ASSERT_NE(env, nullptr) << name << " is not in the environment";
+    const std::optional<uint64_t> cvar = mpi_cvar(name);
+    if (!cvar) GTEST_SKIP() << "the MPI library has no control variable " << name;
+    EXPECT_EQ(std::to_string(*cvar), env) << name;
+  }
+}
+
+TEST(OpenMpiTcpDefaults, KeepWhatTheEnvironmentSets) {
+  const std::string var = "OMPI_MCA_" + openmpi_tcp_defaults().front().first;
+  const char* before = std::getenv(var.c_str());
+  const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv(var.c_str(), "7", 1);
+  apply_openmpi_tcp_defaults();
+  EXPECT_STREQ(std::getenv(var.c_str()), "7");
+  ::unsetenv(var.c_str());
+  apply_openmpi_tcp_defaults();
+  EXPECT_EQ(std::getenv(var.c_str()), openmpi_tcp_defaults().front().second);
+  if (saved) ::setenv(var.c_str(), saved->c_str(), 1);
+}
+
 TEST_F(MpiTest, DISABLED_FailsOnTheLastRankOnly) {
   if (rank() == size() - 1) {
     EXPECT_EQ(1, 2) << "deliberate failure on the last rank";
