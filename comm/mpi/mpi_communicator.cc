@@ -166,9 +166,6 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
   const size_t elem = dtype_size(output.dtype());
   const size_t own = static_cast<size_t>(rank_);
   char* slot = element_ptr(output, split.offsets[own]);
-  if (mine != slot && split.counts[own] > 0) {
-    std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
-  }
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
   std::vector<MPI_Request> reqs;
   for (int s = 0; s + 1 < size_; ++s) {
@@ -181,13 +178,22 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
                              static_cast<int>(std::min(piece, split.counts[recv] - b)), type, left, kGatherTag,
                              comm_, &reqs.back()));
     }
+    // Round 0 sends this rank's chunk from where it is, and copies it into
+    // its slot of the output while the transfers run.
+    const char* from = s == 0 ? static_cast<const char*>(mine) : element_ptr(output, split.offsets[send]);
     for (int64_t b = 0; b < split.counts[send]; b += piece) {
       reqs.emplace_back();
-      MP_CHECK_MPI(MPI_Isend(element_ptr(output, split.offsets[send] + b),
+      MP_CHECK_MPI(MPI_Isend(from + b * static_cast<int64_t>(elem),
                              static_cast<int>(std::min(piece, split.counts[send] - b)), type, right, kGatherTag,
                              comm_, &reqs.back()));
     }
+    if (s == 0 && mine != slot && split.counts[own] > 0) {
+      std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
+    }
     mpi_wait_all(static_cast<int>(reqs.size()), reqs.data());
+  }
+  if (size_ == 1 && mine != slot && split.counts[own] > 0) {
+    std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
   }
 }
 
