@@ -21,9 +21,13 @@ namespace mp {
 //    reduction's rounds (Note [Chunked reduction]) are at most 1 MiB to each
 //    rank at the default comm.accumulate_chunk_bytes, and with a rendezvous
 //    for each a reduce-scatter of 64 MiB across 4 hosts at 1 Gbit/s ran at
-//    0.70 of the link; sent eagerly, at 0.98. Larger messages (the ring
-//    all-gather's 16 MiB pieces) still use the rendezvous, which costs them
-//    nothing measurable.
+//    0.70 of the link; sent eagerly, at 0.98. An eager message that arrives
+//    before its receive is posted waits in the receiver's memory. The
+//    reduction's rounds bound that to two rounds per peer (less than
+//    comm.accumulate_chunk_bytes in all), and the ring all-gather to one
+//    piece per round, eager only up to 1 MiB; its larger pieces (up to
+//    16 MiB) wait for the rendezvous. A rank's peak memory grew by about
+//    5 MiB (GPT-2 124M, 2 hosts x 2 ranks).
 // A variable already in the environment (OMPI_MCA_<name>, set by the user,
 // mpirun -x or srun) is kept. The eager limit must be the same on every
 // rank; every rank runs this before MPI_Init.
