@@ -81,7 +81,6 @@ TEST_F(MpiTest, AgreementNamesFailedRanksOnEveryRank) {
   EXPECT_TRUE(testing::failed_ranks(false, "agreement self-test").empty());
 }
 
-// Run only by the harness tests in tests/CMakeLists.txt (expected to fail).
 // The value of the MPI library's control variable `name` in this process,
 // read through the MPI tool interface; nullopt where the library has no
 // integer variable of that name (not Open MPI, or its TCP transport absent).
@@ -142,6 +141,7 @@ TEST(OpenMpiTcpDefaults, KeepWhatTheEnvironmentSets) {
   if (saved) ::setenv(var.c_str(), saved->c_str(), 1);
 }
 
+// Run only by the harness tests in tests/CMakeLists.txt (expected to fail).
 TEST_F(MpiTest, DISABLED_FailsOnTheLastRankOnly) {
   if (rank() == size() - 1) {
     EXPECT_EQ(1, 2) << "deliberate failure on the last rank";
