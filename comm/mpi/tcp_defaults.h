@@ -30,7 +30,9 @@ namespace mp {
 //    5 MiB (GPT-2 124M, 2 hosts x 2 ranks).
 // A variable already in the environment (OMPI_MCA_<name>, set by the user,
 // mpirun -x or srun) is kept. The eager limit must be the same on every
-// rank; every rank runs this before MPI_Init.
+// rank; every rank runs this before MPI_Init. A host that starts MPI itself
+// (mpi4py, an embedding trainer) starts it without them: it sets the
+// variables, or exports them, to get them.
 std::vector<std::pair<std::string, std::string>> openmpi_tcp_defaults();
 
 // Sets each default not already in the environment. Before MPI_Init only:
