@@ -166,6 +166,11 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
   const size_t elem = dtype_size(output.dtype());
   const size_t own = static_cast<size_t>(rank_);
   char* slot = element_ptr(output, split.offsets[own]);
+  auto copy_own = [&] {
+    if (mine != slot && split.counts[own] > 0) {
+      std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
+    }
+  };
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
   std::vector<MPI_Request> reqs;
   for (int s = 0; s + 1 < size_; ++s) {
@@ -187,14 +192,10 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
                              static_cast<int>(std::min(piece, split.counts[send] - b)), type, right, kGatherTag,
                              comm_, &reqs.back()));
     }
-    if (s == 0 && mine != slot && split.counts[own] > 0) {
-      std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
-    }
+    if (s == 0) copy_own();
     mpi_wait_all(static_cast<int>(reqs.size()), reqs.data());
   }
-  if (size_ == 1 && mine != slot && split.counts[own] > 0) {
-    std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
-  }
+  if (size_ == 1) copy_own();  // no rounds
 }
 
 WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
