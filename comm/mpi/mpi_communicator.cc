@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <sstream>
 
 #include "comm/backend_util.h"
@@ -166,13 +165,14 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
   const size_t elem = dtype_size(output.dtype());
   const size_t own = static_cast<size_t>(rank_);
   char* slot = element_ptr(output, split.offsets[own]);
-  auto copy_own = [&] {
+  std::vector<MPI_Request> reqs;
+  auto copy_own = [&] {  // Note [Progress while copying]: the transfers of `reqs` go on
     if (mine != slot && split.counts[own] > 0) {
-      std::memcpy(slot, mine, static_cast<size_t>(split.counts[own]) * elem);
+      mpi_copy_progressing(slot, mine, static_cast<size_t>(split.counts[own]) * elem, static_cast<int>(reqs.size()),
+                           reqs.data());
     }
   };
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
-  std::vector<MPI_Request> reqs;
   for (int s = 0; s + 1 < size_; ++s) {
     const auto send = static_cast<size_t>((rank_ - s + size_) % size_);
     const auto recv = static_cast<size_t>((rank_ - s - 1 + 2 * size_) % size_);
@@ -184,7 +184,7 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
                              comm_, &reqs.back()));
     }
     // Round 0 sends this rank's chunk from where it is, and copies it into
-    // its slot of the output while the transfers run.
+    // its slot of the output while the transfers run (and progress).
     const char* from = s == 0 ? static_cast<const char*>(mine) : element_ptr(output, split.offsets[send]);
     for (int64_t b = 0; b < split.counts[send]; b += piece) {
       reqs.emplace_back();
