@@ -1,5 +1,6 @@
 // Multi-rank smoke test: MPI start-up, node-local ranks, rank infos gathered
-// through protobuf, exact reductions, and the harness's own agreement.
+// through protobuf, exact reductions, the TCP defaults, copies that drive
+// transfers, and the harness's own agreement.
 #include <unistd.h>
 
 #include <cstdint>
@@ -150,7 +151,7 @@ TEST_F(MpiTest, CopyProgressingCopiesWhileAnExchangeRuns) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-  const size_t n = (size_t{3} << 20) + 5, copied = (size_t{5} << 19) + 3;  // 3 slices and a part one
+  const size_t n = (size_t{3} << 20) + 5, copied = (size_t{5} << 19) + 3;  // two slices and a part one
   std::vector<uint8_t> sent(n), received(n, 0), src(copied), dst(copied, 0);
   for (size_t i = 0; i < n; ++i) sent[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank));
   for (size_t i = 0; i < copied; ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
