@@ -57,10 +57,11 @@ def exchange(sock, nbytes):
     return time.perf_counter() - t0
 
 
-def connect(addr, port):
-    for _ in range(100):
+def connect(addr, port, tries, timeout):
+    """A connection to addr:port, trying every 0.1 s while the peer starts."""
+    for _ in range(tries):
         try:
-            return socket.create_connection((addr, port), timeout=60)
+            return socket.create_connection((addr, port), timeout=timeout)
         except OSError:
             time.sleep(0.1)
     raise SystemExit(f"link_rate: cannot connect to {addr}:{port}")
@@ -72,7 +73,7 @@ def mesh(me, addrs, port):
     socks = {}
     with socket.create_server(("", port)) as srv:
         for j in range(me):
-            socks[j] = connect(addrs[j], port)
+            socks[j] = connect(addrs[j], port, tries=100, timeout=60)
             socks[j].sendall(bytes([me]))
         for _ in range(len(addrs) - 1 - me):
             conn, _ = srv.accept()
@@ -124,15 +125,7 @@ def main():
                 exchange(conn, nbytes)
     elif len(sys.argv) == 5 and sys.argv[1] == "send":
         addr, port, nbytes = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-        for attempt in range(50):
-            try:
-                sock = socket.create_connection((addr, port), timeout=30)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise SystemExit(f"link_rate: cannot connect to {addr}:{port}")
-        with sock:
+        with connect(addr, port, tries=50, timeout=30) as sock:
             seconds = exchange(sock, nbytes)
         print(json.dumps({"suite": "link_rate", "bytes_each_way": nbytes, "seconds": round(seconds, 4),
                           "gbit_per_s_each_way": round(nbytes * 8 / seconds / 1e9, 3)}))
