@@ -67,12 +67,7 @@ RunModel make_gpt(const TrainSettings& s, int threads, Allocator allocator) {
   m.gpt = gpt.get();
   m.model = std::move(gpt);
   m.description = gpt_describe(g);
-  if (allocator.device().is_cuda()) {
-    m.description += std::string("; CUDA kernels, attention ") +
-                     (Gpt::tensor_core_attention(g, o) ? "on tensor cores (bf16 q, k, v)" : "in fp32") +
-                     ", loss in chunks of " + std::to_string(Gpt::loss_chunk_rows(g, allocator.device(), o)) +
-                     " rows";
-  }
+  if (allocator.device().is_cuda()) m.description += "; CUDA kernels, " + m.gpt->describe_kernels();
   m.items_per_micro_batch = static_cast<double>(g.micro_batch_size * g.context);
   m.flops_per_item = gpt_train_flops_per_token(g);
   m.data_description = "train: " + m.train->describe() + "\n  validation: " +

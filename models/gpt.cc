@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/act.h"
 #include "kernels/nn/attention.h"
+#include "kernels/nn/cast.h"
 #include "kernels/nn/embedding.h"
 #include "kernels/nn/gemm.h"
 #include "kernels/nn/layernorm.h"
@@ -57,9 +59,23 @@ int64_t Gpt::loss_chunk_rows(const GptConfig& config, Device device, const GptOp
   return plan_for(config, options, device).chunk;
 }
 
-bool Gpt::tensor_core_attention(const GptConfig& config, const GptOptions& options) {
-  validate(config);
-  return nn::attention_on_tensor_cores(options.attention, config.channels / config.heads, config.matmul_dtype);
+std::string Gpt::describe_kernels() const {
+  const Plan& p = *plan_;
+  if (p.device.is_cpu()) return "";
+  std::string attention;
+  for (size_t l = 0; l < p.attention.size(); ++l) {
+    if (l == 0 || p.attention[l].note != p.attention[l - 1].note) {
+      attention += std::string(attention.empty() ? "" : "; ") + "attention" +
+                   (p.attention.size() > 1 && l > 0 ? " from block " + std::to_string(l) : "") + ": " +
+                   p.attention[l].note;
+    }
+  }
+  return attention + "; loss in chunks of " + std::to_string(p.chunk) + " rows";
+}
+
+bool Gpt::cudnn_attention(int64_t block) const {
+  MP_ENFORCE(block >= 0 && block < plan_->layers, "block ", block, " of ", plan_->layers);
+  return plan_->attention[static_cast<size_t>(block)].cudnn;
 }
 
 // ---- construction ---------------------------------------------------------------
@@ -156,7 +172,7 @@ Gpt::UnitParams Gpt::unit_params(const OpContext& cx, int unit, const Tensor& pa
 // fp32, or bf16: the engine's bf16 values as they are (or their exact fp32
 // copy where bf16 is stored as fp32), else the fp32 ones rounded into w16.
 nn::Operand Gpt::gemm_weight(const OpContext& cx, const UnitParams& w, int param, size_t op) {
-  if (plan_->op_dtype[op] != DType::kBF16) return nn::fp32(w.at(param));
+  if (!plan_->op_bf16(op)) return nn::fp32(w.at(param));
   if (w.raw_dtype == DType::kBF16) {
     if (plan_->bf16_storage == DType::kBF16) {
       return nn::Operand{static_cast<const bf16*>(w.raw) + w.offset(param), DType::kBF16};
@@ -167,32 +183,15 @@ nn::Operand Gpt::gemm_weight(const OpContext& cx, const UnitParams& w, int param
   return nn::round_to_bf16(cx, w.at(param), n, plan_->bf16_storage, b_->w16);
 }
 
+nn::Operand Gpt::residual_grad(size_t op) const {
+  if (plan_->op_bf16(op)) return nn::Operand{b_->dres16, plan_->bf16_storage};
+  return nn::fp32(b_->dres);
+}
+
 // ---- the units' math --------------------------------------------------------------
 // Unit 0 is the embedding, units 1 .. layers the blocks, the last the head.
-
-// y = x w + bias for block op `op` (gelu_pre: y = gelu(x w + bias)).
-void Gpt::linear_forward(const OpContext& cx, size_t op, const UnitParams& w, int weight, int bias, const float* x,
-                         int64_t in, int64_t out, float* y, float* gelu_pre) {
-  const Plan& p = *plan_;
-  nn::Operand xin = nn::fp32(x);
-  if (p.op_dtype[op] == DType::kBF16) xin = nn::round_to_bf16(cx, x, p.rows * in, p.bf16_storage, b_->x16[op]);
-  nn::linear_forward(cx, nn::GemmSettings{options_.allow_tf32}, xin, gemm_weight(cx, w, weight, op), w.at(bias),
-                     p.rows, in, out, y, gelu_pre);
-}
-
-// dx, dw and db of block op `op` from dy (gelu_pre: through the GELU).
-void Gpt::linear_backward(const OpContext& cx, size_t op, const UnitParams& w, int weight, const float* x,
-                          const float* dy, int64_t in, int64_t out, float* dx, float* dw, float* db,
-                          const float* gelu_pre) {
-  const Plan& p = *plan_;
-  nn::Operand xin = nn::fp32(x), dyin = nn::fp32(dy);
-  if (p.op_dtype[op] == DType::kBF16) {
-    xin = nn::Operand{b_->x16[op], p.bf16_storage};  // the forward's rounding of x
-    dyin = nn::round_to_bf16(cx, dy, p.rows * out, p.bf16_storage, b_->dy16);
-  }
-  nn::linear_backward(cx, nn::GemmSettings{options_.allow_tf32}, xin, gemm_weight(cx, w, weight, op), dyin, dy,
-                      p.rows, in, out, dx, dw, db, b_->linear_ws, gelu_pre);
-}
+// Each GEMM is one op with its epilogue (kernels/nn/gemm.h): the bias, the
+// residual add, the GELU and, backward, the bias gradients.
 
 void Gpt::embed_forward(const OpContext& cx, const UnitParams& w) {
   const Plan& p = *plan_;
@@ -217,71 +216,85 @@ void Gpt::block_forward(const OpContext& cx, int unit, const UnitParams& w) {
   const auto l = static_cast<size_t>(unit - 1);
   const size_t op = l * kBlockOps;
   const Layer& y = b_->layers[l];
+  const nn::GemmSettings gs{options_.allow_tf32};
   const int64_t rows = p.rows, c = p.channels;
   const float* x = b_->residual[l];
   float* out = b_->residual[l + 1];
-  nn::layernorm_forward(cx, x, w.at(kLn1W), w.at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd);
-  linear_forward(cx, op + kCAttn, w, kAttnW, kAttnB, y.ln1, c, 3 * c, y.qkv);
-  nn::attention_forward(cx, p.attention, y.qkv, y.atty, y.att_saved);
-  linear_forward(cx, op + kAttnCProj, w, kAttnProjW, kAttnProjB, y.atty, c, c, y.res2);
-  // res2 := x + the attention branch, and ln_2 of it.
-  nn::residual_layernorm_forward(cx, x, y.res2, w.at(kLn2W), w.at(kLn2B), rows, c, y.res2, y.ln2, y.ln2_mean,
-                                 y.ln2_rstd);
-  linear_forward(cx, op + kCFc, w, kFcW, kFcB, y.ln2, c, 4 * c, y.fch_gelu, y.fch);  // fch_gelu = gelu(fch)
-  linear_forward(cx, op + kMlpCProj, w, kFcProjW, kFcProjB, y.fch_gelu, 4 * c, c, out);
-  nn::add(cx, y.res2, out, rows * c, out);
+  nn::layernorm_forward(cx, x, w.at(kLn1W), w.at(kLn1B), rows, c, y.ln1, y.ln1_mean, y.ln1_rstd, b_->ln_ws);
+  nn::gemm(cx, gs,
+           nn::linear_forward(nn::operand(y.ln1), gemm_weight(cx, w, kAttnW, op + kCAttn), w.at(kAttnB), rows, c,
+                              3 * c, y.qkv),
+           "c_attn forward");
+  nn::attention_forward(cx, p.attention[l], y.qkv, y.atty, y.att_saved, b_->att_ws);
+  // res2 := x + the attention branch, in the GEMM.
+  nn::gemm(cx, gs,
+           nn::linear_forward(nn::operand(y.atty), gemm_weight(cx, w, kAttnProjW, op + kAttnCProj), w.at(kAttnProjB),
+                              rows, c, c, f32_act(y.res2), x),
+           "attn.c_proj forward + residual");
+  nn::layernorm_forward(cx, y.res2, w.at(kLn2W), w.at(kLn2B), rows, c, y.ln2, y.ln2_mean, y.ln2_rstd, b_->ln_ws);
+  nn::gemm(cx, gs,
+           nn::linear_forward(nn::operand(y.ln2), gemm_weight(cx, w, kFcW, op + kCFc), w.at(kFcB), rows, c, 4 * c,
+                              y.fch_gelu, nullptr, y.fch),
+           "c_fc forward + gelu");
+  // out := res2 + the MLP branch, in the GEMM.
+  nn::gemm(cx, gs,
+           nn::linear_forward(nn::operand(y.fch_gelu), gemm_weight(cx, w, kFcProjW, op + kMlpCProj), w.at(kFcProjB),
+                              rows, 4 * c, c, f32_act(out), y.res2),
+           "mlp.c_proj forward + residual");
 }
 
-// Note [GPT loss]: ln_f, then per chunk of rows the logits, the softmax
-// cross-entropy and both of the head's backward GEMMs; the mean loss last.
+// Note [GPT loss]: ln_f, then per chunk of rows the logits, the classifier
+// (d logits in place) and the head's backward GEMMs; the mean loss last.
 void Gpt::head_forward(const OpContext& cx, const UnitParams& w) {
   const Plan& p = *plan_;
   nn::layernorm_forward(cx, b_->residual.back(), w.at(kLnfW), w.at(kLnfB), p.rows, p.channels, b_->lnf,
-                        b_->lnf_mean, b_->lnf_rstd);
-  const void* x = b_->lnf;
-  if (p.bf16_head()) x = nn::round_to_bf16(cx, b_->lnf, p.rows * p.channels, p.bf16_storage, b_->x16.back()).data;
-  for (int64_t r0 = 0; r0 < p.rows; r0 += p.chunk) head_chunk(cx, r0, std::min(p.chunk, p.rows - r0), x);
+                        b_->lnf_mean, b_->lnf_rstd, b_->ln_ws);
+  for (int64_t r0 = 0; r0 < p.rows; r0 += p.chunk) head_chunk(cx, r0, std::min(p.chunk, p.rows - r0));
   nn::mean_loss(cx, b_->row_loss, p.rows, b_->mean_loss);
   if (kept_row_ >= 0) {
     nn::copy_to_host(cx, kept_host_.data(), b_->kept, p.padded_vocab * 4, "kept logits row to the host");
     kept_written_ = true;
   }
+  kept_all_written_ = p.keep_logits;
 }
 
-// Rows [r0, r0 + n) of the loss: logits [n, Vp] = x wte^T, d logits, then
-// d lnf [n, C] = d logits wte and d wte (+)= d logits^T x.
-void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x) {
+// Rows [r0, r0 + n) of the loss: logits [n, Vp] = x wte^T, the classifier
+// (d logits in place), then d lnf [n, C] = d logits wte and, in chunks,
+// d wte (+)= d logits^T x.
+void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n) {
   const Plan& p = *plan_;
   const int64_t c = p.channels, vp = p.padded_vocab;
   const DType xdt = p.head_storage();
-  const void* x_chunk = static_cast<const char*>(x) + r0 * c * static_cast<int64_t>(dtype_size(xdt));
-  const nn::GemmSettings settings{options_.allow_tf32};
-  const GemmInput x_in{x_chunk, xdt, c, false}, wte{b_->wte_head, xdt, c, false};
+  const nn::GemmSettings gs{options_.allow_tf32};
+  const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{b_->wte_head, xdt, c, false};
   GemmInput wte_t = wte;
   wte_t.transposed = true;
-  nn::gemm(cx, settings, gemm_problem(n, vp, c, x_in, wte_t, b_->logits), "logits");  // [n, Vp] = x wte^T
+  GemmProblem logits = gemm_problem(n, vp, c, x, wte_t, static_cast<float*>(nullptr));  // [n, Vp] = x wte^T
+  logits.c = b_->logits.data;
+  logits.c_dtype = b_->logits.dtype;
+  logits.c_bf16 = b_->logits.bf16;
+  nn::gemm(cx, gs, logits, "logits");
   if (kept_row_ >= r0 && kept_row_ < r0 + n) {
-    nn::copy(cx, b_->kept, b_->logits + (kept_row_ - r0) * vp, vp * 4, "kept logits row");
+    nn::convert(cx, b_->logits.at((kept_row_ - r0) * vp), f32_act(b_->kept), vp, "kept logits row");
   }
-  nn::softmax_xent(cx, b_->logits, b_->tokens + p.rows + r0, n, p.vocab, vp, p.rows, b_->row_loss + r0, b_->dlogits,
-                   p.bf16_storage, p.bf16_head() ? b_->dlogits16 : nullptr);
-  nn::gemm(cx, settings, gemm_problem(n, c, vp, GemmInput{head_dlogits(), xdt, vp, false}, wte, b_->dlnf + r0 * c),
-           "head backward (d ln_f)");  // [n, C] = d logits [n, Vp] wte [Vp, C]
-  if (p.logits_in_place()) head_dwte(cx, r0, n, x_chunk, b_->dwte_head);  // the chunk's d logits go next
-}
-
-// The head's d logits as its backward GEMMs read them (Note [GPT autocast]).
-const void* Gpt::head_dlogits() const {
-  return plan_->bf16_head() ? b_->dlogits16 : static_cast<const void*>(b_->dlogits);
+  if (p.keep_logits) nn::convert(cx, b_->logits, f32_act(b_->kept_all + r0 * vp), n * vp, "kept logits");
+  nn::classifier(cx, b_->logits, b_->tokens + p.rows + r0, n, p.vocab, vp, p.rows, b_->row_loss + r0);
+  GemmProblem dx = gemm_problem(n, c, vp, GemmInput{b_->logits.data, xdt, vp, false}, wte,
+                                static_cast<float*>(nullptr));  // [n, C] = d logits [n, Vp] wte [Vp, C]
+  dx.c = b_->dlnf.at(r0 * c).data;
+  dx.c_dtype = b_->dlnf.dtype;
+  dx.c_bf16 = b_->dlnf.bf16;
+  nn::gemm(cx, gs, dx, "head backward (d ln_f)");
+  if (p.chunked()) head_dwte(cx, r0, n, b_->dwte_head);  // the chunk's d logits go next
 }
 
 // d wte [Vp, C] (+)= d logits^T [Vp, n] x [n, C] for rows [r0, r0 + n):
 // overwritten by the first chunk, accumulated by the others.
-void Gpt::head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte) {
+void Gpt::head_dwte(const OpContext& cx, int64_t r0, int64_t n, float* dwte) {
   const Plan& p = *plan_;
   const DType xdt = p.head_storage();
-  GemmProblem dw = gemm_problem(p.padded_vocab, p.channels, n, GemmInput{head_dlogits(), xdt, p.padded_vocab, true},
-                                GemmInput{x_chunk, xdt, p.channels, false}, dwte);
+  GemmProblem dw = gemm_problem(p.padded_vocab, p.channels, n, GemmInput{b_->logits.data, xdt, p.padded_vocab, true},
+                                GemmInput{b_->lnf.at(r0 * p.channels).data, xdt, p.channels, false}, dwte);
   dw.accumulate = r0 > 0;
   nn::gemm(cx, nn::GemmSettings{options_.allow_tf32}, dw, "head backward (d wte)");
 }
@@ -293,43 +306,77 @@ void Gpt::embed_backward(const OpContext& cx, float* g) {
   float* dwpe = g + unit.params[kWpe].offset;
   // Note [Tied head]: the head's d wte (kept from the chunks, or from the
   // one chunk's d logits, which are still there), then the embedding's.
-  if (p.logits_in_place()) {
+  if (p.chunked()) {
     nn::copy(cx, dwte, b_->dwte_head, p.padded_vocab * p.channels * 4, "head's d wte");
   } else {
-    head_dwte(cx, 0, p.rows, p.bf16_head() ? b_->x16.back() : static_cast<const void*>(b_->lnf), dwte);
+    head_dwte(cx, 0, p.rows, dwte);
   }
   nn::zero(cx, dwpe, p.seq * p.channels * 4, "zero d wpe");
   nn::embedding_backward(cx, b_->tokens, b_->dres, p.batch, p.seq, p.channels, p.vocab, dwte, dwpe, b_->emb_ws,
                          b_->emb_ws_bytes);
 }
 
+// b.dres holds d loss / d (block output), and, where this block's
+// mlp.c_proj is bf16, b.dres16 its bf16 copy; they become d loss / d
+// (block input) (and its copy for the block before, where that one's
+// mlp.c_proj is bf16).
 void Gpt::block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g) {
   const Plan& p = *plan_;
   const auto l = static_cast<size_t>(unit - 1);
   const size_t op = l * kBlockOps;
   const Layer& y = b_->layers[l];
+  const BlockDtypes& d = p.blocks[l];
   Buffers& b = *b_;
+  const nn::GemmSettings gs{options_.allow_tf32};
   const int64_t rows = p.rows, c = p.channels;
   auto grad = [&](int param) { return g + w.offset(param); };
-  // b.dres holds d loss / d (block output); it becomes d loss / d (block input).
-  linear_backward(cx, op + kMlpCProj, w, kFcProjW, y.fch_gelu, b.dres, 4 * c, c, b.dfch, grad(kFcProjW),
-                  grad(kFcProjB), y.fch);  // d fch, through the GELU
-  linear_backward(cx, op + kCFc, w, kFcW, y.ln2, b.dfch, c, 4 * c, b.dln, grad(kFcW), grad(kFcB));
-  nn::layernorm_backward(cx, b.dln, y.res2, w.at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, grad(kLn2W),
-                         grad(kLn2B), b.ln_ws);
-  linear_backward(cx, op + kAttnCProj, w, kAttnProjW, y.atty, b.dres, c, c, b.datty, grad(kAttnProjW),
-                  grad(kAttnProjB));
-  nn::attention_backward(cx, p.attention, y.qkv, y.atty, y.att_saved, b.datty, b.att_scratch, b.dqkv);
-  linear_backward(cx, op + kCAttn, w, kAttnW, y.ln1, b.dqkv, c, 3 * c, b.dln, grad(kAttnW), grad(kAttnB));
-  nn::layernorm_backward(cx, b.dln, b.residual[l], w.at(kLn1W), y.ln1_mean, y.ln1_rstd, rows, c, b.dres,
-                         grad(kLn1W), grad(kLn1B), b.ln_ws);
+  const Act dfch = p.act(b.dfch, d.fch), dln2 = p.act(b.dln, d.ln2), datty = p.act(b.datty, d.atty),
+            dqkv = p.act(b.dqkv, d.qkv), dln1 = p.act(b.dln, d.ln1);
+  // The MLP: d fch through the GELU, the weight and bias gradients, d ln_2.
+  const nn::Operand dy_p = residual_grad(op + kMlpCProj);
+  const nn::Operand w_p = gemm_weight(cx, w, kFcProjW, op + kMlpCProj);
+  nn::gemm(cx, gs, nn::linear_backward_input(dy_p, w_p, rows, 4 * c, c, dfch, y.fch),
+           "mlp.c_proj backward (d fch, through the gelu)");
+  nn::gemm(cx, gs,
+           nn::linear_backward_weight(nn::operand(y.fch_gelu), dy_p, rows, 4 * c, c, grad(kFcProjW), grad(kFcProjB)),
+           "mlp.c_proj backward (d weight, d bias)");
+  nn::gemm(cx, gs,
+           nn::linear_backward_input(nn::operand(dfch), gemm_weight(cx, w, kFcW, op + kCFc), rows, c, 4 * c, dln2),
+           "c_fc backward (d ln_2)");
+  nn::gemm(cx, gs,
+           nn::linear_backward_weight(nn::operand(y.ln2), nn::operand(dfch), rows, c, 4 * c, grad(kFcW), grad(kFcB)),
+           "c_fc backward (d weight, d bias)");
+  nn::layernorm_backward(cx, dln2, y.res2, w.at(kLn2W), y.ln2_mean, y.ln2_rstd, rows, c, b.dres, /*accumulate=*/true,
+                         p.op_bf16(op + kAttnCProj) ? p.act(b.dres16, true) : Act{}, grad(kLn2W), grad(kLn2B),
+                         b.ln_ws);
+  // The attention.
+  const nn::Operand dy_a = residual_grad(op + kAttnCProj);
+  nn::gemm(cx, gs,
+           nn::linear_backward_input(dy_a, gemm_weight(cx, w, kAttnProjW, op + kAttnCProj), rows, c, c, datty),
+           "attn.c_proj backward (d attention output)");
+  nn::gemm(cx, gs,
+           nn::linear_backward_weight(nn::operand(y.atty), dy_a, rows, c, c, grad(kAttnProjW), grad(kAttnProjB)),
+           "attn.c_proj backward (d weight, d bias)");
+  nn::attention_backward(cx, p.attention[l], y.qkv, y.atty, y.att_saved, datty, b.att_ws, dqkv);
+  nn::gemm(cx, gs,
+           nn::linear_backward_input(nn::operand(dqkv), gemm_weight(cx, w, kAttnW, op + kCAttn), rows, c, 3 * c, dln1),
+           "c_attn backward (d ln_1)");
+  nn::gemm(cx, gs,
+           nn::linear_backward_weight(nn::operand(y.ln1), nn::operand(dqkv), rows, c, 3 * c, grad(kAttnW),
+                                      grad(kAttnB)),
+           "c_attn backward (d weight, d bias)");
+  // The block before reads dres16 where its mlp.c_proj is bf16.
+  const bool copy = l > 0 && p.op_bf16(op - kBlockOps + kMlpCProj);
+  nn::layernorm_backward(cx, dln1, b.residual[l], w.at(kLn1W), y.ln1_mean, y.ln1_rstd, rows, c, b.dres,
+                         /*accumulate=*/true, copy ? p.act(b.dres16, true) : Act{}, grad(kLn1W), grad(kLn1B), b.ln_ws);
 }
 
 void Gpt::head_backward(const OpContext& cx, const UnitParams& w, float* g) {
   const Plan& p = *plan_;
-  nn::zero(cx, b_->dres, p.rows * p.channels * 4, "zero d residual");
+  const bool copy = p.layers > 0 && p.op_bf16(static_cast<size_t>(p.layers - 1) * kBlockOps + kMlpCProj);
   nn::layernorm_backward(cx, b_->dlnf, b_->residual.back(), w.at(kLnfW), b_->lnf_mean, b_->lnf_rstd, p.rows,
-                         p.channels, b_->dres, g + w.offset(kLnfW), g + w.offset(kLnfB), b_->ln_ws);
+                         p.channels, b_->dres, /*accumulate=*/false, copy ? p.act(b_->dres16, true) : Act{},
+                         g + w.offset(kLnfW), g + w.offset(kLnfB), b_->ln_ws);
 }
 
 // ---- the Model calls --------------------------------------------------------------
@@ -430,8 +477,8 @@ const int32_t* Gpt::targets() const { return inputs() + plan_->rows; }
 const float* Gpt::logits() const {
   MP_ENFORCE(plan_->device.is_cpu(), "Gpt::logits of a GPT on the CPU");
   order_.after_forward("logits");
-  MP_ENFORCE(!plan_->logits_in_place(), "Gpt::logits with the loss in chunks of ", plan_->chunk, " rows");
-  return b_->logits;
+  MP_ENFORCE(plan_->keep_logits && kept_all_written_, "Gpt::logits without GptOptions::keep_logits");
+  return b_->kept_all;
 }
 
 }  // namespace mp

@@ -39,10 +39,10 @@
 //                   chunks the head's d wte, into workspace buffers;
 //   backward(last)  takes the final LayerNorm's backward from there;
 //   backward(0)     writes d wte = (the head's contribution, from that
-//                   buffer or, with one chunk, from the kept d logits
-//                   and final LayerNorm output) + (the embedding's, added
-//                   row by row in position order) straight into unit 0's
-//                   grads.
+//                   buffer or, with one chunk, from the d logits left in
+//                   the logits buffer and the final LayerNorm output) +
+//                   (the embedding's, added row by row in position order)
+//                   straight into unit 0's grads.
 // backward(0) reads no parameters, and the spec says so
 // (UnitSpec::backward_reads_params): the engine gathers nothing for it.
 // The wte copy, the kept d logits and the head's d wte buffer are
@@ -69,59 +69,79 @@
 // The model's GEMM ops are named "h{i}.attn.c_attn", "h{i}.attn.c_proj",
 // "h{i}.mlp.c_fc", "h{i}.mlp.c_proj" (block i) and "head" (the tied logits
 // GEMM). matmul_dtype bf16 runs each of them as torch.autocast(dtype=bf16)
-// runs nn.Linear on the CPU: its activation input and its weight are rounded
-// to bf16 (nearest even) and the products accumulated in fp32; its backward
-// GEMMs take bf16 inputs too (dy rounded to bf16, with the bf16 x and w), so
-// dx = dy w^T and dw = x^T dy multiply bf16 values. Unlike autocast, every
-// GEMM output (y, dx, dw, logits) stays fp32, not rounded to bf16, and the
-// bias (added in fp32) and its gradient (column sums of the fp32 dy) never
-// pass through bf16. Everything else (embeddings, layernorm, attention's
-// q k^T, softmax and att v, GELU, the residual adds, the cross-entropy)
-// computes in fp32 as autocast's fp32 ops do. An op whose whole name matches
-// one of fp32_ops (ECMAScript regexes; e.g. "head", "h0\..*", ".*") keeps
-// fp32 inputs, bit for bit the matmul_dtype fp32 op.
-// bf16 parameters from the engine (param_dtype bf16) are the GEMM weights
-// as they are, never widened and rounded again; the same values given as
-// fp32 give the same bits. The double gpt_loss_and_grads (the reference)
-// ignores matmul_dtype and fp32_ops: exact math.
+// runs nn.Linear: its activation input and its weight are bf16 values, the
+// products accumulated in fp32, the bias added in fp32 and the output
+// rounded to bf16 (Note [GPT activations]); its backward GEMMs take bf16
+// inputs too (dy, x and w), so dx = dy w^T and dw = x^T dy multiply bf16
+// values. Unlike autocast, the weight gradients dw and the bias gradients
+// (fp32 column sums of the bf16 dy) stay fp32, never rounded to bf16.
+// LayerNorm, the softmax of attention and the cross-entropy compute in
+// fp32 on bf16 (or fp32) inputs, as autocast's fp32 ops do. An op whose
+// whole name matches one of fp32_ops (ECMAScript regexes; e.g. "head",
+// "h0\..*", ".*") keeps fp32 inputs; with every op matched the model is bit
+// for bit the matmul_dtype fp32 model. bf16 parameters from the engine
+// (param_dtype bf16) are the GEMM weights as they are, never widened and
+// rounded again; the same values given as fp32 give the same bits. The
+// double gpt_loss_and_grads (the reference) ignores matmul_dtype and
+// fp32_ops: exact math.
+//
+// Note [GPT activations]
+// Which tensors hold bf16 values, on every device alike (so the CPU tests
+// check the GPU's semantics):
+// - the residual stream (the embeddings, x + attention, each block's
+//   output) is fp32, as in PyTorch's autocast (an fp32 x plus a bf16
+//   branch is fp32): the residual adds run in the c_proj GEMMs' epilogue
+//   (C = addend + product + bias, in fp32);
+// - a tensor between two ops holds bf16 values when either of them
+//   computes in bf16: a bf16 GEMM writes bf16 (qkv, the MLP's pre-
+//   activation and its GELU, the logits, and every input gradient); an
+//   fp32 op whose output a bf16 GEMM reads writes it rounded (ln_1, ln_2,
+//   ln_f, attention's output); attention runs in bf16 when c_attn does;
+// - each activation's gradient is stored as the activation, but for the
+//   residual stream's (fp32), whose bf16 copy for the next bf16 GEMM the
+//   LayerNorm backward writes in the same pass;
+// - weight and bias gradients, LayerNorm's mean and rstd and attention's
+//   statistics are fp32.
+// On the CPU bf16 values are stored as bf16, or as their exact fp32 where
+// oneDNN has no native bf16 GEMM (nn::bf16_storage): the same values.
 //
 // Note [GPT on every device]
 // Gpt is one class for the CPU and CUDA. Its forward, backward, loss and
 // data loading are written once (gpt.cc), as ops on the engine's compute
-// stream (kernels/nn/: embedding, layernorm, attention, gelu, gemm, loss),
-// each with a CPU body (kernels/cpu/gpt_ops.h, oneDNN GEMMs) and a CUDA
-// body (kernels/cuda/: cuBLASLt GEMMs, flash attention) next to each other
-// (Note [Op dispatch] in kernels/dispatch.h). The device is the
-// allocator's. So every CPU test runs the model with the GPU's semantics:
-// the host thread enqueues and runs ahead, the stream executes later (Note
-// [Host runs ahead] in models/model.h); state that ops read is the
-// stream's (one workspace of device buffers, values captured at enqueue);
-// the call-order checks run on the host at enqueue time; tokens reach the
-// device through a ring of pinned slots (models/input_ring.h); the loss and
-// a kept logits row come back by stream-ordered copies into pinned host
-// memory. What differs by device is inside the ops: attention keeps its
-// probabilities on the CPU and only the row log-sum-exp on a GPU (flash
-// attention, on tensor cores for bf16 GEMMs and head sizes 64 and 128);
-// a GPU fuses the bias, the MLP's GELU and the residual add before ln_2
-// into the GEMM epilogue and one kernel, with the same math; and bf16 GEMM
-// inputs are stored as bf16 on a GPU and as their exact fp32 on CPUs whose
-// oneDNN has no native bf16 GEMM (nn::bf16_storage).
+// stream (kernels/nn/: embedding, layernorm, attention, gemm, classifier,
+// casts), each with a CPU body (kernels/cpu/: oneDNN GEMMs and their
+// epilogue, the loops) and a CUDA body (kernels/cuda/: cuBLASLt GEMMs with
+// their epilogue, cuDNN's fused attention, the LayerNorm, classifier and
+// cast kernels) next to each other (Note [Op dispatch] in
+// kernels/dispatch.h); each op is one kernel or library call on a GPU. The
+// device is the allocator's. So every CPU test runs the model with the
+// GPU's semantics: the host thread enqueues and runs ahead, the stream
+// executes later (Note [Host runs ahead] in models/model.h); state that ops
+// read is the stream's (one workspace of device buffers, values captured
+// at enqueue); the call-order checks run on the host at enqueue time;
+// tokens reach the device through a ring of pinned slots
+// (models/input_ring.h); the loss and a kept logits row come back by
+// stream-ordered copies into pinned host memory. What differs by device is
+// inside the ops: attention keeps its probabilities on the CPU and only the
+// row log-sum-exp on a GPU (cuDNN's for bf16 activations where it takes the
+// shape, else the fp32 flash kernels; Gpt::describe_kernels says which),
+// and the summation orders.
 //
 // Note [GPT loss]
 // The loss never holds more than `chunk` rows of logits
 // (GptOptions::loss_chunk_rows; all rows on the CPU, at most
-// kGptLogitsChunkBytes of fp32 logits on a GPU): the head's forward runs,
-// per chunk of rows, the logits GEMM, the softmax cross-entropy (d logits
-// in place when there are several chunks) and both backward GEMMs of the
-// head: d (ln_f output) for backward(last), and, with several chunks, the
-// head's share of d wte, accumulated over the chunks in an fp32 [Vp, C]
-// buffer that backward(0) copies into unit 0's gradients before adding the
-// embedding's (Note [Tied head]). With one chunk (d logits kept, not in
-// place) backward(0) computes the head's d wte straight into unit 0's
-// gradients instead: no [Vp, C] buffer, no copy. The mean loss is summed in
-// double from the rows' losses (in row order on the CPU). With one chunk
-// the bits are those of the whole-batch products; with several, d wte is
-// summed chunk by chunk.
+// kGptLogitsChunkBytes of logits on a GPU): the head's forward runs, per
+// chunk of rows, the logits GEMM, the fused classifier (the loss, and d
+// logits written over the logits in place, in their dtype: no fp32 logits
+// or probabilities are stored) and the head's d (ln_f output) GEMM for
+// backward(last), and, with several chunks, its share of d wte, accumulated
+// over the chunks in an fp32 [Vp, C] buffer that backward(0) copies into
+// unit 0's gradients before adding the embedding's (Note [Tied head]). With
+// one chunk backward(0) computes the head's d wte from the d logits, still
+// there, straight into unit 0's gradients instead: no [Vp, C] buffer, no
+// copy. The mean loss is summed in double from the rows' losses (in row
+// order on the CPU). With one chunk the bits are those of the whole-batch
+// products; with several, d wte is summed chunk by chunk.
 //
 // Note [GPT recomputation]
 // The blocks are recomputable (Note [Activation recomputation] in
@@ -293,10 +313,11 @@ double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const 
 using GptAttention = nn::AttentionKernel;
 
 struct GptOptions {
-  // CUDA: tensor cores for bf16 GEMMs and head sizes 64 and 128, else fp32.
+  // CUDA: cuDNN's fused attention for bf16 activations where cuDNN takes
+  // the shape, else the fp32 flash kernels (kernels/nn/attention.h).
   GptAttention attention = GptAttention::kAuto;
   // Rows of logits the loss holds at once; 0: all of them on the CPU, at
-  // most kGptLogitsChunkBytes of fp32 logits on a GPU (Note [GPT loss]).
+  // most kGptLogitsChunkBytes of logits on a GPU (Note [GPT loss]).
   int64_t loss_chunk_rows = 0;
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
   // Note [GPT recomputation]: the blocks whose activations are recomputed,
@@ -304,9 +325,15 @@ struct GptOptions {
   // engine.activation_checkpointing must say the same (recompute_every in
   // runtime/engine_options.h).
   int recompute_every = 0;
+  // Keep every forward's logits (widened to fp32, [rows, Vp]) for
+  // Gpt::logits(), at the cost of that buffer and one copy per chunk: for
+  // tests and evaluation, never needed to train.
+  bool keep_logits = false;
 };
 
-inline constexpr int64_t kGptLogitsChunkBytes = int64_t{256} << 20;
+// At most this many bytes of logits (as stored: bf16 in the bf16 recipes)
+// at once on a GPU: GPT-2 124M's 16 x 1024 rows of bf16 logits are one chunk.
+inline constexpr int64_t kGptLogitsChunkBytes = int64_t{2} << 30;
 
 namespace gpt {
 struct Plan;     // sizes on a device (models/gpt_workspace.h)
@@ -332,10 +359,14 @@ class Gpt final : public StreamModel {
   // that device must be current (the ops ask CUB for scratch sizes).
   static int64_t activation_bytes(const GptConfig& config, Device device = Device::cpu(),
                                   const GptOptions& options = {});
-  // The rows of logits the loss computes at once, and whether attention
-  // runs on tensor cores, on `device`.
+  // The rows of logits the loss computes at once on `device`.
   static int64_t loss_chunk_rows(const GptConfig& config, Device device, const GptOptions& options = {});
-  static bool tensor_core_attention(const GptConfig& config, const GptOptions& options = {});
+  // The kernels that run where a device has a choice, for the run log: on
+  // a GPU the attention (cuDNN's or the flash kernels, and why) and the
+  // loss's chunks; on the CPU "".
+  std::string describe_kernels() const;
+  // Whether block l's attention runs on cuDNN (a GPU's choice).
+  bool cudnn_attention(int64_t block) const;
 
   const GptConfig& config() const { return config_; }
   const ModelSpec& spec() const override { return spec_; }
@@ -371,9 +402,9 @@ class Gpt final : public StreamModel {
   const int32_t* inputs() const;
   const int32_t* targets() const;
   // The logits of the last forward, [micro_batch_size * context rows,
-  // gpt_padded_vocab(vocab)] row-major (the columns past vocab are padding),
-  // valid until the next forward: only where the loss keeps them all (one
-  // chunk; EnforceError otherwise or before a whole forward).
+  // gpt_padded_vocab(vocab)] row-major, widened to fp32 (the columns past
+  // vocab are padding), valid until the next forward: only with
+  // GptOptions::keep_logits (EnforceError otherwise or before a whole forward).
   const float* logits() const;
 
  private:
@@ -387,18 +418,14 @@ class Gpt final : public StreamModel {
   void embed_forward(const OpContext& cx, const UnitParams& w);
   void block_forward(const OpContext& cx, int unit, const UnitParams& w);
   void head_forward(const OpContext& cx, const UnitParams& w);
-  void head_chunk(const OpContext& cx, int64_t r0, int64_t n, const void* x);
-  void head_dwte(const OpContext& cx, int64_t r0, int64_t n, const void* x_chunk, float* dwte);
-  const void* head_dlogits() const;
+  void head_chunk(const OpContext& cx, int64_t r0, int64_t n);
+  void head_dwte(const OpContext& cx, int64_t r0, int64_t n, float* dwte);
   void embed_backward(const OpContext& cx, float* g);
   void block_backward(const OpContext& cx, int unit, const UnitParams& w, float* g);
   void head_backward(const OpContext& cx, const UnitParams& w, float* g);
   nn::Operand gemm_weight(const OpContext& cx, const UnitParams& w, int param, size_t op);
-  void linear_forward(const OpContext& cx, size_t op, const UnitParams& w, int weight, int bias, const float* x,
-                      int64_t in, int64_t out, float* y, float* gelu_pre = nullptr);
-  void linear_backward(const OpContext& cx, size_t op, const UnitParams& w, int weight, const float* x,
-                       const float* dy, int64_t in, int64_t out, float* dx, float* dw, float* db,
-                       const float* gelu_pre = nullptr);
+  // dres for the GEMMs of block op `op`: the fp32 gradient or its bf16 copy.
+  nn::Operand residual_grad(size_t op) const;
 
   GptConfig config_;
   GptOptions options_;
@@ -414,6 +441,7 @@ class Gpt final : public StreamModel {
   CallOrder order_;  // checked on the host at enqueue time (Note [Host runs ahead])
   int64_t kept_row_ = -1;
   bool kept_written_ = false;  // a forward with a kept row was enqueued
+  bool kept_all_written_ = false;  // a forward with keep_logits was enqueued
 };
 
 }  // namespace mp

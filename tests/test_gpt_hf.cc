@@ -262,7 +262,9 @@ TEST_F(GptHf, TransformersComputesOurLogitsFromTheExport) {
         for (float& v : unit) v = math::to_f32(math::from_f32<bf16>(v));
       }
     }
-    Gpt model(c);
+    GptOptions options;
+    options.keep_logits = true;
+    Gpt model(c, Allocator(), nullptr, options);
     model.begin_micro_batch(0);
     for (int u = 0; u < layout.num_units(); ++u) model.forward(u, testing::wrap(units[static_cast<size_t>(u)]));
     const std::string out = root + "/" + std::string(dtype_name(dtype));

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/convert_math.h"
+#include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/op_profile.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
@@ -283,13 +284,47 @@ float* thread_staging(int64_t elements) {
   return buffer.data();
 }
 
-// C = bias (or zeros), added when accumulating: the k = 0 product.
-void fill_without_product(const GemmProblem& p) {
+// The calling thread's fp32 tile of products for the epilogue, grown as
+// needed and kept.
+float* thread_tile(int64_t elements) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
+  return buffer.data();
+}
+
+void check_problem(const GemmProblem& p) {
+  MP_ENFORCE(p.m == 0 || (p.c != nullptr && p.ldc >= p.n), "gemm output: ldc ", p.ldc, " for ", p.n, " columns");
+  MP_ENFORCE(p.c_dtype == DType::kF32 || p.c_dtype == DType::kBF16, "gemm output in ", dtype_name(p.c_dtype),
+             ": need fp32 or bf16");
+  const bool f32_c = p.c_dtype == DType::kF32 && !p.c_bf16;
+  MP_ENFORCE(!p.accumulate || (f32_c && p.epilogue == GemmEpilogue::kNone && p.addend == nullptr),
+             "gemm accumulate: only into an fp32 C without an epilogue or addend");
+  MP_ENFORCE(p.addend == nullptr || f32_c, "gemm addend: only with an fp32 C");
+  if (p.epilogue != GemmEpilogue::kNone) {
+    MP_ENFORCE(p.aux != nullptr && p.aux_ld >= p.n, "gemm GELU epilogue: aux ", p.aux, " with ld ", p.aux_ld, " for ",
+               p.n, " columns");
+    MP_ENFORCE(p.epilogue == GemmEpilogue::kGelu || (p.bias == nullptr && p.addend == nullptr),
+               "gemm DGELU epilogue: takes no bias and no addend");
+  }
+}
+
+// The k = 0 product: zeros, through the bias, addend, accumulate and
+// epilogue (Note [GEMM epilogue]).
+void run_without_product(const GemmProblem& p) {
+  const int64_t cols = p.n;
+  float* tile = thread_tile(cols);
   for (int64_t i = 0; i < p.m; ++i) {
-    float* row = p.c + i * p.ldc;
-    for (int64_t j = 0; j < p.n; ++j) {
-      const float v = p.bias != nullptr ? p.bias[j] : 0.0f;
-      row[j] = p.accumulate ? row[j] + v : v;
+    for (int64_t j = 0; j < cols; ++j) tile[j] = p.bias != nullptr ? p.bias[j] : 0.0f;
+    if (gemm_needs_epilogue(p)) {
+      gemm_epilogue_tile(p, tile, cols, i, 1, 0, cols);
+    } else {
+      float* row = p.c_f32() + i * p.ldc;
+      const float* add = p.addend != nullptr ? p.addend + i * p.ldc : nullptr;
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = tile[j];
+        if (add != nullptr) v += add[j];
+        row[j] = p.accumulate ? row[j] + v : v;
+      }
     }
   }
 }
@@ -360,18 +395,79 @@ int64_t gemm_scratch_elements(const GemmProblem& p) {
   return s.a.elements() + s.b.elements();
 }
 
+namespace {
+
+// One tile of C: [i0, i0 + tm) x [j0, j0 + tn).
+struct Tile {
+  int64_t i0, j0, tm, tn;
+};
+
+// oneDNN's product of one tile (with the bias, and the sum post-op when
+// `accumulate`) into `c` (fp32, leading dimension ldc).
+void product_tile(const GemmProblem& p, const Tile& t, bool accumulate, float* c, int64_t ldc,
+                  dnnl::stream& stream) {
+  const size_t a_bytes = dtype_size(p.a.dtype), b_bytes = dtype_size(p.b.dtype);
+  // Elements between consecutive rows (columns) of op(A) and op(B).
+  const int64_t a_row = p.a.transposed ? 1 : p.a.ld, b_col = p.b.transposed ? p.b.ld : 1;
+  const PrimitiveKey key{t.tm,      t.tn,      p.k,            p.a.ld,         p.b.ld,           ldc,
+                         p.a.dtype, p.b.dtype, p.a.transposed, p.b.transposed, p.bias != nullptr, accumulate};
+  const std::shared_ptr<const TilePrimitive> prim = primitive_cache().get(key);
+  auto* a = static_cast<char*>(const_cast<void*>(p.a.data)) + static_cast<size_t>(t.i0 * a_row) * a_bytes;
+  auto* b = static_cast<char*>(const_cast<void*>(p.b.data)) + static_cast<size_t>(t.j0 * b_col) * b_bytes;
+  const dnnl::memory am(prim->a, cpu_engine(), a), bm(prim->b, cpu_engine(), b), cm(prim->c, cpu_engine(), c);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (p.bias != nullptr) {
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory(prim->bias, cpu_engine(), const_cast<float*>(p.bias + t.j0)));
+  }
+  if (const size_t bytes = prim->scratchpad.get_size(); bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(prim->scratchpad, cpu_engine(), thread_scratchpad(bytes)));
+  }
+  MP_CHECK_DNNL(prim->matmul.execute(stream, args), "for tile (", t.i0, ", ", t.j0, ") of a ", p.m, " x ", p.n,
+                " x ", p.k, " gemm");
+}
+
+// Tile t of C: oneDNN alone (fp32 C; an addend is copied into C first and
+// summed by the post-op), or oneDNN into the thread's fp32 tile and the
+// epilogue from there into C (kernels/cpu/gemm_epilogue.h).
+void run_tile(const GemmProblem& p, const Tile& t, dnnl::stream& stream) {
+  if (!gemm_needs_epilogue(p)) {
+    float* c = p.c_f32() + t.i0 * p.ldc + t.j0;
+    if (p.addend != nullptr) {
+      for (int64_t r = 0; r < t.tm; ++r) {
+        std::memcpy(c + r * p.ldc, p.addend + (t.i0 + r) * p.ldc + t.j0, static_cast<size_t>(t.tn) * sizeof(float));
+      }
+    }
+    product_tile(p, t, p.accumulate || p.addend != nullptr, c, p.ldc, stream);
+    MP_CHECK_DNNL(stream.wait(), "");
+    return;
+  }
+  float* tile = thread_tile(t.tm * t.tn);
+  product_tile(p, t, /*accumulate=*/false, tile, t.tn, stream);
+  MP_CHECK_DNNL(stream.wait(), "");
+  gemm_epilogue_tile(p, tile, t.tn, t.i0, t.tm, t.j0, t.tn);
+}
+
+// bias_grad: the columns shared out over the threads, k in order.
+void bias_grad_of_b(const GemmProblem& p, int threads) {
+  parallel_for(p.n, threads, 64, [&](int64_t j0, int64_t j1) { gemm_bias_grad_of_b(p, j0, j1); });
+}
+
+}  // namespace
+
 void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
   ScopedOp op(OpFamily::kGemm);
   GemmProblem p = problem;
   MP_ENFORCE(p.m >= 0 && p.n >= 0 && p.k >= 0, "gemm shape ", p.m, " x ", p.n, " x ", p.k);
-  if (p.m == 0 || p.n == 0) return;
-  MP_ENFORCE(p.c != nullptr && p.ldc >= p.n, "gemm output: ldc ", p.ldc, " for ", p.n, " columns");
+  if (p.n == 0 || (p.m == 0 && p.bias_grad == nullptr)) return;  // nothing to do, nothing read
+  check_problem(p);
+  if (p.k > 0) check_input(p.b, "B", p.k, p.n);
+  if (p.bias_grad != nullptr) bias_grad_of_b(p, options.threads);
+  if (p.m == 0) return;
   if (p.k == 0) {
-    fill_without_product(p);
+    run_without_product(p);
     return;
   }
   check_input(p.a, "A", p.m, p.k);
-  check_input(p.b, "B", p.k, p.n);
 
   // bf16 inputs without a native bf16 matmul are widened (exactly) to fp32;
   // a B with a 4K-aliased leading dimension is re-laid (Note [4K aliasing]).
@@ -388,34 +484,13 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
 
   const GemmTiling t = gemm_tiling(p.m, p.n, p.k);
   const int64_t tiles_m = (p.m + t.tile_m - 1) / t.tile_m, tiles_n = (p.n + t.tile_n - 1) / t.tile_n;
-  const size_t a_bytes = dtype_size(p.a.dtype), b_bytes = dtype_size(p.b.dtype);
-  // Elements between consecutive rows (columns) of op(A) and op(B).
-  const int64_t a_row = p.a.transposed ? 1 : p.a.ld, b_col = p.b.transposed ? p.b.ld : 1;
   parallel_for(tiles_m * tiles_n, options.threads, 1, [&](int64_t t0, int64_t t1) {
     [[maybe_unused]] const OneOmpThread one;
     dnnl::stream stream(cpu_engine());
     for (int64_t tile = t0; tile < t1; ++tile) {
       const int64_t i0 = tile / tiles_n * t.tile_m, j0 = tile % tiles_n * t.tile_n;
-      const int64_t tm = std::min(t.tile_m, p.m - i0), tn = std::min(t.tile_n, p.n - j0);
-      const PrimitiveKey key{tm,           tn,           p.k,           p.a.ld,        p.b.ld,
-                             p.ldc,        p.a.dtype,    p.b.dtype,     p.a.transposed, p.b.transposed,
-                             p.bias != nullptr, p.accumulate};
-      const std::shared_ptr<const TilePrimitive> prim = primitive_cache().get(key);
-      auto* a = static_cast<char*>(const_cast<void*>(p.a.data)) + static_cast<size_t>(i0 * a_row) * a_bytes;
-      auto* b = static_cast<char*>(const_cast<void*>(p.b.data)) + static_cast<size_t>(j0 * b_col) * b_bytes;
-      float* c = p.c + i0 * p.ldc + j0;
-      const dnnl::memory am(prim->a, cpu_engine(), a), bm(prim->b, cpu_engine(), b), cm(prim->c, cpu_engine(), c);
-      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-      if (p.bias != nullptr) {
-        args.emplace(DNNL_ARG_BIAS, dnnl::memory(prim->bias, cpu_engine(), const_cast<float*>(p.bias + j0)));
-      }
-      if (const size_t bytes = prim->scratchpad.get_size(); bytes > 0) {
-        args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(prim->scratchpad, cpu_engine(), thread_scratchpad(bytes)));
-      }
-      MP_CHECK_DNNL(prim->matmul.execute(stream, args), "for tile (", i0, ", ", j0, ") of a ", p.m, " x ", p.n,
-                    " x ", p.k, " gemm");
+      run_tile(p, Tile{i0, j0, std::min(t.tile_m, p.m - i0), std::min(t.tile_n, p.n - j0)}, stream);
     }
-    MP_CHECK_DNNL(stream.wait(), "");
   });
 }
 

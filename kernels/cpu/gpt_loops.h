@@ -76,6 +76,20 @@ struct SoftmaxXentLoopArgs {
   DType storage = DType::kBF16;
 };
 
+// The classifier in place (float only): logits stored as bf16 or as fp32
+// (holding bf16 values when bf16); each row is computed in `row` (padded_vocab
+// floats: the caller's, per part) when it holds bf16 values, else in place.
+struct ClassifierLoopArgs {
+  void* logits;
+  DType dtype;
+  bool bf16;
+  const int32_t* targets;
+  int64_t vocab;
+  int64_t padded_vocab;
+  float inv_rows;
+  float* row_loss;
+};
+
 // Each loop runs indices [begin, end) of its op.
 template <class T>
 struct GptLoopsOf {
@@ -90,6 +104,8 @@ struct GptLoopsOf {
   void (*attention_forward)(const AttentionLoopArgs<T>& a, int64_t pair_begin, int64_t pair_end);
   void (*attention_backward)(const AttentionLoopArgs<T>& a, int64_t pair_begin, int64_t pair_end);
   void (*softmax_xent)(const SoftmaxXentLoopArgs<T>& a, int64_t row_begin, int64_t row_end);
+  // Rows [begin, end) of the classifier (null for double).
+  void (*classifier)(const ClassifierLoopArgs& a, float* row, int64_t row_begin, int64_t row_end);
   // x rounded to bf16 (nearest even), stored as bf16 or as its exact fp32.
   void (*round_to_bf16)(const float* x, bf16* out, int64_t begin, int64_t end);
   void (*round_through_bf16)(const float* x, float* out, int64_t begin, int64_t end);

@@ -198,6 +198,33 @@ template <class T>
   }
 }
 
+[[gnu::flatten]] void classifier_loop(const ClassifierLoopArgs& a, float* row, int64_t n0, int64_t n1) {
+  const int64_t pv = a.padded_vocab;
+  const auto exp = [](float v) { return math::gpt_exp(v); };
+  for (int64_t n = n0; n < n1; ++n) {
+    if (a.dtype == DType::kF32 && !a.bf16) {
+      float* z = static_cast<float*>(a.logits) + n * pv;
+      a.row_loss[n] = softmax_xent_row(z, a.vocab, a.targets[n], a.inv_rows, z, exp);
+      std::fill(z + a.vocab, z + pv, 0.0f);
+      continue;
+    }
+    if (a.dtype == DType::kBF16) {
+      const bf16* src = static_cast<const bf16*>(a.logits) + n * pv;
+      for (int64_t j = 0; j < a.vocab; ++j) row[j] = math::to_f32(src[j]);
+    } else {
+      const float* src = static_cast<const float*>(a.logits) + n * pv;
+      std::copy(src, src + a.vocab, row);
+    }
+    a.row_loss[n] = softmax_xent_row(row, a.vocab, a.targets[n], a.inv_rows, row, exp);
+    std::fill(row + a.vocab, row + pv, 0.0f);
+    if (a.dtype == DType::kBF16) {
+      round_to_bf16_loop(row, static_cast<bf16*>(a.logits) + n * pv, 0, pv);
+    } else {
+      round_through_bf16_loop(row, static_cast<float*>(a.logits) + n * pv, 0, pv);
+    }
+  }
+}
+
 template <class T>
 constexpr GptLoopsOf<T> make_gpt_loops() {
   return GptLoopsOf<T>{&gelu_forward_loop<T>,          &gelu_backward_loop<T>,
@@ -205,6 +232,7 @@ constexpr GptLoopsOf<T> make_gpt_loops() {
                        &layernorm_forward_loop<T>,     &layernorm_grad_input_loop<T>,
                        &layernorm_grad_params_loop<T>, &attention_forward_loop<T>,
                        &attention_backward_loop<T>,    &softmax_xent_loop<T>,
+                       std::is_same_v<T, float> ? &classifier_loop : nullptr,
                        &round_to_bf16_loop,            &round_through_bf16_loop};
 }
 

@@ -1,7 +1,6 @@
 // kernels/cuda/flash_attention_cuda.h: causal multi-head self-attention
 // without the T x T matrix (FlashAttention's online softmax, Dao et al.
-// 2022), forward and backward, on the GPT's qkv layout: the CUDA attention
-// of the GPT model (models/gpt_cuda.h). gpt_attention_forward_cuda
+// 2022), forward and backward, on the GPT's qkv layout, in fp32. gpt_attention_forward_cuda
 // (kernels/cuda/gpt_ops_cuda.h), which keeps the probabilities, stays as the
 // tests' reference.
 //
@@ -28,13 +27,9 @@
 //   bits run to run. The bits differ from the reference kernel's (another
 //   summation order, exp of a different argument), within fp32 rounding.
 // - Asynchronous on `stream`; shapes are checked on the host (EnforceError).
-// - Two variants with the same layout, outputs and contracts:
-//   flash_attention_* runs on CUDA cores in fp32 (the fp32 and tf32
-//   recipes, and any head size up to 128); flash_attention_tc_*
-//   (flash_attention_tc.cu) rounds q, k, v, the probabilities and the score
-//   gradients to bf16 and multiplies on tensor cores with fp32
-//   accumulation (WMMA, sm_80+), as PyTorch's bf16 flash attention does:
-//   the attention of the bf16 recipes, head sizes 64 and 128.
+// - fp32 on CUDA cores: the attention of the fp32 and tf32 recipes, any
+//   head size up to 128; the bf16 recipes' where cuDNN's fused attention
+//   does not take the shape (kernels/cuda/attention_cuda.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,7 +48,7 @@ void flash_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, 
 int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, int64_t heads);
 
 // delta [batch, heads, seq] := dout . out over each head's columns: the
-// first step of both backward variants.
+// backward's first step.
 void flash_attention_delta_cuda(const float* out, const float* dout, int64_t batch, int64_t seq, int64_t channels,
                                 int64_t heads, float* delta, cudaStream_t stream);
 
@@ -61,18 +56,5 @@ void flash_attention_delta_cuda(const float* out, const float* dout, int64_t bat
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
                                    float* dqkv, cudaStream_t stream);
-
-// ---- tensor cores (flash_attention_tc.cu) -----------------------------------------
-
-// Whether the tensor-core variant takes this head size (64 or 128).
-bool flash_attention_tc_supported(int64_t head_dim);
-
-// As flash_attention_forward_cuda / flash_attention_backward_cuda, with bf16
-// operands on tensor cores; scratch: flash_attention_backward_scratch_elements.
-void flash_attention_tc_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
-                                     float* out, float* lse, cudaStream_t stream);
-void flash_attention_tc_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
-                                      int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
-                                      float* dqkv, cudaStream_t stream);
 
 }  // namespace mp

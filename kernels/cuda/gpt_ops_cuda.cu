@@ -17,12 +17,10 @@
 namespace mp {
 namespace {
 
-constexpr auto kLayerNormEps = static_cast<float>(math::kGptLayerNormEps);
 
 constexpr int kThreads = 256;           // elementwise and column kernels
 constexpr int64_t kMaxBlocks = 65535;   // grid-stride loops cover the rest
 constexpr int kWarp = 32;
-constexpr int kRowsPerWarpBlock = kThreads / kWarp;  // layernorm: one warp per row
 constexpr int kAttentionThreads = 128;
 constexpr int kXentThreads = 512;
 constexpr int64_t kMinRowsPerChunk = 64;  // column sums: rows per partial
@@ -93,19 +91,6 @@ struct BiasTerm {
 };
 
 // dw = sum of dout * norm, db = sum of dout (gpt_layernorm_backward).
-struct LayerNormTerm {
-  const float* dout;
-  const float* x;
-  const float* mean;
-  const float* rstd;
-  int64_t cols;
-  __device__ void operator()(int64_t r, int64_t c, float* acc) const {
-    const float g = dout[r * cols + c];
-    acc[0] += g * ((x[r * cols + c] - mean[r]) * rstd[r]);
-    acc[1] += g;
-  }
-};
-
 template <int kSums, class Term>
 __global__ void column_partials_kernel(Term term, int64_t rows, int64_t cols, int64_t rows_per_chunk,
                                        float* partials) {
@@ -210,79 +195,6 @@ EmbeddingWorkspace embedding_workspace(int64_t rows, int64_t vocab_rows) {
                                                 static_cast<int32_t*>(nullptr), static_cast<int>(rows), 0, w.end_bit));
   w.cub_bytes = align256(static_cast<int64_t>(cub_bytes));
   return w;
-}
-
-// ---- layernorm --------------------------------------------------------------------
-
-// With kAdd, x is first the residual sum a + b, written to `sum` (which
-// may alias a or b), then normalised: the same additions and the same sums
-// as gpt_add_cuda followed by the plain kernel, so the same bits, in one
-// pass less over the row. Each lane reads back only what it wrote.
-template <bool kAdd>
-__global__ void layernorm_forward_kernel(const float* x, const float* x2, float* sum, const float* w, const float* b,
-                                         int64_t rows, int64_t channels, float inv_c, float* out, float* mean,
-                                         float* rstd) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  if (row >= rows) return;  // the whole warp: no block-wide sync below
-  const float* xr = x + row * channels;
-  float s = 0.0f;
-  if constexpr (kAdd) {
-    const float* br = x2 + row * channels;
-    float* sr = sum + row * channels;
-    for (int64_t c = lane; c < channels; c += kWarp) {
-      const float v = xr[c] + br[c];
-      sr[c] = v;
-      s += v;
-    }
-    xr = sr;
-  } else {
-    for (int64_t c = lane; c < channels; c += kWarp) s += xr[c];
-  }
-  const float m = warp_reduce(s, Sum{}) * inv_c;
-  float v = 0.0f;
-  for (int64_t c = lane; c < channels; c += kWarp) v += (xr[c] - m) * (xr[c] - m);
-  const float var = warp_reduce(v, Sum{}) * inv_c;
-  const float r = 1.0f / sqrtf(var + kLayerNormEps);
-  float* o = out + row * channels;
-  for (int64_t c = lane; c < channels; c += kWarp) o[c] = math::layernorm(xr[c], m, r, w[c], b[c]);
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
-}
-
-// dx += (w g - mean(w g) - norm mean(w g norm)) rstd, one warp per row.
-__global__ void layernorm_backward_dx_kernel(const float* dout, const float* x, const float* w, const float* mean,
-                                             const float* rstd, int64_t rows, int64_t channels, float inv_c,
-                                             float* dx) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  if (row >= rows) return;
-  const float* g = dout + row * channels;
-  const float* xr = x + row * channels;
-  const float m = mean[row], r = rstd[row];
-  float s0 = 0.0f, s1 = 0.0f;
-  for (int64_t c = lane; c < channels; c += kWarp) {
-    s0 += w[c] * g[c];
-    s1 += w[c] * g[c] * ((xr[c] - m) * r);
-  }
-  const float dnorm_mean = warp_reduce(s0, Sum{}) * inv_c;
-  const float dnorm_norm_mean = warp_reduce(s1, Sum{}) * inv_c;
-  float* d = dx + row * channels;
-  for (int64_t c = lane; c < channels; c += kWarp) {
-    d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
-  }
-}
-
-// ---- gelu -------------------------------------------------------------------------
-
-__global__ void gelu_forward_kernel(const float* x, int64_t n, float* out) {
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) out[j] = math::gelu(x[j]);
-}
-
-__global__ void gelu_backward_kernel(const float* x, const float* dout, int64_t n, float* dx) {
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) dx[j] = math::gelu_grad(x[j]) * dout[j];
 }
 
 // ---- attention ----------------------------------------------------------------------
@@ -432,29 +344,6 @@ __global__ void mean_loss_kernel(const float* row_loss, int64_t rows, double* me
   if (threadIdx.x == 0) *mean_loss = acc / static_cast<double>(rows);
 }
 
-// ---- elementwise --------------------------------------------------------------------
-
-__global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) out[j] = a[j] + b[j];
-}
-
-template <class Out>
-__global__ void round_to_bf16_kernel(const float* x, int64_t n, Out* out) {
-  for (int64_t j = global_thread(); j < n; j += grid_threads()) {
-    const bf16 r = math::from_f32<bf16>(x[j]);
-    if constexpr (std::is_same_v<Out, bf16>) {
-      out[j] = r;
-    } else {
-      out[j] = math::to_f32(r);
-    }
-  }
-}
-
-void check_elementwise(int64_t n, const void* a, const void* b, const void* out, const char* op) {
-  MP_ENFORCE(n >= 0, op, " of ", n, " elements");
-  MP_ENFORCE(n == 0 || (a != nullptr && b != nullptr && out != nullptr), op, " of null memory");
-}
-
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------
@@ -518,49 +407,6 @@ void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
-void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
-                                float* out, float* mean, float* rstd, cudaStream_t stream) {
-  MP_ENFORCE(rows >= 0 && channels > 0, "layernorm of ", rows, " rows of ", channels, " channels");
-  if (rows == 0) return;
-  MP_ENFORCE(x && w && b && out && mean && rstd, "layernorm of null memory");
-  const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
-  layernorm_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(
-      x, nullptr, nullptr, w, b, rows, channels, 1.0f / static_cast<float>(channels), out, mean, rstd);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
-
-void gpt_add_layernorm_forward_cuda(const float* a, const float* b, const float* w, const float* bias, int64_t rows,
-                                    int64_t channels, float* sum, float* out, float* mean, float* rstd,
-                                    cudaStream_t stream) {
-  MP_ENFORCE(rows >= 0 && channels > 0, "add + layernorm of ", rows, " rows of ", channels, " channels");
-  if (rows == 0) return;
-  MP_ENFORCE(a && b && w && bias && sum && out && mean && rstd, "add + layernorm of null memory");
-  const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
-  layernorm_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(
-      a, b, sum, w, bias, rows, channels, 1.0f / static_cast<float>(channels), out, mean, rstd);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
-
-int64_t gpt_layernorm_backward_cuda_workspace_bytes(int64_t rows, int64_t channels) {
-  return column_sums_workspace_bytes(rows, channels, 2);
-}
-
-void gpt_layernorm_backward_cuda(const float* dout, const float* x, const float* w, const float* mean,
-                                 const float* rstd, int64_t rows, int64_t channels, float* dx, float* dw, float* db,
-                                 void* workspace, cudaStream_t stream) {
-  MP_ENFORCE(rows >= 0 && channels > 0, "layernorm backward of ", rows, " rows of ", channels, " channels");
-  MP_ENFORCE(dw && db && workspace, "layernorm backward of null memory");
-  MP_ENFORCE(rows == 0 || (dout && x && w && mean && rstd && dx), "layernorm backward of null memory");
-  if (rows > 0) {
-    const auto blocks = static_cast<unsigned>((rows + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
-    layernorm_backward_dx_kernel<<<blocks, kThreads, 0, stream>>>(dout, x, w, mean, rstd, rows, channels,
-                                                                  1.0f / static_cast<float>(channels), dx);
-    MP_CHECK_CUDA(cudaGetLastError());
-  }
-  column_sums<2>(LayerNormTerm{dout, x, mean, rstd, channels}, rows, channels, ColumnOutputs{{dw, db}}, workspace,
-                 stream);
-}
-
 int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out) {
   return column_sums_workspace_bytes(rows, out, 1);
 }
@@ -571,20 +417,6 @@ void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* d
   if (out == 0) return;
   MP_ENFORCE(db && workspace && (rows == 0 || dy), "bias backward of null memory");
   column_sums<1>(BiasTerm{dy, out}, rows, out, ColumnOutputs{{db, nullptr}}, workspace, stream);
-}
-
-void gpt_gelu_forward_cuda(const float* x, int64_t n, float* out, cudaStream_t stream) {
-  check_elementwise(n, x, x, out, "gelu");
-  if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, out);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
-
-void gpt_gelu_backward_cuda(const float* x, const float* dout, int64_t n, float* dx, cudaStream_t stream) {
-  check_elementwise(n, x, dout, dx, "gelu backward");
-  if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dout, n, dx);
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
@@ -619,13 +451,6 @@ void gpt_attention_backward_cuda(const float* qkv, const float* att, const float
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
-void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                           int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
-                           cudaStream_t stream) {
-  gpt_softmax_xent_rows_cuda(logits, targets, rows, vocab, padded_vocab, rows, row_loss, dlogits, stream);
-  if (mean_loss != nullptr) gpt_mean_loss_cuda(row_loss, rows, mean_loss, stream);
-}
-
 void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                 int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits,
                                 cudaStream_t stream) {
@@ -642,25 +467,6 @@ void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int
 void gpt_mean_loss_cuda(const float* row_loss, int64_t rows, double* mean_loss, cudaStream_t stream) {
   MP_ENFORCE(rows > 0 && row_loss && mean_loss, "mean loss of ", rows, " rows");
   mean_loss_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, mean_loss);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
-
-void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
-  check_elementwise(n, a, b, out, "add");
-  if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, n, out);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
-
-void gpt_round_to_bf16_cuda(const float* x, int64_t n, DType storage, void* out, cudaStream_t stream) {
-  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
-  check_elementwise(n, x, x, out, "round to bf16");
-  if (n == 0) return;
-  if (storage == DType::kBF16) {
-    round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, static_cast<bf16*>(out));
-  } else {
-    round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, static_cast<float*>(out));
-  }
   MP_CHECK_CUDA(cudaGetLastError());
 }
 

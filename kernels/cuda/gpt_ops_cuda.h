@@ -63,30 +63,6 @@ void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64
                                  int64_t channels, int64_t vocab_rows, float* dwte, float* dwpe, void* workspace,
                                  int64_t workspace_bytes, cudaStream_t stream);
 
-// ---- layernorm ----------------------------------------------------------------
-// out = (x - mean) * rstd * w + b per row, rstd = 1 / sqrt(var + 1e-5) with the
-// biased variance; mean and rstd ([rows]) are saved for the backward. One warp
-// per row.
-void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
-                                float* out, float* mean, float* rstd, cudaStream_t stream);
-
-// The residual add fused in front: sum := a + b (sum may alias a or b),
-// then the layernorm of sum as above. The same bits as gpt_add_cuda
-// followed by gpt_layernorm_forward_cuda. (Its backward needs no fusion:
-// gpt_layernorm_backward_cuda accumulates into the residual's gradient.)
-void gpt_add_layernorm_forward_cuda(const float* a, const float* b, const float* w, const float* bias, int64_t rows,
-                                    int64_t channels, float* sum, float* out, float* mean, float* rstd,
-                                    cudaStream_t stream);
-
-int64_t gpt_layernorm_backward_cuda_workspace_bytes(int64_t rows, int64_t channels);
-
-// Accumulates the input gradient into dx (dx += d loss / d x; one warp per
-// row); overwrites dw and db (two passes, Note [GPT CUDA kernels]).
-// `workspace`: gpt_layernorm_backward_cuda_workspace_bytes(rows, channels).
-void gpt_layernorm_backward_cuda(const float* dout, const float* x, const float* w, const float* mean,
-                                 const float* rstd, int64_t rows, int64_t channels, float* dx, float* dw, float* db,
-                                 void* workspace, cudaStream_t stream);
-
 // ---- bias gradient ---------------------------------------------------------------
 int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out);
 
@@ -94,14 +70,6 @@ int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out);
 // `workspace`: gpt_bias_backward_cuda_workspace_bytes(rows, out).
 void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* db, void* workspace,
                             cudaStream_t stream);
-
-// ---- gelu -----------------------------------------------------------------------
-// The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
-// computed as math::gelu (kernels/gpt_math.h).
-void gpt_gelu_forward_cuda(const float* x, int64_t n, float* out, cudaStream_t stream);
-
-// dx = dout * gelu'(x); dx may alias dout.
-void gpt_gelu_backward_cuda(const float* x, const float* dout, int64_t n, float* dx, cudaStream_t stream);
 
 // ---- causal self-attention ------------------------------------------------------
 // qkv [rows, 3 channels] holds q | k | v per row, head h at columns h * head_dim
@@ -124,33 +92,18 @@ void gpt_attention_backward_cuda(const float* qkv, const float* att, const float
                                  cudaStream_t stream);
 
 // ---- loss -----------------------------------------------------------------------
-// The cross-entropy of softmax(logits[n, 0 .. vocab)) at targets[n]; rows have
-// stride padded_vocab >= vocab and the padding columns are ignored. Overwrites
-// row_loss [rows] and dlogits [rows, padded_vocab] with the gradient of the
-// mean over rows, (softmax - onehot) / rows (zero on the padding). One block
-// per row. mean_loss (device, may be null) := the mean of row_loss, summed in
-// double (a fixed tree order, not the CPU's row order).
-void gpt_softmax_xent_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                           int64_t padded_vocab, float* row_loss, float* dlogits, double* mean_loss,
-                           cudaStream_t stream);
-
-// The same for `rows` rows of a loss over `loss_rows` >= rows rows (a chunk
-// of them): dlogits := (softmax - onehot) / loss_rows. dlogits may alias
-// logits (in place).
+// The cross-entropy of softmax(logits[n, 0 .. vocab)) at targets[n] for
+// `rows` rows of a loss over `loss_rows` >= rows rows; rows have stride
+// padded_vocab >= vocab and the padding columns are ignored. Overwrites
+// row_loss [rows] and dlogits [rows, padded_vocab] with (softmax - onehot) /
+// loss_rows (zero on the padding); dlogits may alias logits. One block per
+// row. (The MLP's loss; the GPT's is the fused classifier,
+// kernels/cuda/classifier_cuda.h.)
 void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                 int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits,
                                 cudaStream_t stream);
 
 // mean_loss (device) := the mean of row_loss [rows > 0], summed in double.
 void gpt_mean_loss_cuda(const float* row_loss, int64_t rows, double* mean_loss, cudaStream_t stream);
-
-// ---- residual -------------------------------------------------------------------
-// out = a + b elementwise; out may alias a or b.
-void gpt_add_cuda(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
-
-// ---- bf16 GEMM inputs ------------------------------------------------------------
-// out[i] := x[i] rounded to bf16 (nearest even), stored as bf16 (storage
-// kBF16) or as the fp32 of the bf16 value (kF32): gpt_round_to_bf16's twin.
-void gpt_round_to_bf16_cuda(const float* x, int64_t n, DType storage, void* out, cudaStream_t stream);
 
 }  // namespace mp

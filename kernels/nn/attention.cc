@@ -1,37 +1,38 @@
 #include "kernels/nn/attention.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/gpt_act_ops.h"
 #if MP_WITH_CUDA
-#include "kernels/cuda/flash_attention_cuda.h"
+#include "kernels/cuda/attention_cuda.h"
 #endif
 
 namespace mp::nn {
-namespace {
 
-// Whether the tensor-core kernels take this head size (none without CUDA).
-bool tensor_core_head(int64_t head_dim) {
+Attention attention_plan(Device device, AttentionKernel kernel, int64_t batch, int64_t seq, int64_t channels,
+                         int64_t heads, bool bf16) {
+  Attention a{batch, seq, channels, heads, bf16, false, ""};
+  if (device.is_cpu()) return a;
 #if MP_WITH_CUDA
-  return flash_attention_tc_supported(head_dim);
-#else
-  (void)head_dim;
-  return false;
-#endif
-}
-
-}  // namespace
-
-bool attention_on_tensor_cores(AttentionKernel kernel, int64_t head_dim, DType matmul_dtype) {
-  switch (kernel) {
-    case AttentionKernel::kFp32: return false;
-    case AttentionKernel::kTensorCores:
-      if (!tensor_core_head(head_dim)) {
-        MP_THROW(ConfigError, "tensor-core attention takes head sizes 64 and 128; this GPT's is ", head_dim);
-      }
-      return true;
-    case AttentionKernel::kAuto: break;
+  const AttentionCudaShape shape{batch, seq, channels, heads};
+  std::string why;
+  const bool cudnn = kernel != AttentionKernel::kFp32 && bf16 && attention_cudnn_takes(shape, &why);
+  if (kernel == AttentionKernel::kCudnn && !cudnn) {
+    MP_THROW(ConfigError, "cuDNN attention was asked for, but ",
+             bf16 ? why : std::string("the activations are fp32 (cuDNN's runs on bf16 ones)"));
   }
-  return matmul_dtype == DType::kBF16 && tensor_core_head(head_dim);
+  a.cudnn = cudnn;
+  if (cudnn) {
+    a.note = "cuDNN fused attention (bf16 q, k, v, fp32 statistics)";
+  } else if (bf16 && kernel == AttentionKernel::kAuto) {
+    a.note = "the fp32 flash kernels on fp32 copies of the bf16 q, k, v: " + why;
+  } else {
+    a.note = "the fp32 flash kernels";
+  }
+  return a;
+#else
+  (void)kernel;
+  MP_THROW(ConfigError, "attention on ", device, ": mp was built without CUDA");
+#endif
 }
 
 int64_t attention_saved_elements(Device device, const Attention& a) {
@@ -39,36 +40,43 @@ int64_t attention_saved_elements(Device device, const Attention& a) {
   return device.is_cpu() ? rows * a.seq : rows;
 }
 
-int64_t attention_scratch_elements(Device device, const Attention& a) {
-  (void)device;  // both: one value per (batch, head, row)
-  return a.batch * a.heads * a.seq;
+int64_t attention_scratch_bytes(Device device, const Attention& a) {
+  if (device.is_cpu()) {
+    const int64_t own = a.batch * a.heads * a.seq;  // the fp32 backward's
+    const int64_t elements =
+        a.bf16 ? gpt_attention_act_scratch_elements(a.batch, a.seq, a.channels, a.heads) : own;
+    return elements * static_cast<int64_t>(sizeof(float));
+  }
+#if MP_WITH_CUDA
+  return attention_cuda_scratch_bytes(AttentionCudaShape{a.batch, a.seq, a.channels, a.heads}, a.cudnn, a.bf16);
+#else
+  MP_THROW(ConfigError, "attention on ", device, ": mp was built without CUDA");
+#endif
 }
 
-void attention_forward(const OpContext& cx, const Attention& a, const float* qkv, float* out, float* saved) {
+void attention_forward(const OpContext& cx, const Attention& a, Act qkv, Act out, float* saved, void* scratch) {
   const int threads = cx.threads;
   cx.run(
       "attention forward", OpFamily::kAttention,
-      [=] { gpt_attention_forward(qkv, a.batch, a.seq, a.channels, a.heads, saved, out, threads); },
-      MP_CUDA_BODY(if (a.tensor_cores) {
-        flash_attention_tc_forward_cuda(qkv, a.batch, a.seq, a.channels, a.heads, out, saved, cuda_stream);
-      } else {
-        flash_attention_forward_cuda(qkv, a.batch, a.seq, a.channels, a.heads, out, saved, cuda_stream);
-      }));
+      [=] {
+        gpt_attention_forward(qkv, a.batch, a.seq, a.channels, a.heads, saved, out, static_cast<float*>(scratch),
+                              threads);
+      },
+      MP_CUDA_BODY(attention_forward_cuda(AttentionCudaShape{a.batch, a.seq, a.channels, a.heads}, a.cudnn, qkv,
+                                          out, saved, scratch, cuda_stream)));
 }
 
-void attention_backward(const OpContext& cx, const Attention& a, const float* qkv, const float* out,
-                        const float* saved, const float* dout, float* scratch, float* dqkv) {
+void attention_backward(const OpContext& cx, const Attention& a, Act qkv, Act out, const float* saved, Act dout,
+                        void* scratch, Act dqkv) {
   const int threads = cx.threads;
   cx.run(
       "attention backward", OpFamily::kAttention,
-      [=] { gpt_attention_backward(qkv, saved, dout, a.batch, a.seq, a.channels, a.heads, scratch, dqkv, threads); },
-      MP_CUDA_BODY(if (a.tensor_cores) {
-        flash_attention_tc_backward_cuda(qkv, out, saved, dout, a.batch, a.seq, a.channels, a.heads, scratch, dqkv,
-                                         cuda_stream);
-      } else {
-        flash_attention_backward_cuda(qkv, out, saved, dout, a.batch, a.seq, a.channels, a.heads, scratch, dqkv,
-                                      cuda_stream);
-      }));
+      [=] {
+        gpt_attention_backward(qkv, saved, dout, a.batch, a.seq, a.channels, a.heads, dqkv,
+                               static_cast<float*>(scratch), threads);
+      },
+      MP_CUDA_BODY(attention_backward_cuda(AttentionCudaShape{a.batch, a.seq, a.channels, a.heads}, a.cudnn, qkv,
+                                           out, saved, dout, scratch, dqkv, cuda_stream)));
   (void)out;
 }
 

@@ -1,13 +1,16 @@
 #include "kernels/nn/cast.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gpt_act_ops.h"
 #include "kernels/cpu/gpt_ops.h"
 #if MP_WITH_CUDA
-#include "kernels/cuda/convert_cuda.h"
-#include "kernels/cuda/gpt_ops_cuda.h"
+#include "kernels/cuda/cast_cuda.h"
 #endif
 
 namespace mp::nn {
@@ -20,6 +23,13 @@ Operand round_to_bf16(const OpContext& cx, const float* x, int64_t n, DType stor
   cx.run("round to bf16", OpFamily::kCast, [=] { gpt_round_to_bf16(x, n, storage, out, threads); },
          MP_CUDA_BODY(gpt_round_to_bf16_cuda(x, n, storage, out, cuda_stream)));
   return Operand{out, storage};
+}
+
+void convert(const OpContext& cx, Act src, Act dst, int64_t n, const char* name) {
+  MP_ENFORCE(n >= 0, "conversion of ", n, " values");
+  const int threads = cx.threads;
+  cx.run(name, OpFamily::kCast, [=] { gpt_convert(src, dst, n, threads); },
+         MP_CUDA_BODY(gpt_convert_cuda(src, dst, n, cuda_stream)));
 }
 
 void widen(const OpContext& cx, const Tensor& src, const Ranges& ranges, float* dst) {
@@ -42,12 +52,11 @@ void widen(const OpContext& cx, const Tensor& src, const Ranges& ranges, float* 
           });
         }
       },
-      MP_CUDA_BODY(for (const auto& [begin, end] : ranges) {
-        if (end > begin) {
-          convert_cuda(static_cast<const char*>(src.data()) + static_cast<size_t>(begin) * dtype_size(src.dtype()),
-                       src.dtype(), static_cast<float*>(out.data()) + begin, DType::kF32, end - begin,
-                       ConvertOptions{}, cuda_stream);
-        }
+      MP_CUDA_BODY(for (size_t r0 = 0; r0 < ranges.size(); r0 += kMaxWidenRanges) {  // one launch, mostly
+        int64_t begins[kMaxWidenRanges], ends[kMaxWidenRanges];
+        const int count = static_cast<int>(std::min<size_t>(kMaxWidenRanges, ranges.size() - r0));
+        for (int k = 0; k < count; ++k) std::tie(begins[k], ends[k]) = ranges[r0 + static_cast<size_t>(k)];
+        widen_ranges_cuda(src.data(), src.dtype(), static_cast<float*>(out.data()), begins, ends, count, cuda_stream);
       }));
 }
 

@@ -5,24 +5,16 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "kernels/cpu/gpt_ops.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 
 #include "core/error_cuda.h"
-#include "kernels/cuda/gpt_ops_cuda.h"
 #endif
 
 namespace mp::nn {
 namespace {
 constexpr int64_t kChunkBytes = int64_t{1} << 18;  // per thread part of a CPU copy or fill
 }  // namespace
-
-void add(const OpContext& cx, const float* a, const float* b, int64_t n, float* out) {
-  const int threads = cx.threads;
-  cx.run("residual add", OpFamily::kElementwise, [=] { gpt_add(a, b, n, out, threads); },
-         MP_CUDA_BODY(gpt_add_cuda(a, b, n, out, cuda_stream)));
-}
 
 void copy(const OpContext& cx, void* dst, const void* src, int64_t bytes, const char* name) {
   MP_ENFORCE(bytes >= 0, "copy of ", bytes, " bytes");

@@ -1,6 +1,6 @@
-// kernels/nn/residual.h: the element-wise ops of a model as ops on a stream
-// (Note [Op dispatch] in kernels/dispatch.h): the residual add, and copies
-// and fills of device memory.
+// kernels/nn/residual.h: the memory ops of a model as ops on a stream
+// (Note [Op dispatch] in kernels/dispatch.h): copies and fills of device
+// memory. (The GPT's residual adds run in its GEMMs' epilogue.)
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,6 @@
 
 namespace mp::nn {
 
-// out = a + b element-wise; out may alias a or b.
-void add(const OpContext& cx, const float* a, const float* b, int64_t n, float* out);
 // dst := src, `bytes` bytes of device memory (no overlap).
 void copy(const OpContext& cx, void* dst, const void* src, int64_t bytes, const char* name);
 // host := src, `bytes` bytes of device memory into host memory (pinned

@@ -1,7 +1,8 @@
 // GPU tests (label "gpu"): the cuBLASLt GEMM (kernels/cuda/gemm_cublaslt.h)
 // against a float64 product of the same (bf16-rounded) values for every
-// layout, dtype pair, bias and accumulate, its GELU epilogues against
-// float64 and, in their kernel form, against the GELU kernels bit for bit,
+// layout, dtype pair, bias and accumulate, its epilogues (bf16 outputs,
+// bias, residual addend, GELU, its gradient, the bias gradient) against the
+// CPU GEMM on the same inputs in the form it picks and in the kernel form,
 // and its plan per alignment class. Every GEMM runs twice and must give the
 // same bits.
 #include <cuda_runtime_api.h>
@@ -20,9 +21,8 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cuda/gemm_cublaslt.h"
-#include "kernels/cuda/gpt_ops_cuda.h"
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -188,77 +188,16 @@ TEST_F(GpuGemm, GemmRepeatsBitForBit) {
   }
 }
 
-// ---- GEMM GELU epilogues ----------------------------------------------------------
+// ---- the epilogue ------------------------------------------------------------------
 
-// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
-// and its derivative 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'(x), in float64.
-double gelu64(double x) {
-  const double s = std::sqrt(2.0 / std::numbers::pi);
-  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
-}
-double gelu_grad64(double x) {
-  const double s = std::sqrt(2.0 / std::numbers::pi), t = std::tanh(s * (x + 0.044715 * x * x * x));
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
-}
-
-// How far an fp32 GELU epilogue may be from float64. cuBLASLt's fused GELU
-// is the tanh form above in its own code, not math::gelu, so its last bits
-// may differ from the kernels'; it is held to these bounds, and the kernel
-// form to the kernels' bits. With eps = 2^-24, fp32's unit roundoff:
-// - The product z = sum_l a_l b_l (+ bias), summed in fp32 in any order, is
-//   within e = 2 (k + 2) 2^-23 (sum_l |a_l b_l| + |bias|) of exact
-//   (check_gemm's bound).
-// - GELU at an fp32 x, in fp32: u(x) takes about 7 roundings (the cube, two
-//   scalings, the sum, the two constants), which move the result by at most
-//   0.5 |x| sech^2(u) |u| 7 eps <= 1.6 |x| eps (u sech^2 u <= 0.448); a tanh
-//   within 2 ulps (CUDA's tanhf) and the rounding of 1 + tanh add
-//   1.5 |x| eps, the final product |x| eps: about 4 |x| eps in all, and about
-//   as much for math::gelu's x / (1 + exp(-2u)) with its 2-ulp exp. We allow
-//   kGeluUlps = 16 times |x| eps, room for any order of those operations. An
-//   error e in x moves GELU by at most max |gelu'| e = 1.129 e.
-// - GELU' at an exact fp32 x: 1 - tanh^2 cancels, so its error is absolute,
-//   about 2 |tanh| 2 eps plus a rounding, times 0.5 |x| u'(x); with the other
-//   terms about (2 + 3 |x| u'(x)) eps in all. We allow 16 (1 + |x| u'(x)) eps.
-// These assume an fp32 tanh within a few ulps. A tanh from the hardware
-// approximation (tanh.approx.f32, about 2^-11 relative) would exceed them
-// by far, and the misses reported below would say so by their size.
-constexpr double kEps = 0x1p-24;
-constexpr double kGeluUlps = 16.0;
-constexpr double kMaxGeluSlope = 1.129;  // max |gelu'(x)|, at |x| = 1.42
-
-// The bound on |fp32 GELU(z') - gelu64(z)| for |z' - z| <= e.
-double gelu_error_bound(double z, double e) { return kGeluUlps * kEps * (std::fabs(z) + e) + kMaxGeluSlope * e; }
-
-// The bound on |fp32 (c' GELU'(x)) - c gelu_grad64(x)| for |c' - c| <= e.
-double dgelu_error_bound(double c, double e, double x) {
-  const double s = std::sqrt(2.0 / std::numbers::pi);
-  const double d = kGeluUlps * kEps * (1.0 + std::fabs(x) * s * (1.0 + 3.0 * 0.044715 * x * x));
-  const double g = std::fabs(gelu_grad64(x)), c_max = std::fabs(c) + e;
-  return c_max * d + e * g + kEps * c_max * (g + d);  // the last term: rounding c' GELU'
-}
-
-// The float64 product z = A B (+ bias[j] on row j) of row-major A [m, k] and
-// B [k, n], and per element the bound e above on an fp32 evaluation's error.
-struct Product64 {
-  std::vector<double> z, e;
-};
-Product64 product64(const std::vector<float>& a, const std::vector<float>& b, const float* bias, int64_t m,
-                    int64_t k, int64_t n) {
-  Product64 r{std::vector<double>(m * n), std::vector<double>(m * n)};
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = bias != nullptr ? bias[j] : 0.0, mag = std::fabs(sum);
-      for (int64_t l = 0; l < k; ++l) {
-        sum += static_cast<double>(a[i * k + l]) * b[l * n + j];
-        mag += std::fabs(static_cast<double>(a[i * k + l]) * b[l * n + j]);
-      }
-      r.z[i * n + j] = sum;
-      r.e[i * n + j] = 2.0 * static_cast<double>(k + 2) * 1.2e-7 * mag;
-    }
-  }
-  return r;
-}
-
+// One GPT-shaped problem of each kind the model runs (Note [GEMM epilogue]),
+// on the GPU in the form gemm_cuda picks and in the kernel form
+// (epilogue_by_kernel), against gemm_cpu on the same inputs: both round at
+// the same points, so they differ by the fp32 accumulation of each (k 2^-23
+// of the magnitudes, twice) and, for a bf16 output, one bf16 rounding
+// (2^-8 relative) of slightly different values; through the GELU and its
+// gradient (slopes below 1.13 and 1.2) a few times that. The GPU result
+// repeats bit for bit.
 // |got[i] - want[i]| <= bound[i] everywhere; names the first few misses.
 void expect_within(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& bound,
                    const char* what) {
@@ -274,97 +213,108 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " elements outside their bound";
 }
 
-// The GELU epilogues (GemmCudaOptions::epilogue) of a bf16 product, as
-// gemm_cuda picks their form (cuBLASLt's fused epilogue for the forward
-// GELU where it has one; for dgelu always the kernel form) and in the
-// kernel form (gelu_by_kernel): both within the bounds above of float64;
-// the kernel form also bit for bit the plain product followed by the GELU
-// kernels, as it runs the plain product's algorithm and the same
-// math::gelu / math::gelu_grad. A bias the epilogue cannot read (4-byte
-// aligned) always takes the kernel form.
-TEST_F(GpuGemm, GemmGeluEpiloguesMatchFloat64AndTheKernelFormMatchesTheKernels) {
-  const int64_t m = 50, k = 32, n = 96;
-  const auto a = random_floats(m * k, 21), b = random_floats(k * n, 22), bias = random_floats(n + 1, 23),
-             g = random_floats(m * n, 24, -2.0f, 2.0f);
-  std::vector<bf16> a16(a.size()), b16(b.size());
-  std::vector<float> a_values(a.size()), b_values(b.size());  // the bf16 values
-  for (size_t i = 0; i < a.size(); ++i) a_values[i] = math::to_f32(a16[i] = math::from_f32<bf16>(a[i]));
-  for (size_t i = 0; i < b.size(); ++i) b_values[i] = math::to_f32(b16[i] = math::from_f32<bf16>(b[i]));
-  DeviceVector<bf16> da(a16, stream_), db(b16, stream_);
-  DeviceVector<float> dbias(bias, stream_), dg(g, stream_);
-  // C [m, n] = A B, bf16 in, into `c`.
-  auto problem = [&](float* c) {
-    GemmProblem p;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.a = GemmInput{da.get(), DType::kBF16, k, false};
-    p.b = GemmInput{db.get(), DType::kBF16, n, false};
-    p.c = c;
-    p.ldc = n;
-    return p;
+struct EpilogueCase {
+  const char* name;
+  int64_t m, n, k;
+  DType out;
+  bool bias, addend, b_transposed, bias_grad;
+  GemmEpilogue epilogue;
+};
+
+TEST_F(GpuGemm, EpilogueMatchesTheCpuBodyInEveryForm) {
+  const EpilogueCase cases[] = {
+      {"c_attn forward", 96, 144, 64, DType::kBF16, true, false, false, false, GemmEpilogue::kNone},
+      {"c_proj forward + residual", 96, 48, 64, DType::kF32, true, true, false, false, GemmEpilogue::kNone},
+      {"c_fc forward + gelu", 96, 256, 64, DType::kBF16, true, false, false, false, GemmEpilogue::kGelu},
+      {"mlp.c_proj backward (d fch)", 96, 256, 64, DType::kBF16, false, false, true, false, GemmEpilogue::kDGelu},
+      {"d weight + d bias", 64, 144, 96, DType::kF32, false, false, false, true, GemmEpilogue::kNone},
   };
-  const size_t count = static_cast<size_t>(m * n);
-  for (int shift : {0, 1}) {
-    SCOPED_TRACE(shift == 0 ? "aligned bias" : "bias the epilogue cannot read");
-    DeviceVector<float> plain(count, stream_), want(count, stream_);
-    GemmProblem p = problem(plain.get());
-    p.bias = dbias.get() + shift;
-    gemm_cuda(p, stream_);
-    gpt_gelu_forward_cuda(plain.get(), m * n, want.get(), stream_);
-    const std::vector<float> plain_h = plain.host(), want_h = want.host();
-    const Product64 z = product64(a_values, b_values, bias.data() + shift, m, k, n);
-    std::vector<double> gelu_want(count), gelu_bound(count);
-    for (size_t i = 0; i < count; ++i) {
-      gelu_want[i] = gelu64(z.z[i]);
-      gelu_bound[i] = gelu_error_bound(z.z[i], z.e[i]);
+  for (const EpilogueCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    // A [m, k] (for the weight gradient: x^T, stored [k, m]), B [k, n] or [n, k].
+    const bool a_t = c.bias_grad;
+    const auto a = random_floats(c.m * c.k, 31), b = random_floats(c.k * c.n, 32), bias = random_floats(c.n, 33),
+               addend = random_floats(c.m * c.n, 34), pre = random_floats(c.m * c.n, 35, -3.0f, 3.0f);
+    std::vector<bf16> a16, b16, pre16;
+    for (float x : a) a16.push_back(math::from_f32<bf16>(x));
+    for (float x : b) b16.push_back(math::from_f32<bf16>(x));
+    for (float x : pre) pre16.push_back(math::from_f32<bf16>(x));
+    const size_t count = static_cast<size_t>(c.m * c.n);
+    const bool out16 = c.out == DType::kBF16;
+    auto make = [&](const void* da, const void* db, const float* dbias, const float* dadd, void* dc, void* daux,
+                    float* dgrad) {
+      GemmProblem p = gemm_problem(c.m, c.n, c.k, GemmInput{da, DType::kBF16, a_t ? c.m : c.k, a_t},
+                                   GemmInput{db, DType::kBF16, c.b_transposed ? c.k : c.n, c.b_transposed}, dc, c.out,
+                                   out16, c.bias ? dbias : nullptr);
+      p.addend = c.addend ? dadd : nullptr;
+      p.epilogue = c.epilogue;
+      p.aux = c.epilogue != GemmEpilogue::kNone ? daux : nullptr;
+      p.aux_ld = c.n;
+      p.bias_grad = c.bias_grad ? dgrad : nullptr;
+      return p;
+    };
+    // The CPU body.
+    std::vector<float> c32(count), aux32(count), grad(static_cast<size_t>(c.n));
+    std::vector<bf16> c16(count), aux16 = pre16;
+    if (!out16 && c.epilogue == GemmEpilogue::kDGelu) {
+      for (size_t i = 0; i < count; ++i) aux32[i] = math::to_f32(pre16[i]);
     }
-    for (bool by_kernel : {false, true}) {
-      SCOPED_TRACE(by_kernel ? "gelu_by_kernel" : "the form gemm_cuda picks");
-      DeviceVector<float> out(count, stream_), pre(count, stream_);
-      p.c = out.get();
-      gemm_cuda(p, stream_,
-                GemmCudaOptions{.epilogue = GemmEpilogue::kGelu, .aux = pre.get(), .aux_ld = n,
-                                .gelu_by_kernel = by_kernel});
-      const std::vector<float> out_h = out.host(), pre_h = pre.host();
-      expect_within(pre_h, z.z, z.e, "gelu epilogue pre-activation");
-      expect_within(out_h, gelu_want, gelu_bound, "gelu epilogue out");
-      if (by_kernel || shift == 1) {
-        expect_same_bits(pre_h, plain_h, "gelu epilogue pre-activation vs the plain product");
-        expect_same_bits(out_h, want_h, "gelu epilogue out vs the plain product then the GELU kernel");
+    gemm_cpu(make(a16.data(), b16.data(), bias.data(), addend.data(), out16 ? static_cast<void*>(c16.data()) : c32.data(),
+                  out16 ? static_cast<void*>(aux16.data()) : aux32.data(), grad.data()));
+    std::vector<double> want(count), want_aux(count);
+    for (size_t i = 0; i < count; ++i) {
+      want[i] = out16 ? math::to_f32(c16[i]) : c32[i];
+      want_aux[i] = out16 ? math::to_f32(aux16[i]) : aux32[i];
+    }
+    // The bound, from the magnitudes of the products.
+    std::vector<double> bound(count);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double mag = (c.bias ? std::fabs(bias[j]) : 0.0) + (c.addend ? std::fabs(addend[i * c.n + j]) : 0.0);
+        for (int64_t l = 0; l < c.k; ++l) {
+          const double x = math::to_f32(a16[a_t ? l * c.m + i : i * c.k + l]);
+          const double y = math::to_f32(b16[c.b_transposed ? j * c.k + l : l * c.n + j]);
+          mag += std::fabs(x * y);
+        }
+        const size_t idx = static_cast<size_t>(i * c.n + j);
+        bound[idx] = 4.0 * (2.0 * static_cast<double>(c.k + 2) * 1.2e-7 * mag) + (out16 ? 2.0 / 256 : 1e-6) * std::fabs(want[idx]) + 1e-6;
       }
     }
+    DeviceVector<bf16> da(a16, stream_), db(b16, stream_);
+    DeviceVector<float> dbias(bias, stream_), dadd(addend, stream_);
+    for (bool by_kernel : {false, true}) {
+      SCOPED_TRACE(by_kernel ? "the kernel form" : "the form gemm_cuda picks");
+      std::vector<float> runs[2];
+      for (auto& run : runs) {
+        DeviceVector<float> dc32(random_floats(count, 36), stream_), daux32(aux32, stream_),
+            dgrad(random_floats(static_cast<size_t>(c.n), 37), stream_);
+        DeviceVector<bf16> dc16(count, stream_), daux16(pre16, stream_);
+        gemm_cuda(make(da.get(), db.get(), dbias.get(), dadd.get(), out16 ? static_cast<void*>(dc16.get()) : dc32.get(),
+                       out16 ? static_cast<void*>(daux16.get()) : daux32.get(), dgrad.get()),
+                  stream_, GemmCudaOptions{.epilogue_by_kernel = by_kernel});
+        run.clear();
+        if (out16) {
+          for (bf16 h : dc16.host()) run.push_back(math::to_f32(h));
+          if (c.epilogue == GemmEpilogue::kGelu) {
+            std::vector<float> aux;
+            for (bf16 h : daux16.host()) aux.push_back(math::to_f32(h));
+            std::vector<double> aux_bound(count);
+            for (size_t i = 0; i < count; ++i) aux_bound[i] = bound[i];
+            expect_within(aux, want_aux, aux_bound, "the saved pre-activation");
+          }
+        } else {
+          run = dc32.host();
+        }
+        if (c.bias_grad) {
+          std::vector<double> gw(grad.begin(), grad.end()), gb(grad.size());
+          for (size_t j = 0; j < gb.size(); ++j) gb[j] = 1e-5 * static_cast<double>(c.k) + 1e-5 * std::fabs(gw[j]);
+          expect_within(dgrad.host(), gw, gb, "the bias gradient");
+        }
+      }
+      expect_within(runs[0], want, bound, "C");
+      expect_same_bits(runs[0], runs[1], "C run twice");
+    }
   }
-  // dgelu: (A B) gelu'(aux), aux the pre-activation g, no bias.
-  DeviceVector<float> plain(count, stream_), want(count, stream_);
-  GemmProblem p = problem(plain.get());
-  gemm_cuda(p, stream_);
-  gpt_gelu_backward_cuda(dg.get(), plain.get(), m * n, want.get(), stream_);
-  const std::vector<float> want_h = want.host();
-  const Product64 c = product64(a_values, b_values, nullptr, m, k, n);
-  std::vector<double> dgelu_want(count), dgelu_bound(count);
-  for (size_t i = 0; i < count; ++i) {
-    dgelu_want[i] = c.z[i] * gelu_grad64(g[i]);
-    dgelu_bound[i] = dgelu_error_bound(c.z[i], c.e[i], g[i]);
-  }
-  for (bool by_kernel : {false, true}) {
-    SCOPED_TRACE(by_kernel ? "gelu_by_kernel" : "the form gemm_cuda picks");
-    DeviceVector<float> out(count, stream_);
-    p.c = out.get();
-    gemm_cuda(p, stream_,
-              GemmCudaOptions{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n,
-                              .gelu_by_kernel = by_kernel});
-    const std::vector<float> out_h = out.host();
-    expect_within(out_h, dgelu_want, dgelu_bound, "dgelu epilogue");
-    // Both forms: cuBLASLt's DGELU never runs (GemmEpilogue::kDGelu).
-    expect_same_bits(out_h, want_h, "dgelu epilogue vs the plain product then the GELU kernel");
-  }
-  // Refused: an aux ld that is not a multiple of 8, a bias with dgelu.
-  GemmCudaOptions o{.epilogue = GemmEpilogue::kDGelu, .aux = dg.get(), .aux_ld = n + 1};
-  EXPECT_THROW(gemm_cuda(p, stream_, o), EnforceError);
-  o.aux_ld = n;
-  p.bias = dbias.get();
-  EXPECT_THROW(gemm_cuda(p, stream_, o), EnforceError);
 }
 
 TEST_F(GpuGemm, GemmRejectsBadProblems) {

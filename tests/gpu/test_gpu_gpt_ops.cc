@@ -1,7 +1,10 @@
-// GPU tests (label "gpu"): each GPT CUDA kernel (kernels/cuda/gpt_ops_cuda.h)
-// against the double instantiation of the CPU op (kernels/cpu/gpt_ops.h) on
-// tiny awkward shapes, within fp32 rounding. Every deterministic kernel runs
-// twice and must give the same bits. The GEMM: test_gpu_gemm.cc.
+// GPU tests (label "gpu"): the fp32 CUDA kernels of kernels/cuda/
+// gpt_ops_cuda.h (the embedding, the MLP's bias gradient and loss, the
+// reference attention) against the double instantiation of the CPU op
+// (kernels/cpu/gpt_ops.h) on tiny awkward shapes, within fp32 rounding.
+// Every deterministic kernel runs twice and must give the same bits. The
+// LayerNorm, classifier and cast kernels: test_gpu_act_ops.cc; the GEMM:
+// test_gpu_gemm.cc.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -95,68 +98,7 @@ TEST_F(GpuOps, EmbeddingMatchesCpuAndRepeats) {
   expect_same_bits(gwte.host(), skip_wte, "dwte with an invalid token");
 }
 
-// ---- layernorm and bias -------------------------------------------------------------
-
-TEST_F(GpuOps, LayerNormMatchesCpuAndRepeats) {
-  for (const auto& [rows, channels] : {std::pair<int64_t, int64_t>{6, 37}, {200, 130}, {1, 1}}) {
-    SCOPED_TRACE(detail::str(rows, " rows x ", channels, " channels"));
-    const auto x = random_floats(rows * channels, 1, -2.0f, 3.0f), w = random_floats(channels, 2),
-               b = random_floats(channels, 3), g = random_floats(rows * channels, 4),
-               dx0 = random_floats(rows * channels, 5);
-    const auto x_d = to_double(x), w_d = to_double(w), b_d = to_double(b), g_d = to_double(g);
-    std::vector<double> out(rows * channels), mean(rows), rstd(rows), dx = to_double(dx0), dw(channels), db(channels);
-    gpt_layernorm_forward(x_d.data(), w_d.data(), b_d.data(), rows, channels, out.data(), mean.data(), rstd.data(), 1);
-    gpt_layernorm_backward(g_d.data(), x_d.data(), w_d.data(), mean.data(), rstd.data(), rows, channels, dx.data(),
-                           dw.data(), db.data(), 1);
-
-    const int64_t ws_bytes = gpt_layernorm_backward_cuda_workspace_bytes(rows, channels);
-    DeviceVector<float> dxin(x, stream_), dwt(w, stream_), dbt(b, stream_), dg(g, stream_),
-        dws(static_cast<size_t>(ws_bytes / 4), stream_);
-    std::vector<float> runs[2][6];
-    for (auto& run : runs) {
-      DeviceVector<float> o(rows * channels, stream_), m(rows, stream_), r(rows, stream_), ddx(dx0, stream_),
-          ddw(channels, stream_), ddb(channels, stream_);
-      gpt_layernorm_forward_cuda(dxin.get(), dwt.get(), dbt.get(), rows, channels, o.get(), m.get(), r.get(), stream_);
-      gpt_layernorm_backward_cuda(dg.get(), dxin.get(), dwt.get(), m.get(), r.get(), rows, channels, ddx.get(),
-                                  ddw.get(), ddb.get(), dws.get(), stream_);
-      run[0] = o.host();
-      run[1] = m.host();
-      run[2] = r.host();
-      run[3] = ddx.host();
-      run[4] = ddw.host();
-      run[5] = ddb.host();
-    }
-    expect_close(runs[0][0], out, 1e-5, 1e-5, "layernorm out");
-    expect_close(runs[0][1], mean, 1e-5, 1e-6, "layernorm mean");
-    expect_close(runs[0][2], rstd, 1e-5, 1e-6, "layernorm rstd");
-    expect_close(runs[0][3], dx, 1e-4, 1e-5, "layernorm dx");
-    expect_close(runs[0][4], dw, 1e-4, 1e-4, "layernorm dw");
-    expect_close(runs[0][5], db, 1e-4, 1e-4, "layernorm db");
-    for (int i = 0; i < 6; ++i) expect_same_bits(runs[0][i], runs[1][i], "layernorm run twice");
-  }
-}
-
-// The fused residual add + layernorm gives the bits of the two kernels, in
-// place too (sum over b, as the CUDA GPT runs it).
-TEST_F(GpuOps, AddLayerNormGivesTheBitsOfAddThenLayerNorm) {
-  for (const auto& [rows, channels] : {std::pair<int64_t, int64_t>{6, 37}, {200, 768}, {1, 1}}) {
-    SCOPED_TRACE(detail::str(rows, " rows x ", channels, " channels"));
-    const auto a = random_floats(rows * channels, 11, -2.0f, 3.0f), b = random_floats(rows * channels, 12),
-               w = random_floats(channels, 13), bias = random_floats(channels, 14);
-    DeviceVector<float> da(a, stream_), dw(w, stream_), dbias(bias, stream_);
-    // Unfused: sum = a + b in place.
-    DeviceVector<float> sum(b, stream_), o1(rows * channels, stream_), m1(rows, stream_), r1(rows, stream_);
-    gpt_add_cuda(da.get(), sum.get(), rows * channels, sum.get(), stream_);
-    gpt_layernorm_forward_cuda(sum.get(), dw.get(), dbias.get(), rows, channels, o1.get(), m1.get(), r1.get(), stream_);
-    DeviceVector<float> fused(b, stream_), o2(rows * channels, stream_), m2(rows, stream_), r2(rows, stream_);
-    gpt_add_layernorm_forward_cuda(da.get(), fused.get(), dw.get(), dbias.get(), rows, channels, fused.get(), o2.get(),
-                                   m2.get(), r2.get(), stream_);
-    expect_same_bits(fused.host(), sum.host(), "sum");
-    expect_same_bits(o2.host(), o1.host(), "out");
-    expect_same_bits(m2.host(), m1.host(), "mean");
-    expect_same_bits(r2.host(), r1.host(), "rstd");
-  }
-}
+// ---- bias (the MLP's) -------------------------------------------------------------
 
 TEST_F(GpuOps, BiasBackwardMatchesCpuAndRepeats) {
   for (const auto& [rows, out] : {std::pair<int64_t, int64_t>{200, 45}, {3, 300}, {0, 5}}) {
@@ -177,40 +119,6 @@ TEST_F(GpuOps, BiasBackwardMatchesCpuAndRepeats) {
     }
     expect_close(runs[0], want, 1e-4, 1e-4, "bias db");
     expect_same_bits(runs[0], runs[1], "bias db run twice");
-  }
-}
-
-// ---- gelu, add, bf16 rounding ------------------------------------------------------
-
-TEST_F(GpuOps, GeluAddAndBf16RoundingMatchCpu) {
-  const int64_t n = 1001;
-  const auto x = random_floats(n, 1, -5.0f, 5.0f), g = random_floats(n, 2);
-  const auto x_d = to_double(x), g_d = to_double(g);
-  std::vector<double> y(n), dx(n);
-  gpt_gelu_forward(x_d.data(), n, y.data(), 1);
-  gpt_gelu_backward(x_d.data(), g_d.data(), n, dx.data(), 1);
-  DeviceVector<float> dxin(x, stream_), dy(n, stream_), dg(g, stream_);
-  gpt_gelu_forward_cuda(dxin.get(), n, dy.get(), stream_);
-  expect_close(dy.host(), y, 1e-5, 1e-6, "gelu");
-  gpt_gelu_backward_cuda(dxin.get(), dg.get(), n, dg.get(), stream_);  // in place over dout
-  // 1 - tanh^2 cancels for |x| of a few units: absolute error ~1e-6 there.
-  expect_close(dg.host(), dx, 1e-5, 2e-5, "gelu backward");
-
-  DeviceVector<float> a(x, stream_), b(g, stream_);
-  gpt_add_cuda(a.get(), b.get(), n, a.get(), stream_);
-  std::vector<double> sum(n);
-  for (int64_t i = 0; i < n; ++i) sum[i] = static_cast<double>(x[i] + g[i]);  // one fp32 rounding
-  expect_close(a.host(), sum, 0.0, 0.0, "add");
-
-  DeviceVector<uint16_t> as_bf16(n, stream_);
-  DeviceVector<float> as_f32(n, stream_);
-  gpt_round_to_bf16_cuda(dxin.get(), n, DType::kBF16, as_bf16.get(), stream_);
-  gpt_round_to_bf16_cuda(dxin.get(), n, DType::kF32, as_f32.get(), stream_);
-  const auto h16 = as_bf16.host();
-  const auto h32 = as_f32.host();
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(h16[i], math::f32_to_bf16_bits(x[i])) << i;
-    ASSERT_EQ(h32[i], math::bf16_bits_to_f32(math::f32_to_bf16_bits(x[i]))) << i;
   }
 }
 
@@ -270,7 +178,8 @@ TEST_F(GpuOps, SoftmaxCrossEntropyMatchesCpuAndRepeats) {
     for (int r = 0; r < 2; ++r) {
       DeviceVector<float> loss(rows, stream_), grad(random_floats(rows * padded, 2), stream_);  // padding must become 0
       DeviceVector<double> dmean(1, stream_);
-      gpt_softmax_xent_cuda(dz.get(), dt.get(), rows, vocab, padded, loss.get(), grad.get(), dmean.get(), stream_);
+      gpt_softmax_xent_rows_cuda(dz.get(), dt.get(), rows, vocab, padded, rows, loss.get(), grad.get(), stream_);
+      gpt_mean_loss_cuda(loss.get(), rows, dmean.get(), stream_);
       runs[r][0] = loss.host();
       runs[r][1] = grad.host();
       means[r] = dmean.host()[0];
@@ -288,16 +197,13 @@ TEST_F(GpuOps, SoftmaxCrossEntropyMatchesCpuAndRepeats) {
     targets[0] = static_cast<int32_t>(vocab);
     DeviceVector<int32_t> bad(targets, stream_);
     DeviceVector<float> loss(rows, stream_), grad(rows * padded, stream_);
-    gpt_softmax_xent_cuda(dz.get(), bad.get(), rows, vocab, padded, loss.get(), grad.get(), nullptr, stream_);
+    gpt_softmax_xent_rows_cuda(dz.get(), bad.get(), rows, vocab, padded, rows, loss.get(), grad.get(), stream_);
     const auto l = loss.host();
     EXPECT_TRUE(std::isnan(l[0]));
     EXPECT_FALSE(std::isnan(l[1]));
     EXPECT_TRUE(std::isnan(grad.host()[0]));
   }
 }
-
-// gpt_ops_cuda.cu keeps its own copy of the constant (kernels/ sits below models/).
-static_assert(kGptLayerNormEps == 1e-5, "update kLayerNormEps in kernels/cuda/gpt_ops_cuda.cu");
 
 }  // namespace
 }  // namespace mp

@@ -1,0 +1,110 @@
+#include "kernels/cpu/gemm_epilogue.h"
+
+#include <type_traits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/convert_loop.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gpt_loops.h"
+
+namespace mp {
+namespace {
+
+// v as C stores it: bf16 bits, the fp32 of its bf16 rounding, or itself.
+template <class Out>
+void store(Out* out, float v, bool bf16_values) {
+  if constexpr (std::is_same_v<Out, bf16>) {
+    *out = bf16{math::f32_to_bf16_bits(v)};
+  } else {
+    *out = bf16_values ? math::round_through_unit<bf16>(v) : v;
+  }
+}
+
+// One instantiation per epilogue shape, so that each inner loop is
+// branch-free and vectorizes; the GELU and its gradient run as the GPT's
+// loops for this CPU (kernels/cpu/gpt_loops.h) over a row of the tile,
+// which is the caller's scratch.
+template <class Out, GemmEpilogue kEpilogue, bool kAddend>
+void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int64_t i0, int64_t rows, int64_t j0,
+                   int64_t cols) {
+  const bool round = p.bf16_output();
+  const GptLoops& loops = gpt_loops();
+  thread_local std::vector<float> aux_row;  // kDGelu: a row of aux, widened; grown once, kept
+  if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
+    if (static_cast<int64_t>(aux_row.size()) < cols) aux_row.resize(static_cast<size_t>(cols));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float* v = product + r * product_ld;
+    Out* c = static_cast<Out*>(p.c) + i * p.ldc + j0;
+    if constexpr (kAddend) {
+      const float* add = p.addend + i * p.ldc + j0;
+      for (int64_t j = 0; j < cols; ++j) v[j] += add[j];
+    }
+    if constexpr (kEpilogue == GemmEpilogue::kGelu) {
+      Out* aux = static_cast<Out*>(p.aux) + i * p.aux_ld + j0;
+      for (int64_t j = 0; j < cols; ++j) store(aux + j, v[j], round);
+      loops.gelu_forward(v, v, 0, cols);
+    } else if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
+      const Out* aux = static_cast<const Out*>(p.aux) + i * p.aux_ld + j0;
+      for (int64_t j = 0; j < cols; ++j) aux_row[static_cast<size_t>(j)] = math::to_f32(aux[j]);
+      loops.gelu_backward(aux_row.data(), v, v, 0, cols);
+    }
+    for (int64_t j = 0; j < cols; ++j) store(c + j, v[j], round);
+  }
+}
+
+template <class Out, GemmEpilogue kEpilogue>
+void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int64_t i0, int64_t rows, int64_t j0,
+                   int64_t cols) {
+  if (p.addend != nullptr) {
+    epilogue_tile<Out, kEpilogue, true>(p, product, product_ld, i0, rows, j0, cols);
+  } else {
+    epilogue_tile<Out, kEpilogue, false>(p, product, product_ld, i0, rows, j0, cols);
+  }
+}
+
+template <class Out>
+void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int64_t i0, int64_t rows, int64_t j0,
+                   int64_t cols) {
+  switch (p.epilogue) {
+    case GemmEpilogue::kNone:
+      return epilogue_tile<Out, GemmEpilogue::kNone>(p, product, product_ld, i0, rows, j0, cols);
+    case GemmEpilogue::kGelu:
+      return epilogue_tile<Out, GemmEpilogue::kGelu>(p, product, product_ld, i0, rows, j0, cols);
+    case GemmEpilogue::kDGelu:
+      return epilogue_tile<Out, GemmEpilogue::kDGelu>(p, product, product_ld, i0, rows, j0, cols);
+  }
+}
+
+}  // namespace
+
+bool gemm_needs_epilogue(const GemmProblem& p) { return p.bf16_output() || p.epilogue != GemmEpilogue::kNone; }
+
+void gemm_epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int64_t i0, int64_t rows,
+                        int64_t j0, int64_t cols) {
+  if (p.c_dtype == DType::kBF16) {
+    epilogue_tile<bf16>(p, product, product_ld, i0, rows, j0, cols);
+  } else {
+    epilogue_tile<float>(p, product, product_ld, i0, rows, j0, cols);
+  }
+}
+
+void gemm_bias_grad_of_b(const GemmProblem& p, int64_t j0, int64_t j1) {
+  float* out = p.bias_grad;
+  for (int64_t j = j0; j < j1; ++j) out[j] = 0.0f;
+  // op(B)[k, j] is B[k, j], or B[j, k] when transposed.
+  const int64_t k_step = p.b.transposed ? 1 : p.b.ld, j_step = p.b.transposed ? p.b.ld : 1;
+  for (int64_t k = 0; k < p.k; ++k) {
+    if (p.b.dtype == DType::kBF16) {
+      const bf16* row = static_cast<const bf16*>(p.b.data) + k * k_step;
+      for (int64_t j = j0; j < j1; ++j) out[j] += math::to_f32(row[j * j_step]);
+    } else {
+      const float* row = static_cast<const float*>(p.b.data) + k * k_step;
+      for (int64_t j = j0; j < j1; ++j) out[j] += row[j * j_step];
+    }
+  }
+}
+
+}  // namespace mp

@@ -1,0 +1,72 @@
+// kernels/cuda/attention_cuda.cu: which attention runs (kernels/cuda/
+// attention_cuda.h), and the fp32 flash kernels' glue for bf16 activations.
+#include "core/error.h"
+#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/cast_cuda.h"
+#include "kernels/cuda/flash_attention_cuda.h"
+
+namespace mp {
+namespace {
+
+bool plain(const Act& a) { return a.dtype == DType::kF32 && !a.bf16; }
+
+// The fallback's scratch, in floats: fp32 copies of qkv, out, dout and dqkv
+// where they hold bf16 values, then the flash backward's own.
+struct FlashScratch {
+  float *qkv, *out, *dout, *dqkv, *own;
+};
+FlashScratch flash_scratch(const AttentionCudaShape& s, void* base) {
+  const int64_t rc = s.batch * s.seq * s.channels;
+  auto* p = static_cast<float*>(base);
+  return FlashScratch{p, p + 3 * rc, p + 4 * rc, p + 5 * rc, p + 8 * rc};
+}
+
+// a's fp32 values: a itself, or widened into `copy`.
+const float* as_f32(const Act& a, int64_t n, float* copy, cudaStream_t stream) {
+  if (plain(a)) return a.f32();
+  gpt_convert_cuda(a, f32_act(copy), n, stream);
+  return copy;
+}
+
+}  // namespace
+
+bool attention_cudnn_takes(const AttentionCudaShape& shape, std::string* why) {
+  (void)shape;
+  *why = "mp was built without cuDNN";
+  return false;
+}
+
+int64_t attention_cuda_scratch_bytes(const AttentionCudaShape& s, bool cudnn, bool bf16) {
+  MP_ENFORCE(!cudnn, "cuDNN attention in a build without cuDNN");
+  const int64_t rc = s.batch * s.seq * s.channels;
+  const int64_t own = flash_attention_backward_scratch_elements(s.batch, s.seq, s.heads);
+  return ((bf16 ? 8 * rc : 0) + own) * static_cast<int64_t>(sizeof(float));
+}
+
+void attention_forward_cuda(const AttentionCudaShape& s, bool cudnn, Act qkv, Act out, float* saved, void* scratch,
+                            cudaStream_t stream) {
+  MP_ENFORCE(!cudnn, "cuDNN attention in a build without cuDNN");
+  const int64_t rc = s.batch * s.seq * s.channels;
+  const FlashScratch f = flash_scratch(s, scratch);
+  const float* q = as_f32(qkv, 3 * rc, f.qkv, stream);
+  float* y = plain(out) ? out.f32() : f.out;
+  flash_attention_forward_cuda(q, s.batch, s.seq, s.channels, s.heads, y, saved, stream);
+  if (!plain(out)) gpt_convert_cuda(f32_act(y), out, rc, stream);
+}
+
+void attention_backward_cuda(const AttentionCudaShape& s, bool cudnn, Act qkv, Act out, const float* saved,
+                             Act dout, void* scratch, Act dqkv, cudaStream_t stream) {
+  MP_ENFORCE(!cudnn, "cuDNN attention in a build without cuDNN");
+  const int64_t rc = s.batch * s.seq * s.channels;
+  const FlashScratch f = flash_scratch(s, scratch);
+  const bool any_bf16 = !plain(qkv) || !plain(out) || !plain(dout) || !plain(dqkv);
+  float* own = any_bf16 ? f.own : static_cast<float*>(scratch);
+  const float* q = as_f32(qkv, 3 * rc, f.qkv, stream);
+  const float* y = as_f32(out, rc, f.out, stream);
+  const float* g = as_f32(dout, rc, f.dout, stream);
+  float* dq = plain(dqkv) ? dqkv.f32() : f.dqkv;
+  flash_attention_backward_cuda(q, y, saved, g, s.batch, s.seq, s.channels, s.heads, own, dq, stream);
+  if (!plain(dqkv)) gpt_convert_cuda(f32_act(dq), dqkv, 3 * rc, stream);
+}
+
+}  // namespace mp
