@@ -30,7 +30,9 @@
 // what compute has beyond them (other_compute_ms), and idle_ms = step -
 // compute - update - exposed communication (neither stream busy nor
 // waiting for a collective). gemm_kernel: the kernel family oneDNN picks
-// for the case's GEMM dtype on this CPU.
+// for the case's GEMM dtype on this CPU. ops_per_step (model_ops_per_step):
+// the ops a step enqueues on rank 0, the model's and the engine's (Note [Op
+// count] in kernels/op_profile.h): on a GPU, its kernel launches.
 //
 // Threads per rank: MP_NUM_THREADS if set, else the CPUs this rank may run
 // on divided by the ranks on the node (launch with --bind-to none).
@@ -157,6 +159,7 @@ void run_gpt_suite(const BenchContext& ctx) {
       std::vector<double> times, compute, exposed, update, idle;
       double loss = 0;
       (void)op_profile_take();
+      (void)op_count_take();
       for (int i = 0; i < steps; ++i) {
         const auto t0 = Clock::now();
         const StepResult s = engine.step(model);
@@ -168,6 +171,7 @@ void run_gpt_suite(const BenchContext& ctx) {
         loss = s.loss;
       }
       const OpProfile profile = op_profile_take();
+      const OpCount ops = op_count_take();
       const double peak = r.matmul == DType::kBF16 ? peak_bf16 : peak_fp32;
       const double step_s = median(times), best_s = *std::min_element(times.begin(), times.end());
       const double tokens = static_cast<double>(m.global_batch * g.context);
@@ -202,6 +206,9 @@ void run_gpt_suite(const BenchContext& ctx) {
         profiled_ms += ms;
       }
       j["profile_ms"] = prof;
+      // Note [Op count]: the ops a step enqueues, the model's and the engine's.
+      j["ops_per_step"] = ops.total() / steps;
+      j["model_ops_per_step"] = ops.model / steps;
       j["other_compute_ms"] = round_to(std::accumulate(compute.begin(), compute.end(), 0.0) * 1e3 / steps - profiled_ms, 2);
       j["non_gemm_fraction"] =
           round_to(1.0 - profile.seconds[0] / std::max(1e-12, std::accumulate(compute.begin(), compute.end(), 0.0)), 3);

@@ -121,6 +121,7 @@ void end_cuda_op(const OpContext& cx, const char* name, OpFamily family, const C
 
 template <class Cpu, class Cuda>
 void OpContext::run(const char* name, OpFamily family, Cpu&& cpu, Cuda&& cuda) const {
+  detail::count_op(profiled);  // Note [Op count] in kernels/op_profile.h
   if (on_cpu()) {
     detail::submit_cpu_op(*this, name, family, std::forward<Cpu>(cpu));
     return;

@@ -6,6 +6,7 @@ namespace mp {
 namespace detail {
 
 std::atomic<bool> g_op_profile_on{false};
+std::atomic<int64_t> g_model_ops{0}, g_engine_ops{0};
 
 namespace {
 std::mutex g_mu;
@@ -48,6 +49,11 @@ double OpProfile::total_s() const {
 
 void op_profile_enable(bool on) { detail::g_op_profile_on.store(on, std::memory_order_relaxed); }
 bool op_profile_enabled() { return detail::g_op_profile_on.load(std::memory_order_relaxed); }
+
+OpCount op_count_take() {
+  return OpCount{detail::g_model_ops.exchange(0, std::memory_order_relaxed),
+                 detail::g_engine_ops.exchange(0, std::memory_order_relaxed)};
+}
 
 OpProfile op_profile_take() {
   std::lock_guard<std::mutex> lock(detail::g_mu);

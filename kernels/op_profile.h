@@ -47,11 +47,28 @@ struct OpProfile {
 
 void op_profile_enable(bool on);
 bool op_profile_enabled();
+
+// Note [Op count]
+// Every op enqueued on a stream counts one, profile on or off (a relaxed
+// atomic add): a model's ops (kernels/nn/, OpContext::profiled) and the
+// engine's (kernels/ops.h, convert onto a stream). On a GPU each is one
+// kernel launch, library call (a cuBLASLt matmul, a cuDNN graph) or copy,
+// but for the fallbacks that say they launch more (a GEMM form with
+// kernels after the product, attention on fp32 copies). The count of one
+// training step is what the run log and mp_bench report as ops per step.
+struct OpCount {
+  int64_t model = 0, engine = 0;
+  int64_t total() const { return model + engine; }
+};
+// The counts since the last take (every thread), then zero.
+OpCount op_count_take();
 // The totals since the last take (every thread), then zero.
 OpProfile op_profile_take();
 
 namespace detail {
 extern std::atomic<bool> g_op_profile_on;
+extern std::atomic<int64_t> g_model_ops, g_engine_ops;
+inline void count_op(bool model) { (model ? g_model_ops : g_engine_ops).fetch_add(1, std::memory_order_relaxed); }
 void op_profile_add(OpFamily f, double seconds);
 struct OpProfileThread {
   int model_calls = 0;  // ModelCallScope depth

@@ -102,6 +102,14 @@ void RunLog::op_profile(const OpProfile& profile) {
   std::fflush(stdout);
 }
 
+void RunLog::ops(const OpCount& step_ops, const std::vector<std::string>& gemm_plans) {
+  if (!lead_) return;
+  std::printf("ops per step (rank 0): %lld (model %lld, engine %lld)\n", static_cast<long long>(step_ops.total()),
+              static_cast<long long>(step_ops.model), static_cast<long long>(step_ops.engine));
+  for (const std::string& plan : gemm_plans) std::printf("  gemm plan: %s\n", plan.c_str());
+  std::fflush(stdout);
+}
+
 StepMetrics RunLog::metrics(const StepReport& report) const {
   const StepResult& r = report.result;
   const double step_s = std::max(r.timings.total_s, 1e-9);

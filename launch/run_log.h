@@ -59,6 +59,11 @@ class RunLog {
   void stopped(int signal, int64_t step);
   // MP_OP_PROFILE's line: rank 0's compute time by op family, largest first.
   void op_profile(const OpProfile& profile);
+  // Once, after the run's second step: the ops that step enqueued on rank 0
+  // (Note [Op count] in kernels/op_profile.h) and, on a GPU, one line per
+  // GEMM plan made so far (its problem, form, algorithm and measured
+  // TFLOP/s: Note [cuBLASLt GEMM]).
+  void ops(const OpCount& step_ops, const std::vector<std::string>& gemm_plans);
   // The last lines: steps, time, final and validation loss, distance to the
   // entropy floor, and the measured memory.
   void done();

@@ -13,14 +13,19 @@
 #include "comm/comm_config.h"
 #include "comm/data_plane.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
 #include "kernels/op_profile.h"
+#if MP_WITH_CUDA
+#include "kernels/cuda/gemm_cublaslt.h"
+#endif
 #include "launch/checkpoint_policy.h"
 #include "launch/device_choice.h"
 #include "launch/run_log.h"
 #include "launch/run_model.h"
 #include "launch/step_agreement.h"
+#include "mp/config.h"
 #include "runtime/engine.h"
 
 namespace mp {
@@ -68,6 +73,19 @@ bool op_profile_requested() {
   if (env == nullptr || *env == '\0' || std::string(env) == "0") return false;
   if (std::string(env) == "1") return true;
   MP_THROW(ConfigError, "MP_OP_PROFILE = '", env, "': use 1 (print the compute time by op family) or 0");
+}
+
+// The GEMM plans made so far on a GPU (Note [cuBLASLt GEMM]), a line each.
+std::vector<std::string> gemm_plan_lines() {
+  std::vector<std::string> lines;
+#if MP_WITH_CUDA
+  for (const GemmPlanReport& r : gemm_cuda_new_plans()) {
+    lines.push_back(detail::str(r.problem, ": ", r.form, ", algorithm ", r.algorithm, " of ", r.candidates,
+                                r.tflops > 0 ? detail::str(", ", r.tflops, " TFLOP/s") : std::string(", not timed"),
+                                " (cuda:", r.device, ")"));
+  }
+#endif
+  return lines;
 }
 
 // Whether step `step` of `steps` is one of every `interval` (> 0), or the last.
@@ -122,7 +140,10 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   while (step < steps && stop == 0) {
     StepReport report;
     report.step = ++step;
+    const bool count = step == start + 2;  // the first steady step: Note [Op count]
+    if (count) (void)op_count_take();
     report.result = engine.step(*m.model);
+    if (count) log.ops(op_count_take(), gemm_plan_lines());
     if (every(c.val_interval(), step, steps)) report.val = m.validate(engine, std::max(1, c.val_batches()));
     if (m.gpt != nullptr && every(c.sample_interval(), step, steps)) {
       report.sample = m.sample(engine, c.sample_tokens(), c.engine().seed(), step);

@@ -7,6 +7,7 @@
 #include "core/stream.h"
 #include "kernels/convert_loop.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/op_profile.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
 #include "core/cuda_stream.h"
@@ -103,6 +104,7 @@ void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) 
 }  // namespace
 
 void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options, Stream* stream) {
+  if (stream != nullptr) detail::count_op(false);  // Note [Op count] in kernels/op_profile.h
   MP_ENFORCE(src.defined() && dst.defined(), "convert with an undefined tensor");
   MP_ENFORCE(src.numel() == dst.numel(), "convert from ", src.describe(), " to ", dst.describe(),
              ": element counts differ");
