@@ -37,13 +37,16 @@ MP_HD U32x4 philox4x32_10(U32x4 ctr, uint32_t k0, uint32_t k1) {
 // The random word for element `index` of random stream `stream` under `seed`:
 // word index % 4 of Philox(counter = (index / 4, stream), key = seed). Loops
 // that handle four consecutive elements can call philox4x32_10 once instead.
+// The word is picked with selects, not r.v[index & 3]: an array indexed at
+// run time would live in local memory (a stack frame) in a CUDA kernel.
 MP_HD uint32_t philox_u32(uint64_t seed, uint64_t stream, uint64_t index) {
   const uint64_t block = index >> 2;
   const U32x4 r = philox4x32_10(
       U32x4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
              static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}},
       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return r.v[index & 3];
+  const uint32_t word = static_cast<uint32_t>(index & 3);
+  return word == 0 ? r.v[0] : word == 1 ? r.v[1] : word == 2 ? r.v[2] : r.v[3];
 }
 
 }  // namespace mp::math

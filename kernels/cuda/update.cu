@@ -1,7 +1,9 @@
 // kernels/cuda/update.cu: the fused optimizer step on CUDA devices. One
 // grid-stride kernel per loop variant (the CPU's set, kernels/cpu/
 // update_span.h); the element math is math::update_element, shared with the
-// CPU loops. Built with --fmad=false, so the bits match the CPU's.
+// CPU loops. Built with --fmad=false, so the bits match the CPU's. No
+// instance has a stack frame (tests/ptxas_hot_kernels.txt): packs of 8
+// elements stay in registers from their 16-byte loads to their stores.
 #include <algorithm>
 
 #include "core/error.h"
@@ -28,6 +30,8 @@ struct alignas(16) Pack {
 
 // The constants of the range holding element i, recomputed only when i
 // leaves the cached range (a thread walks its elements in increasing order).
+// Inlined: an out-of-line load would take the cursor, the hyperparameters
+// and the scalars by address, which puts them in a stack frame.
 struct RangeCursor {
   const UpdateRange* ranges;
   int64_t num_ranges;
@@ -39,8 +43,7 @@ struct RangeCursor {
     if (i < begin || i >= end) load(i, h, s, n);
   }
 
-  // Out of line: one copy of the fp64 bias-correction code per kernel.
-  __device__ __noinline__ void load(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
+  __device__ __forceinline__ void load(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
     if (ranges == nullptr) {
       begin = 0;
       end = n;
@@ -61,6 +64,39 @@ struct RangeCursor {
 template <class T>
 __device__ __forceinline__ T* typed(void* p) { return static_cast<T*>(p); }
 
+// Pack j (elements 8j..8j+7), all in one range: 16-byte loads into
+// registers, the element function on them at the constant indices 0..7 (so
+// the packs never leave registers), 16-byte stores. `rng0` is element 8j's
+// index in the stochastic-rounding stream.
+template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+__device__ __forceinline__ void update_pack(const math::UpdatePointers<G, S, Out>& p, int64_t j, float gm,
+                                            const math::StepConstants& c, uint64_t seed, uint64_t step, uint64_t rng0) {
+  constexpr bool kHasState0 = kKind != ElementKind::kSgdPlain;
+  constexpr bool kHasState1 = kKind == ElementKind::kAdamW;
+  constexpr bool kReadsOut = kMode != MasterMode::kFp32;
+  constexpr bool kWritesOut = kMode != MasterMode::kFp32 || kCopy != CopyMode::kNone;
+  const Pack<G> g = reinterpret_cast<const Pack<G>*>(p.grad)[j];
+  Pack<float> w;
+  Pack<int16_t> r;
+  Pack<S> s0, s1;
+  Pack<Out> o;
+  if constexpr (kMode == MasterMode::kFp32) w = reinterpret_cast<const Pack<float>*>(p.master)[j];
+  if constexpr (kMode == MasterMode::kBf16Remainder) r = reinterpret_cast<const Pack<int16_t>*>(p.remainder)[j];
+  if constexpr (kHasState0) s0 = reinterpret_cast<const Pack<S>*>(p.state0)[j];
+  if constexpr (kHasState1) s1 = reinterpret_cast<const Pack<S>*>(p.state1)[j];
+  if constexpr (kReadsOut) o = reinterpret_cast<const Pack<Out>*>(p.out)[j];
+  const math::UpdatePointers<G, S, Out> local{g.v, w.v, r.v, s0.v, s1.v, o.v};
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    math::update_element<kKind, kMode, kCopy>(local, e, gm, c, seed, step, rng0 + static_cast<uint64_t>(e));
+  }
+  if constexpr (kMode == MasterMode::kFp32) reinterpret_cast<Pack<float>*>(p.master)[j] = w;
+  if constexpr (kMode == MasterMode::kBf16Remainder) reinterpret_cast<Pack<int16_t>*>(p.remainder)[j] = r;
+  if constexpr (kHasState0) reinterpret_cast<Pack<S>*>(p.state0)[j] = s0;
+  if constexpr (kHasState1) reinterpret_cast<Pack<S>*>(p.state1)[j] = s1;
+  if constexpr (kWritesOut) reinterpret_cast<Pack<Out>*>(p.out)[j] = o;
+}
+
 template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
 __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const StepScalars* scalars,
                               const UpdateRange* ranges, int64_t num_ranges, bool vectorized) {
@@ -71,57 +107,32 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
   RangeCursor cursor{ranges, num_ranges};
   const math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
                                           typed<S>(a.state0), typed<S>(a.state1), typed<Out>(a.out)};
+  // Element i straight in global memory, with its range's constants.
+  const auto element = [&](int64_t i) {
+    cursor.seek(i, h, s, n);
+    math::update_element<kKind, kMode, kCopy>(p, i, gm, cursor.c, a.seed, step,
+                                              a.index_offset + static_cast<uint64_t>(i));
+  };
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t scalar_from = 0;
   if (vectorized) {
-    constexpr bool kHasState0 = kKind != ElementKind::kSgdPlain;
-    constexpr bool kHasState1 = kKind == ElementKind::kAdamW;
-    constexpr bool kReadsOut = kMode != MasterMode::kFp32;
-    constexpr bool kWritesOut = kMode != MasterMode::kFp32 || kCopy != CopyMode::kNone;
     const int64_t packs = n / kVec;
     for (int64_t j = first; j < packs; j += stride) {
-      // Registers: the element function runs on them at indices 0..7.
-      Pack<G> g = reinterpret_cast<const Pack<G>*>(p.grad)[j];
-      Pack<float> w;
-      Pack<int16_t> r;
-      Pack<S> s0, s1;
-      Pack<Out> o;
-      if constexpr (kMode == MasterMode::kFp32) w = reinterpret_cast<const Pack<float>*>(p.master)[j];
-      if constexpr (kMode == MasterMode::kBf16Remainder) r = reinterpret_cast<const Pack<int16_t>*>(p.remainder)[j];
-      if constexpr (kHasState0) s0 = reinterpret_cast<const Pack<S>*>(p.state0)[j];
-      if constexpr (kHasState1) s1 = reinterpret_cast<const Pack<S>*>(p.state1)[j];
-      if constexpr (kReadsOut) o = reinterpret_cast<const Pack<Out>*>(p.out)[j];
-      const math::UpdatePointers<G, S, Out> local{g.v, w.v, r.v, s0.v, s1.v, o.v};
       const int64_t i0 = j * kVec;
       cursor.seek(i0, h, s, n);
       if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          math::update_element<kKind, kMode, kCopy>(local, e, gm, cursor.c, a.seed, step,
-                                                    a.index_offset + static_cast<uint64_t>(i0 + e));
-        }
+        update_pack<kKind, kMode, kCopy>(p, j, gm, cursor.c, a.seed, step, a.index_offset + static_cast<uint64_t>(i0));
       } else {
+        // A pack across a range boundary (at most one per boundary): element
+        // by element in global memory, each with its own range's constants.
 #pragma unroll 1
-        for (int e = 0; e < kVec; ++e) {
-          cursor.seek(i0 + e, h, s, n);
-          math::update_element<kKind, kMode, kCopy>(local, e, gm, cursor.c, a.seed, step,
-                                                    a.index_offset + static_cast<uint64_t>(i0 + e));
-        }
+        for (int e = 0; e < kVec; ++e) element(i0 + e);
       }
-      if constexpr (kMode == MasterMode::kFp32) reinterpret_cast<Pack<float>*>(p.master)[j] = w;
-      if constexpr (kMode == MasterMode::kBf16Remainder) reinterpret_cast<Pack<int16_t>*>(p.remainder)[j] = r;
-      if constexpr (kHasState0) reinterpret_cast<Pack<S>*>(p.state0)[j] = s0;
-      if constexpr (kHasState1) reinterpret_cast<Pack<S>*>(p.state1)[j] = s1;
-      if constexpr (kWritesOut) reinterpret_cast<Pack<Out>*>(p.out)[j] = o;
     }
     scalar_from = packs * kVec;
   }
-  for (int64_t i = scalar_from + first; i < n; i += stride) {
-    cursor.seek(i, h, s, n);
-    math::update_element<kKind, kMode, kCopy>(p, i, gm, cursor.c, a.seed, step,
-                                              a.index_offset + static_cast<uint64_t>(i));
-  }
+  for (int64_t i = scalar_from + first; i < n; i += stride) element(i);
 }
 
 using Launcher = void (*)(const SpanArgs&, int64_t, const OptimizerHyper&, const StepScalars*, const UpdateRange*,
