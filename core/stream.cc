@@ -235,7 +235,7 @@ void CpuStream::run(State& st) {
 std::unique_ptr<Stream> Stream::create(Device device, std::string name, StreamOptions options) {
   if (device.is_cpu()) return std::make_unique<CpuStream>(std::move(name), options);
 #if MP_WITH_CUDA
-  return std::make_unique<CudaStream>(device, std::move(name));
+  return std::make_unique<CudaStream>(device, std::move(name), options.wait_timeout);
 #else
   MP_THROW(ConfigError, "stream '", name, "' on ", device, ": mp was built without CUDA");
 #endif

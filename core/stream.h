@@ -12,7 +12,9 @@
 //   worker blocks on e; a CUDA stream waits on the device
 //   (cudaStreamWaitEvent) with no host sync. A CUDA stream cannot wait for an
 //   unfinished CPU event without blocking the host, so that throws.
-// - Event::synchronize() blocks the calling thread until completion.
+// - Event::synchronize() blocks the calling thread until completion; on a
+//   CUDA event at most the stream's StreamOptions::wait_timeout, then it
+//   throws (Note [Bounded host waits] in core/host_wait.h).
 // - Failure: a task that throws (a CPU stream's task, or a host_task on
 //   either kind) marks its stream failed; the exception never ends the
 //   process. Its error is the task's own exception with " [op 'OP' of unit
@@ -63,6 +65,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "core/host_wait.h"
 
 namespace mp {
 
@@ -124,6 +127,14 @@ struct StreamOptions {
   // for failed, so no peer waits for it, and the failure reaches every rank
   // through the owner's agreement (Note [A failed step] in runtime/engine.h).
   bool inherits_failures = true;
+  // CUDA streams: how long a host thread waits for one of the stream's
+  // events (Event::synchronize, Stream::synchronize, the destructor's
+  // final wait) before it throws CudaError naming the stream, its device
+  // and the event (Note [Bounded host waits] in core/host_wait.h). The
+  // engine and the communicators pass their communicator's timeout. CPU
+  // streams are host threads whose waits end with the work they wait for;
+  // what bounds them is the collectives' timeout (comm/work.h).
+  std::chrono::milliseconds wait_timeout{kDefaultWaitTimeout};
 };
 
 class Stream {

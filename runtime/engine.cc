@@ -74,7 +74,9 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
       stats_(layout_.num_units(), o_.micro_batches, o_.locate_non_finite, alloc_),
       decision_(*opt_, o_.optimizer_in_backward) {
   set_current_device(device_);
-  compute_ = Stream::create(device_, "compute", StreamOptions{.lags_under_torture = true});
+  // Host waits on it are bounded by the world's timeout (Note [Bounded host waits] in core/host_wait.h).
+  compute_ = Stream::create(device_, "compute",
+                            StreamOptions{.lags_under_torture = true, .wait_timeout = w.options().timeout});
   losses_ = PinnedBuffer(device_, static_cast<size_t>(o_.micro_batches) * sizeof(double));
   comm_.set_compute(compute_.get());
   scalars_device_ = alloc_.allocate(sizeof(StepScalars), MemCategory::kOther);
