@@ -197,6 +197,14 @@ class CpuStream final : public Stream {
 
   // Runs `task` on the worker after everything submitted before it.
   void submit(std::function<void()> task, TaskName name = {});
+  // The same, but `task` runs even when the stream failed before it (a
+  // normal task is then skipped): for an owner's bookkeeping that must
+  // happen whatever became of the work before it, such as telling a device
+  // that waits for a collective that the collective is over (Note [Staged
+  // collectives] in comm/mpi/staged_communicator.h). It learns the earlier
+  // failure from the events it checks. If it throws, the stream fails as
+  // with any task (keeping an earlier failure as the first).
+  void submit_always(std::function<void()> task, TaskName name = {});
 
  private:
   class CpuEvent;
@@ -204,6 +212,7 @@ class CpuStream final : public Stream {
     std::function<void()> task;         // empty for an event marker
     std::shared_ptr<CpuEvent> event;    // set for an event marker
     TaskName name;
+    bool always = false;  // runs even after a failure (submit_always)
   };
   // Shared with the worker, so a detached worker never touches freed memory.
   struct State {
