@@ -10,6 +10,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/device.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
 #include "kernels/convert.h"
 #include "kernels/convert_math.h"
@@ -41,6 +42,8 @@ TEST_F(Gpu, ConvertMatchesCpuBitForBitForEveryDtypePair) {
   const auto input = test_inputs(n);
   Allocator host, device(Device::cuda(0));
   CudaStream stream(Device::cuda(0), "test");
+  // The stream's copies go through pinned memory (core/pinned.h): room for n elements of any dtype.
+  PinnedBuffer up(Device::cuda(0), static_cast<size_t>(n) * 8), down(Device::cuda(0), static_cast<size_t>(n) * 8);
   for (int s = 0; s < kNumDTypes; ++s) {
     for (int d = 0; d < kNumDTypes; ++d) {
       for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
@@ -59,9 +62,11 @@ TEST_F(Gpu, ConvertMatchesCpuBitForBitForEveryDtypePair) {
 
         Tensor src_d = Tensor::empty(device, st, {n}, MemCategory::kOther);
         Tensor dst_d = Tensor::empty(device, dt, {n}, MemCategory::kOther);
-        copy_tensor(src_d, src_h, &stream);
+        const Tensor src_p = Tensor::wrap(up.data(), Device::cpu(), st, {n});
+        std::memcpy(src_p.data(), src_h.data(), src_h.size_bytes());
+        copy_tensor(src_d, src_p, &stream);
         convert(src_d, dst_d, o, &stream);
-        Tensor got = Tensor::empty(host, dt, {n}, MemCategory::kOther);
+        const Tensor got = Tensor::wrap(down.data(), Device::cpu(), dt, {n});
         copy_tensor(got, dst_d, &stream);
         stream.synchronize();
         ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size_bytes()), 0)
@@ -74,15 +79,16 @@ TEST_F(Gpu, ConvertMatchesCpuBitForBitForEveryDtypePair) {
 
 TEST_F(Gpu, StreamsOrderWorkThroughEvents) {
   CudaStream a(Device::cuda(0), "a"), b(Device::cuda(0), "b");
-  Allocator device(Device::cuda(0)), host;
+  Allocator device(Device::cuda(0));
   constexpr int64_t n = 1 << 22;
-  std::vector<float> ones(n, 1.5f);
+  testing::PinnedHost ones(DType::kF32, n), back_h(DType::kBF16, n);  // core/pinned.h
+  for (int64_t i = 0; i < n; ++i) ones.tensor().data_as<float>()[i] = 1.5f;
   Tensor x = Tensor::empty(device, DType::kF32, {n}, MemCategory::kActivations);
   Tensor y = Tensor::empty(device, DType::kBF16, {n}, MemCategory::kActivations);
-  copy_tensor(x, Tensor::wrap(ones.data(), Device::cpu(), DType::kF32, {n}), &a);
+  copy_tensor(x, ones.tensor(), &a);
   b.wait(a.record());
   convert(x, y, {}, &b);  // on b, after a's copy
-  Tensor back = Tensor::empty(host, DType::kBF16, {n}, MemCategory::kOther);
+  const Tensor& back = back_h.tensor();
   copy_tensor(back, y, &b);
   const Event done = b.record();
   done.synchronize();
