@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "bench/suites.h"
+#include "core/cuda_stream.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "core/host_wait.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
 #include "kernels/cuda/update_cuda.h"
@@ -44,7 +46,7 @@ double median_seconds(int warmup, int iters, cudaStream_t stream, const std::fun
     MP_CHECK_CUDA(cudaEventRecord(start, stream));
     run();
     MP_CHECK_CUDA(cudaEventRecord(stop, stream));
-    MP_CHECK_CUDA(cudaEventSynchronize(stop));
+    synchronize_event(stop, kDefaultWaitTimeout, "a timed run of the update benchmark");  // bounded (core/host_wait.h)
     float ms = 0;
     MP_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms / 1e3);
@@ -55,10 +57,15 @@ double median_seconds(int warmup, int iters, cudaStream_t stream, const std::fun
   return times[times.size() / 2];
 }
 
+// After the stream's work, a copy on the legacy default stream (which the
+// benchmark's non-blocking stream does not wait for, and which a pageable
+// source may leave in flight when cudaMemcpy returns), then a wait for it:
+// every wait bounded (core/host_wait.h), no stream copy from pageable memory.
 void fill(void* p, uint32_t word, size_t bytes, cudaStream_t stream) {
+  synchronize_stream(stream, kDefaultWaitTimeout, "the update benchmark's stream");
   std::vector<uint32_t> host(bytes / 4, word);
-  MP_CHECK_CUDA(cudaMemcpyAsync(p, host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream));
-  MP_CHECK_CUDA(cudaStreamSynchronize(stream));
+  MP_CHECK_CUDA(cudaMemcpy(p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  synchronize_stream(nullptr, kDefaultWaitTimeout, "the legacy default stream (a fill of the update benchmark)");
 }
 
 void run_case(const BenchContext& ctx, int64_t n, cudaStream_t stream) {
@@ -76,6 +83,7 @@ void run_case(const BenchContext& ctx, int64_t n, cudaStream_t stream) {
   scalars.step = 10;
   scalars.grad_multiplier = 1.0f / 65536;
   MP_CHECK_CUDA(cudaMemcpy(scalars_d.p, &scalars, sizeof(scalars), cudaMemcpyHostToDevice));
+  synchronize_stream(nullptr, kDefaultWaitTimeout, "the legacy default stream (the update benchmark's scalars)");
   UpdateArgs u;
   u.hyper.weight_decay = 0.1f;
   u.n = n;

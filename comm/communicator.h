@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "comm/work.h"
+#include "core/host_wait.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 
@@ -70,7 +71,9 @@ struct ReduceOptions {
 
 // Behaviour of a communicator; CommConfig in proto/mp.proto maps onto it.
 struct CommOptions {
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Every wait on a collective, and the host's waits on the device work of
+  // whoever takes it (Note [Bounded host waits] in core/host_wait.h).
+  std::chrono::milliseconds timeout{kDefaultWaitTimeout};
   // Compare every collective's (op, dtype, count, sequence) across ranks
   // before running it. Costs one small all-gather per collective.
   bool check_fingerprints = false;

@@ -2,7 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <future>
+#include <memory>
+#include <thread>
+
 #include "core/error_cuda.h"
+#include "core/host_wait.h"
+#include "core/stream.h"
 
 namespace mp::detail {
 
@@ -23,8 +29,25 @@ CudaInfo cuda_probe() {
 
 void cuda_set_device(int index) { MP_CHECK_CUDA(cudaSetDevice(index)); }
 
-void cuda_wait_idle(int index) noexcept {
-  if (cudaSetDevice(index) == cudaSuccess) (void)cudaDeviceSynchronize();
+void cuda_wait_idle(int index, std::chrono::milliseconds timeout) noexcept {
+  // cudaDeviceSynchronize has no timeout and the device has no query: it
+  // runs on a thread of its own, which is left behind (detached) if the
+  // device is not idle in time (Note [Bounded host waits]).
+  if (cpu_streams_abandoned()) return;  // the process is about to end: no final waits
+  try {
+    auto idle = std::make_shared<std::promise<void>>();
+    std::future<void> done = idle->get_future();
+    std::thread([index, idle] {
+      if (cudaSetDevice(index) == cudaSuccess) (void)cudaDeviceSynchronize();
+      idle->set_value();
+    }).detach();
+    if (done.wait_for(timeout) == std::future_status::ready) return;
+    abandon_cpu_streams();
+    report_abandoned_wait(str("cuda:", index, " (every stream of the device)"), timeout,
+                          "its buffers may be freed while work still uses them");
+  } catch (...) {
+    // No thread could be started: nothing was waited for.
+  }
 }
 
 int cuda_get_device() {

@@ -4,6 +4,7 @@
 // Declarations only; callers guard their use with MP_WITH_CUDA.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -13,8 +14,9 @@ namespace mp::detail {
 
 CudaInfo cuda_probe();                 // never throws
 void cuda_set_device(int index);
-// cudaDeviceSynchronize on device `index`, errors ignored (teardown).
-void cuda_wait_idle(int index) noexcept;
+// cudaDeviceSynchronize on device `index`, errors ignored (teardown),
+// bounded as core/device.h wait_for_device_idle says.
+void cuda_wait_idle(int index, std::chrono::milliseconds timeout) noexcept;
 int cuda_get_device();
 std::string cuda_describe(int index);
 void* cuda_malloc(int index, size_t size_bytes);  // nullptr on out-of-memory

@@ -1,7 +1,7 @@
 #include "core/cuda_stream.h"
 
+#include <functional>
 #include <mutex>
-#include <thread>
 
 #include "core/error_cuda.h"
 
@@ -31,13 +31,20 @@ CudaDeviceGuard::~CudaDeviceGuard() { (void)cudaSetDevice(previous_); }
 
 namespace {
 
+// Where an event was recorded, for the error of a wait that timed out.
+struct EventOrigin {
+  std::string stream;
+  uint64_t number = 0;  // 1-based, per stream
+  std::chrono::milliseconds wait_timeout{kDefaultWaitTimeout};
+};
+
 class CudaEvent final : public EventImpl {
  public:
   // `failure` (may be null): the recording stream's host-task failures, of
   // which those up to task `after_task` are this event's.
   CudaEvent(Device device, cudaStream_t stream, bool timing, std::shared_ptr<CudaStream::Failure> failure,
-            uint64_t after_task)
-      : device_(device), failure_(std::move(failure)), after_task_(after_task) {
+            uint64_t after_task, EventOrigin origin)
+      : device_(device), failure_(std::move(failure)), after_task_(after_task), origin_(std::move(origin)) {
     CudaDeviceGuard guard(device);
     MP_CHECK_CUDA(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
     MP_CHECK_CUDA(cudaEventRecord(event_, stream));
@@ -51,17 +58,17 @@ class CudaEvent final : public EventImpl {
     MP_CHECK_CUDA(err);
     return true;
   }
+  // Bounded by the recording stream's wait timeout (Note [Bounded host waits]).
   void synchronize() override {
-    MP_CHECK_CUDA(cudaEventSynchronize(event_));
-    rethrow_task_failure();
+    if (wait_for(origin_.wait_timeout)) return;
+    abandon_cpu_streams();
+    MP_THROW(CudaError, "event #", origin_.number, " of CUDA stream '", origin_.stream, "' (", device_,
+             ") did not complete within ", seconds_text(origin_.wait_timeout),
+             " s: work on that stream before it has not finished (a kernel that does not end, or a wait for a "
+             "collective that does not complete)");
   }
   bool wait_for(std::chrono::nanoseconds timeout) override {
-    // Polls: cudaEventSynchronize has no timeout.
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!query()) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    if (!poll_until([this] { return query(); }, timeout)) return false;
     rethrow_task_failure();
     return true;
   }
@@ -84,29 +91,81 @@ class CudaEvent final : public EventImpl {
   cudaEvent_t event_ = nullptr;
   std::shared_ptr<CudaStream::Failure> failure_;
   uint64_t after_task_ = 0;
+  EventOrigin origin_;
 };
+
+cudaError_t query_until(const std::function<cudaError_t()>& query, std::chrono::nanoseconds timeout) {
+  cudaError_t last = cudaErrorNotReady;
+  (void)poll_until(
+      [&] {
+        last = query();
+        return last != cudaErrorNotReady;
+      },
+      timeout);
+  return last;
+}
 
 }  // namespace
 
-CudaStream::CudaStream(Device device, std::string name)
-    : Stream(std::move(name)), device_(device), failure_(std::make_shared<Failure>()) {
+cudaError_t query_event_until(cudaEvent_t event, std::chrono::nanoseconds timeout) {
+  return query_until([event] { return cudaEventQuery(event); }, timeout);
+}
+
+cudaError_t query_stream_until(cudaStream_t stream, std::chrono::nanoseconds timeout) {
+  return query_until([stream] { return cudaStreamQuery(stream); }, timeout);
+}
+
+namespace {
+
+void check_bounded_wait(cudaError_t err, const char* call, std::chrono::nanoseconds timeout, const std::string& what) {
+  if (err == cudaErrorNotReady) {
+    abandon_cpu_streams();
+    MP_THROW(CudaError, what, " did not complete within ", seconds_text(timeout), " s");
+  }
+  if (err != cudaSuccess) {
+    MP_THROW(CudaError, "waiting for ", what, ": ", call, " failed: ", cudaGetErrorName(err), " (",
+             cudaGetErrorString(err), ")");
+  }
+}
+
+}  // namespace
+
+void synchronize_event(cudaEvent_t event, std::chrono::nanoseconds timeout, const std::string& what) {
+  check_bounded_wait(query_event_until(event, timeout), "cudaEventQuery", timeout, what);
+}
+
+void synchronize_stream(cudaStream_t stream, std::chrono::nanoseconds timeout, const std::string& what) {
+  check_bounded_wait(query_stream_until(stream, timeout), "cudaStreamQuery", timeout, what);
+}
+
+CudaStream::CudaStream(Device device, std::string name, std::chrono::milliseconds wait_timeout)
+    : Stream(std::move(name)), device_(device), wait_timeout_(wait_timeout), failure_(std::make_shared<Failure>()) {
   MP_ENFORCE(device.is_cuda(), "CudaStream on ", device);
   CudaDeviceGuard guard(device);
   MP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 
 CudaStream::~CudaStream() {
-  (void)cudaStreamSynchronize(stream_);
+  // Note [Bounded host waits]: its owner frees buffers that this stream's
+  // work may use right after; wait for it, within bounds.
+  const auto wait = cpu_streams_abandoned() ? std::chrono::milliseconds(0) : wait_timeout_;
+  if (query_stream_until(stream_, wait) == cudaErrorNotReady) {
+    abandon_cpu_streams();
+    report_abandoned_wait("the work of CUDA stream '" + name() + "' (" + to_string(device_) + ")", wait,
+                          "the stream is left as it is");
+    return;
+  }
   (void)cudaStreamDestroy(stream_);
 }
 
-Event CudaStream::record() {
-  return Event(std::make_shared<CudaEvent>(device_, stream_, false, failure_, failure_->submitted));
+Event CudaStream::record_event(bool timing) {
+  EventOrigin origin{name(), ++recorded_, wait_timeout_};
+  return Event(std::make_shared<CudaEvent>(device_, stream_, timing, failure_, failure_->submitted, std::move(origin)));
 }
 
-Event CudaStream::record_timed() {
-  return Event(std::make_shared<CudaEvent>(device_, stream_, true, failure_, failure_->submitted));
-}
+Event CudaStream::record() { return record_event(false); }
+
+Event CudaStream::record_timed() { return record_event(true); }
 
 namespace {
 

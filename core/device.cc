@@ -34,10 +34,12 @@ void set_current_device(Device d) {
 #endif
 }
 
-void wait_for_device_idle(Device d) noexcept {
+void wait_for_device_idle(Device d, std::chrono::milliseconds timeout) noexcept {
   if (d.is_cpu()) return;
 #if MP_WITH_CUDA
-  detail::cuda_wait_idle(d.index);
+  detail::cuda_wait_idle(d.index, timeout);
+#else
+  (void)timeout;
 #endif
 }
 

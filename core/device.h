@@ -3,9 +3,12 @@
 // run its CPU paths; cuda_info() says why CUDA is unavailable.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+
+#include "core/host_wait.h"
 
 namespace mp {
 
@@ -39,8 +42,11 @@ void set_current_device(Device d);
 
 // Waits until every stream of CUDA device `d` is idle, ignoring errors: for
 // owners of buffers that queued device work may still read, before they
-// free them. No-op for CPU.
-void wait_for_device_idle(Device d) noexcept;
+// free them. No-op for CPU. Bounded (Note [Bounded host waits] in
+// core/host_wait.h): at most `timeout`, and not at all once streams were
+// abandoned (core/stream.h); a device still busy after `timeout` is
+// reported on stderr, streams are abandoned, and the caller goes on.
+void wait_for_device_idle(Device d, std::chrono::milliseconds timeout = kDefaultWaitTimeout) noexcept;
 
 // MP_CUDA_SYNC=1: the debug mode in which CUDA ops synchronise after every
 // kernel, so a device fault throws CudaError naming the kernel that caused

@@ -17,6 +17,21 @@
 
 namespace mp {
 
+bool is_pinned_for(const void* host, Device device) {
+  if (device.is_cpu()) return true;
+#if MP_WITH_CUDA
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky, but leave nothing for the next check
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+#else
+  (void)host;
+  return false;
+#endif
+}
+
 PinnedBuffer::PinnedBuffer(Device device, size_t bytes) : device_(device), size_bytes_(bytes) {
   if (bytes == 0) return;
   if (device.is_cpu()) {

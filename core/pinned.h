@@ -14,6 +14,12 @@
 // Not accounted by the Allocator (core/allocator.h): these are small host
 // buffers beside the device's memory. The owner makes sure that no copy
 // still queued on a stream reads or writes a buffer it frees.
+//
+// Stream-ordered copies between host and CUDA memory (ops::copy_bytes,
+// copy_tensor on a stream) check with is_pinned_for that their host side is
+// pinned, and refuse pageable memory (EnforceError): such a copy would wait,
+// inside the CUDA call and without a deadline, for the stream to reach it
+// (Note [Bounded host waits] in core/host_wait.h).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +27,11 @@
 #include "core/device.h"
 
 namespace mp {
+
+// Whether host memory at `host` can take part in asynchronous copies with
+// `device`'s memory: always for the CPU; for a CUDA device, when it is
+// page-locked (a PinnedBuffer, cudaMallocHost or cudaHostRegister memory).
+bool is_pinned_for(const void* host, Device device);
 
 class PinnedBuffer {
  public:

@@ -149,12 +149,17 @@ void CpuStream::push(Item item) {
 
 void CpuStream::submit(std::function<void()> task, TaskName name) {
   MP_ENFORCE(task != nullptr, "empty task submitted to stream '", this->name(), "'");
-  push(Item{std::move(task), nullptr, name});
+  push(Item{std::move(task), nullptr, name, /*always=*/false});
+}
+
+void CpuStream::submit_always(std::function<void()> task, TaskName name) {
+  MP_ENFORCE(task != nullptr, "empty task submitted to stream '", this->name(), "'");
+  push(Item{std::move(task), nullptr, name, /*always=*/true});
 }
 
 Event CpuStream::record() {
   auto event = std::make_shared<CpuEvent>();
-  push(Item{nullptr, event, {}});
+  push(Item{nullptr, event, {}, /*always=*/false});
   return Event(event);
 }
 
@@ -220,13 +225,13 @@ void CpuStream::run(State& st) {
     idle = false;
     if (item.event) {
       item.event->complete(error);
-    } else if (!error) {
+    } else if (!error || item.always) {
       try {
         item.task();
       } catch (...) {
         std::exception_ptr e = task_error(std::current_exception(), item.name, st.name);
         std::lock_guard<std::mutex> lock(st.mu);
-        st.error = std::move(e);
+        if (!st.error) st.error = std::move(e);
       }
     }
   }
@@ -235,7 +240,7 @@ void CpuStream::run(State& st) {
 std::unique_ptr<Stream> Stream::create(Device device, std::string name, StreamOptions options) {
   if (device.is_cpu()) return std::make_unique<CpuStream>(std::move(name), options);
 #if MP_WITH_CUDA
-  return std::make_unique<CudaStream>(device, std::move(name));
+  return std::make_unique<CudaStream>(device, std::move(name), options.wait_timeout);
 #else
   MP_THROW(ConfigError, "stream '", name, "' on ", device, ": mp was built without CUDA");
 #endif

@@ -12,7 +12,9 @@
 //   worker blocks on e; a CUDA stream waits on the device
 //   (cudaStreamWaitEvent) with no host sync. A CUDA stream cannot wait for an
 //   unfinished CPU event without blocking the host, so that throws.
-// - Event::synchronize() blocks the calling thread until completion.
+// - Event::synchronize() blocks the calling thread until completion; on a
+//   CUDA event at most the stream's StreamOptions::wait_timeout, then it
+//   throws (Note [Bounded host waits] in core/host_wait.h).
 // - Failure: a task that throws (a CPU stream's task, or a host_task on
 //   either kind) marks its stream failed; the exception never ends the
 //   process. Its error is the task's own exception with " [op 'OP' of unit
@@ -63,6 +65,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "core/host_wait.h"
 
 namespace mp {
 
@@ -124,6 +127,14 @@ struct StreamOptions {
   // for failed, so no peer waits for it, and the failure reaches every rank
   // through the owner's agreement (Note [A failed step] in runtime/engine.h).
   bool inherits_failures = true;
+  // CUDA streams: how long a host thread waits for one of the stream's
+  // events (Event::synchronize, Stream::synchronize, the destructor's
+  // final wait) before it throws CudaError naming the stream, its device
+  // and the event (Note [Bounded host waits] in core/host_wait.h). The
+  // engine and the communicators pass their communicator's timeout. CPU
+  // streams are host threads whose waits end with the work they wait for;
+  // what bounds them is the collectives' timeout (comm/work.h).
+  std::chrono::milliseconds wait_timeout{kDefaultWaitTimeout};
 };
 
 class Stream {
@@ -186,6 +197,14 @@ class CpuStream final : public Stream {
 
   // Runs `task` on the worker after everything submitted before it.
   void submit(std::function<void()> task, TaskName name = {});
+  // The same, but `task` runs even when the stream failed before it (a
+  // normal task is then skipped): for an owner's bookkeeping that must
+  // happen whatever became of the work before it, such as telling a device
+  // that waits for a collective that the collective is over (Note [Staged
+  // collectives] in comm/mpi/staged_communicator.h). It learns the earlier
+  // failure from the events it checks. If it throws, the stream fails as
+  // with any task (keeping an earlier failure as the first).
+  void submit_always(std::function<void()> task, TaskName name = {});
 
  private:
   class CpuEvent;
@@ -193,6 +212,7 @@ class CpuStream final : public Stream {
     std::function<void()> task;         // empty for an event marker
     std::shared_ptr<CpuEvent> event;    // set for an event marker
     TaskName name;
+    bool always = false;  // runs even after a failure (submit_always)
   };
   // Shared with the worker, so a detached worker never touches freed memory.
   struct State {

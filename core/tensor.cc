@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/cuda_device.h"
+#include "core/pinned.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
 #include "core/cuda_stream.h"
@@ -108,6 +109,15 @@ void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream) {
     return;
   }
 #if MP_WITH_CUDA
+  if (stream != nullptr) {
+    // core/pinned.h: a pageable host side would block inside the copy, unbounded.
+    const Tensor& host = dst.device().is_cpu() ? dst : src;
+    const Device device = dst.device().is_cpu() ? src.device() : dst.device();
+    MP_ENFORCE(src.size_bytes() == 0 || !host.device().is_cpu() || is_pinned_for(host.data(), device),
+               "copy_tensor from ", src.describe(), " to ", dst.describe(), " on stream '", stream->name(),
+               "': the host side is pageable; stream-ordered copies need pinned host memory (core/pinned.h "
+               "PinnedBuffer)");
+  }
   detail::cuda_memcpy(dst.data(), src.data(), src.size_bytes(),
                       stream ? static_cast<void*>(cuda_handle(stream)) : nullptr);
 #else

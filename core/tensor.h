@@ -70,7 +70,10 @@ class Tensor {
 
 // Copies src's elements into dst (same dtype and element count; any devices).
 // With a CUDA tensor involved and a CUDA `stream`, the copy is asynchronous on
-// it; with no stream it is synchronous. CPU-to-CPU copies run on the caller.
+// it, and a host side must be pinned (EnforceError otherwise: core/pinned.h);
+// with no stream it is synchronous (cudaMemcpy, on the legacy default stream,
+// which the library's non-blocking streams do not wait for, so it waits only
+// for itself). CPU-to-CPU copies run on the caller.
 void copy_tensor(const Tensor& dst, const Tensor& src, Stream* stream = nullptr);
 
 }  // namespace mp

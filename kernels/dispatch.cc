@@ -52,7 +52,9 @@ OpTimer::~OpTimer() = default;
 void OpTimer::flush() {
 #if MP_WITH_CUDA
   for (const Impl::Timed& t : impl_->pending) {
-    MP_CHECK_CUDA(cudaEventSynchronize(t.end));
+    // Bounded (Note [Bounded host waits] in core/host_wait.h); after a run
+    // the ops have long finished.
+    synchronize_event(t.end, kDefaultWaitTimeout, "the end event of a profiled op");
     float ms = 0;
     MP_CHECK_CUDA(cudaEventElapsedTime(&ms, t.start, t.end));
     detail::op_profile_add(t.family, ms / 1e3);
@@ -138,7 +140,15 @@ void end_cuda_op(const OpContext& cx, const char* name, OpFamily family, const C
     cx.timer->impl()->pending.push_back(OpTimer::Impl::Timed{family, static_cast<cudaEvent_t>(mark.start), end});
   }
   if (!cuda_sync_each_op()) return;
-  const cudaError_t err = cudaStreamSynchronize(mark.stream);
+  // Bounded by the stream's wait timeout (Note [Bounded host waits] in core/host_wait.h).
+  const auto* cuda = dynamic_cast<const CudaStream*>(&cx.stream);
+  const std::chrono::milliseconds timeout = cuda != nullptr ? cuda->wait_timeout() : kDefaultWaitTimeout;
+  const cudaError_t err = query_stream_until(mark.stream, timeout);
+  if (err == cudaErrorNotReady) {
+    abandon_cpu_streams();
+    MP_THROW(CudaError, "op ", name, cx.unit != nullptr ? " of unit " : "", cx.unit != nullptr ? cx.unit : "", " on ",
+             cx.device(), " did not finish within ", seconds_text(timeout), " s (MP_CUDA_SYNC waits after every op)");
+  }
   if (err != cudaSuccess) {
     MP_THROW(CudaError, "op ", name, cx.unit != nullptr ? " of unit " : "", cx.unit != nullptr ? cx.unit : "", " on ",
              cx.device(), " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));

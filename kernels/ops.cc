@@ -20,6 +20,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/error_cuda.h"
+#include "core/pinned.h"
 #include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/update_cuda.h"
@@ -251,6 +252,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
       },
       [&](auto cs) {
 #if MP_WITH_CUDA
+        // core/pinned.h: a pageable host side would block here, unbounded.
+        const void* host = dst_device.is_cpu() ? dst : src_device.is_cpu() ? src : nullptr;
+        MP_ENFORCE(bytes == 0 || host == nullptr || is_pinned_for(host, d), "copy_bytes of ", bytes, " bytes between ",
+                   d, " and pageable host memory on stream '", stream.name(),
+                   "': stream-ordered copies need pinned host memory (core/pinned.h PinnedBuffer)");
         MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cs));
 #else
         (void)cs;

@@ -98,8 +98,8 @@ void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device dev
 
 // Copies `bytes` bytes between any two devices' memory in stream order
 // (host memory given as Device::cpu()). CPU to CPU: on the CpuStream; any
-// CUDA side: cudaMemcpyAsync on the CUDA stream (host memory should be
-// pinned for it to be asynchronous).
+// CUDA side: cudaMemcpyAsync on the CUDA stream; host memory must then be
+// pinned (EnforceError otherwise: core/pinned.h).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream);
 
 }  // namespace ops

@@ -74,8 +74,11 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
       stats_(layout_.num_units(), o_.micro_batches, o_.locate_non_finite, alloc_),
       decision_(*opt_, o_.optimizer_in_backward) {
   set_current_device(device_);
-  compute_ = Stream::create(device_, "compute", StreamOptions{.lags_under_torture = true});
+  // Host waits on it are bounded by the world's timeout (Note [Bounded host waits] in core/host_wait.h).
+  compute_ = Stream::create(device_, "compute",
+                            StreamOptions{.lags_under_torture = true, .wait_timeout = w.options().timeout});
   losses_ = PinnedBuffer(device_, static_cast<size_t>(o_.micro_batches) * sizeof(double));
+  scalars_host_ = PinnedBuffer(device_, sizeof(StepScalars));
   comm_.set_compute(compute_.get());
   scalars_device_ = alloc_.allocate(sizeof(StepScalars), MemCategory::kOther);
   if (o_.deterministic && o_.precision.loss_scaling != LossScalingMode::kNone) {
@@ -239,10 +242,12 @@ void Engine::Impl::reduce(int u, int micro_batch, const GradBuffer& grads, const
 // The plan's scalars into the device's StepScalars, on the compute stream;
 // returns the event after the copy.
 Event Engine::Impl::write_scalars(const StepPlan& plan) {
-  scalars_host_ = plan.scalars;
-  ops::copy_bytes(scalars_device_.data(), device_, &scalars_host_, Device::cpu(), sizeof(StepScalars), *compute_);
+  scalars_copied_.synchronize();  // last step's copy has read the pinned slot (long since, in practice)
+  *scalars_host_.as<StepScalars>() = plan.scalars;
+  ops::copy_bytes(scalars_device_.data(), device_, scalars_host_.data(), Device::cpu(), sizeof(StepScalars), *compute_);
   scalars_written_ = true;
-  return compute_->record();
+  scalars_copied_ = compute_->record();
+  return scalars_copied_;
 }
 
 // Optimizer in backward: unit u's statistics and update on the stream its

@@ -119,7 +119,10 @@ class Engine::Impl {
   Clock::time_point step_start_;
   std::vector<std::pair<Event, Event>> compute_spans_;  // timed events around each model call
   Event stats_begin_, stats_end_, update_begin_, update_end_;  // timed, on the compute stream
-  StepScalars scalars_host_;  // the source of write_scalars' copy
+  // The source of write_scalars' copy: pinned (core/pinned.h), rewritten
+  // only once the last copy from it has run (scalars_copied_).
+  PinnedBuffer scalars_host_;
+  Event scalars_copied_;
   bool scalars_written_ = false;
   Event scalars_ready_;
   // This rank's micro-batch losses, one slot per micro-batch, written on

@@ -60,7 +60,8 @@ UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const Engi
   ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
   const int64_t bytes = static_cast<int64_t>(ranges_.size() * sizeof(UpdateRange));
   ranges_device_ = alloc.allocate(static_cast<size_t>(bytes), MemCategory::kOther);
-  ops::copy_bytes(ranges_device_.data(), alloc.device(), ranges_.data(), Device::cpu(), bytes, stream);
+  // Through pinned memory, as every host write to the device (Note [Host staging]).
+  stage_from_host(ranges_device_.data(), alloc.device(), ranges_.data(), bytes, stream);
 }
 
 void UnitState::set_weights(const std::vector<float>& values, Stream& s) {

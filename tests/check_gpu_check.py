@@ -115,6 +115,9 @@ def main():
         check("sanitizer before the binary mprun starts",
               gpu_check.sanitized_command(["/src/launch/mprun", "-np", "2", binary], build, cs) ==
               ["/src/launch/mprun", "-np", "2"] + cs + [binary])
+        check("mpirun's options stay in front (the GPU tests run --bind-to none)",
+              gpu_check.sanitized_command(["/src/launch/mprun", "-np", "2", "--bind-to", "none", binary], build, cs) ==
+              ["/src/launch/mprun", "-np", "2", "--bind-to", "none"] + cs + [binary])
         check("no binary of the build: no command", gpu_check.sanitized_command(["/bin/true"], build, cs) is None)
         clean = "========= COMPUTE-SANITIZER\n[  PASSED  ] 3 tests.\n========= ERROR SUMMARY: 0 errors\n"
         check("memcheck clean passes", gpu_check.sanitizer_verdict(clean, 0, ["no CUDA device: "])[0])

@@ -7,8 +7,9 @@
 // 0.5 * sum_u |w_u - t_u|^2 with fixed targets t_u (every micro-batch the
 // same), so d loss / d w_u = w_u - t_u. Forward u computes d_u = w_u - t_u in
 // fp32 (a cast of the params, then an fp32 add of -t_u) and its sum of
-// squares; the last forward copies the sums to the host, where loss_on's
-// host task adds them in unit order. Backward u writes d_u into the gradient buffer.
+// squares; the last forward copies the sums to the host (a pinned slot:
+// core/pinned.h), where loss_on's host task adds them in unit order.
+// Backward u writes d_u into the gradient buffer.
 #pragma once
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
 #include "kernels/convert.h"
 #include "kernels/ops.h"
@@ -36,17 +38,17 @@ class QuadraticModel final : public Model {
     std::unique_ptr<Stream> s = Stream::create(device, "quadratic setup");
     for (size_t u = 0; u < sizes.size(); ++u) {
       const int64_t n = sizes[u];
-      std::vector<float> neg(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) neg[static_cast<size_t>(i)] = -static_cast<float>(std::sin(1.0 + u + 0.37 * i));
+      PinnedBuffer neg(device, static_cast<size_t>(n) * sizeof(float));  // a stream copy's source: pinned
+      for (int64_t i = 0; i < n; ++i) neg.as<float>()[i] = -static_cast<float>(std::sin(1.0 + u + 0.37 * i));
       neg_targets_.push_back(Tensor::empty(alloc_, DType::kF32, {n}, MemCategory::kOther));
       diffs_.push_back(Tensor::zeros(alloc_, DType::kF32, {n}, MemCategory::kActivations));
       ops::copy_bytes(neg_targets_.back().data(), device, neg.data(), Device::cpu(), n * 4, *s);
-      s->synchronize();
+      s->synchronize();  // before `neg` is freed
     }
     slots_ = alloc_.allocate(sizes.size() * sizeof(ops::GradStatsSlot), MemCategory::kOther);
     workspace_ = alloc_.allocate(sizes.size() * static_cast<size_t>(ops::grad_stats_workspace_bytes(device)),
                                  MemCategory::kOther);
-    host_slots_.resize(sizes.size());
+    host_slots_ = PinnedBuffer(device, sizes.size() * sizeof(ops::GradStatsSlot));
   }
 
   const ModelSpec& spec() const override { return spec_; }
@@ -60,7 +62,7 @@ class QuadraticModel final : public Model {
                     static_cast<char*>(workspace_.data()) + static_cast<size_t>(u) * ws, s);
     if (u == static_cast<int>(diffs_.size()) - 1) {
       ops::copy_bytes(host_slots_.data(), Device::cpu(), slots_.data(), alloc_.device(),
-                      static_cast<int64_t>(host_slots_.size() * sizeof(ops::GradStatsSlot)), s);
+                      static_cast<int64_t>(host_slots_.size_bytes()), s);
     }
   }
   void loss_on(double* loss, Stream& s) override {
@@ -68,7 +70,8 @@ class QuadraticModel final : public Model {
     s.host_task(
         [this, loss] {
           double sum = 0;
-          for (const ops::GradStatsSlot& slot : host_slots_) sum += slot.sum_sq;
+          const size_t units = host_slots_.size_bytes() / sizeof(ops::GradStatsSlot);
+          for (size_t u = 0; u < units; ++u) sum += host_slots_.as<const ops::GradStatsSlot>()[u].sum_sq;
           *loss = 0.5 * sum;
         },
         TaskName{"quadratic loss"});
@@ -83,7 +86,7 @@ class QuadraticModel final : public Model {
   ModelSpec spec_;
   std::vector<Tensor> neg_targets_, diffs_;
   Buffer slots_, workspace_;
-  std::vector<ops::GradStatsSlot> host_slots_;
+  PinnedBuffer host_slots_;  // the last forward's copy of slots_, read by loss_on's host task
 };
 
 }  // namespace mp::testing

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -123,6 +124,46 @@ TEST(CpuStream, AFailedTaskIsNamedAndCarriedToTheHost) {
               std::string::npos)
         << e.what();
   }
+}
+
+// submit_always: bookkeeping that must run whatever became of the work
+// before it (the end of a staged collective) runs after a failure, in
+// order, where a normal task is skipped; the first failure stays the one
+// the stream reports.
+TEST(CpuStream, AnAlwaysTaskRunsAfterAFailureAndKeepsTheFirstError) {
+  CpuStream s("comm");
+  std::vector<std::string> ran;
+  s.submit([&] { ran.push_back("before"); });
+  s.submit([] { MP_THROW(CommError, "all_reduce #3 failed"); });
+  s.submit([&] { ran.push_back("skipped"); });
+  const Event failed = s.record();
+  bool saw_failure = false;
+  s.submit_always([&] {
+    try {
+      failed.synchronize();
+    } catch (const CommError&) {
+      saw_failure = true;
+    }
+    ran.push_back("always");
+  });
+  s.submit_always([] { MP_THROW(IoError, "a second failure"); });
+  s.submit_always([&] { ran.push_back("always again"); });
+  try {
+    s.synchronize();
+    FAIL() << "no error";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce #3 failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ran, (std::vector<std::string>{"before", "always", "always again"}));
+  EXPECT_TRUE(saw_failure) << "the always task learns the failure from the event it checks";
+  // Without a failure it is an ordinary task, in order.
+  CpuStream t("fine");
+  std::vector<int> order;
+  t.submit([&] { order.push_back(1); });
+  t.submit_always([&] { order.push_back(2); });
+  t.submit([&] { order.push_back(3); });
+  EXPECT_NO_THROW(t.synchronize());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
 }
 
 TEST(CpuStream, DestructorRunsSubmittedWork) {

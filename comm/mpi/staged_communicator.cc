@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/mpi/staged_completion.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/stream.h"
@@ -19,33 +20,12 @@
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/cuda_host_word.h"
 #include "core/cuda_stream.h"
 #include "core/error_cuda.h"
 #endif
 
 namespace mp {
-
-// What host functions still in flight share with their communicator (and
-// may outlive it): the first failure of a collective's host part.
-struct StagedMpiCommunicator::State {
-  std::mutex mu;
-  std::exception_ptr error;
-
-  void fail(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!error) error = std::move(e);
-  }
-  std::exception_ptr first_error() {
-    std::lock_guard<std::mutex> lock(mu);
-    return error;
-  }
-};
-
-// The argument of one host function: the inner collective it waits for.
-struct StagedMpiCommunicator::HostPart {
-  WorkPtr inner;
-  std::shared_ptr<State> state;
-};
 
 namespace {
 
@@ -60,7 +40,7 @@ size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 // Where a second region of the staging buffer starts after `first` bytes.
 size_t second_region(size_t first) { return round_up(first, 64); }
 
-// Note [Staged collectives], "Host functions": the collective issued last by
+// Note [Staged collectives], "One communicator in flight": the collective issued last by
 // any staged communicator of this process, and by which. Its mutex is held
 // while a collective is issued, so issues of different staged communicators
 // are ordered too.
@@ -102,10 +82,12 @@ Work::Diagnose diagnose_through(WorkPtr inner) {
 // ---- construction ------------------------------------------------------------------
 
 std::unique_ptr<StagedMpiCommunicator> StagedMpiCommunicator::create(std::unique_ptr<MpiCommunicator> inner,
-                                                                     Device device, size_t staging_bytes) {
+                                                                     Device device, size_t staging_bytes,
+                                                                     StagedWait wait) {
 #if !MP_WITH_CUDA
   (void)inner;
   (void)staging_bytes;
+  (void)wait;
   MP_THROW(ConfigError, "the staged MPI communicator moves CUDA tensors (", device,
            ") through host memory, but mp was built without CUDA (MP_CUDA=OFF or nvcc not found)");
 #else
@@ -120,24 +102,33 @@ std::unique_ptr<StagedMpiCommunicator> StagedMpiCommunicator::create(std::unique
                                     : std::to_string(info.device_count) + " CUDA device(s) exist");
   }
   MP_ENFORCE(inner != nullptr, "the staged MPI communicator needs an inner MpiCommunicator, got none");
-  std::unique_ptr<StagedMpiCommunicator> c(new StagedMpiCommunicator(std::move(inner), device));
+  std::string why;
+  if (wait == StagedWait::kDevice && !HostWord::supported(device, &why)) {
+    MP_THROW(ConfigError, "the staged MPI communicator '", inner->name(), "' was asked to wait on ", device,
+             " for its MPI parts, but streams there cannot wait on host words: ", why);
+  }
+  std::unique_ptr<StagedMpiCommunicator> c(new StagedMpiCommunicator(std::move(inner), device, wait));
   if (staging_bytes > 0) c->staging(staging_bytes);
   return c;
 #endif
 }
 
-StagedMpiCommunicator::StagedMpiCommunicator(std::unique_ptr<MpiCommunicator> inner, Device device)
+StagedMpiCommunicator::StagedMpiCommunicator(std::unique_ptr<MpiCommunicator> inner, Device device, StagedWait wait)
     : Communicator(inner->name(), inner->options()),
       inner_(std::move(inner)),
       device_(device),
+      wait_(wait),
       allocator_(Device::cpu()),
-      state_(std::make_shared<State>()),
-      stream_(Stream::create(device, "staged:" + name())) {
-  // The inner communication thread waits for CUDA events (step 2 of Note
-  // [Staged collectives]): the device must be current there.
-  auto* inner_thread = dynamic_cast<CpuStream*>(&inner_->stream());
-  MP_ENFORCE(inner_thread != nullptr, "the inner communicator '", name(), "' has no communication thread");
-  inner_thread->submit([device] { set_current_device(device); });
+      failure_(std::make_shared<FirstFailure>()),
+      stream_(Stream::create(device, "staged:" + name(), StreamOptions{.wait_timeout = options().timeout})) {
+  // The communication thread polls CUDA events (step 2 of Note [Staged
+  // collectives]): the device must be current there.
+  inner_thread_ = dynamic_cast<CpuStream*>(&inner_->stream());
+  MP_ENFORCE(inner_thread_ != nullptr, "the inner communicator '", name(), "' has no communication thread");
+  inner_thread_->submit([device] { set_current_device(device); });
+#if MP_WITH_CUDA
+  if (wait_ != StagedWait::kHost && HostWord::supported(device)) word_ = std::make_shared<HostWord>(device);
+#endif
 }
 
 StagedMpiCommunicator::~StagedMpiCommunicator() {
@@ -158,10 +149,19 @@ StagedMpiCommunicator::~StagedMpiCommunicator() {
     }
   }
   if (!drained) {
-    // Copies and host functions may still be queued on the stream, and an
-    // abandoned MPI call may still write the staging buffer: keep both
-    // (the process is about to end, core/stream.h abandon_cpu_streams) rather
+    // Note [Staged collectives], "Failures": the communication thread may
+    // never finish its collectives, so the word is raised past all of
+    // them, and nothing on the device waits on it for ever. The copies
+    // still queued on the stream then read the staging buffer, and an
+    // abandoned MPI call may still write it: keep both, and the word (the
+    // process is about to end, core/stream.h abandon_cpu_streams), rather
     // than free memory in use or wait for the stream without a bound.
+#if MP_WITH_CUDA
+    if (word_) {
+      raise_host_word(word_->value(), issued_);
+      word_->leak();
+    }
+#endif
     (void)stream_.release();
     (void)new Buffer(std::move(staging_));
     return;
@@ -205,43 +205,47 @@ void StagedMpiCommunicator::drain() {
 }
 
 void StagedMpiCommunicator::rethrow_failure() const {
-  if (std::exception_ptr e = state_->first_error()) std::rethrow_exception(e);
+  if (std::exception_ptr e = failure_->get()) std::rethrow_exception(e);
 }
 
 // ---- issue: Note [Staged collectives] ----------------------------------------------
 
-void StagedMpiCommunicator::finish_host_part(void* arg) noexcept {
-  // Runs on a CUDA thread, which must not call CUDA: it only waits, on the
-  // host, for the inner collective (bounded by the inner timeout).
-  std::unique_ptr<HostPart> part(static_cast<HostPart*>(arg));
-  try {
-    part->inner->wait();
-  } catch (...) {
-    part->state->fail(std::current_exception());
-  }
-}
-
-WorkPtr StagedMpiCommunicator::stage(const std::vector<Copy>& down, const std::function<WorkPtr()>& run_inner,
-                                     const std::vector<Copy>& up) {
+WorkPtr StagedMpiCommunicator::stage(const char* op, size_t staging_bytes, const std::function<Plan(char*)>& plan) {
   rethrow_failure();
 #if MP_WITH_CUDA
   LastIssue& last = last_issue();
   std::lock_guard<std::mutex> lock(last.mu);
-  if (last.owner != this && last.work) last.work->wait();  // at most one communicator in flight
+  if (last.owner != this && last.work) last.work->wait();  // one communicator in flight
   CudaDeviceGuard current(device_);
+  const Plan p = plan(staging(staging_bytes));  // grows only with nothing staged in flight (above)
+  const uint32_t number = issued_ + 1;
   // 1. Device -> host, in stream order after what the caller put on stream().
-  for (const Copy& c : down) {
+  for (const Copy& c : p.down) {
     if (c.bytes > 0) ops::copy_bytes(c.dst, Device::cpu(), c.src, device_, static_cast<int64_t>(c.bytes), *stream_);
   }
-  // 2. The inner collective on the host buffers, once they hold the input.
-  inner_->stream().wait(stream_->record());
-  WorkPtr inner = run_inner();
-  // 3. The stream waits for the inner collective ...
-  auto part = std::make_unique<HostPart>(HostPart{inner, state_});
-  MP_CHECK_CUDA(cudaLaunchHostFunc(cuda_handle(stream_.get()), &StagedMpiCommunicator::finish_host_part, part.get()));
-  (void)part.release();  // the host function owns it now
+  // 2. The communication thread: the copies, the inner collective, its end.
+  std::string what = detail::str(op, " (staged collective #", number, ") on communicator '", name(), "'");
+  inner_thread_->submit([staged = stream_->record(), timeout = options().timeout,
+                         what = std::move(what)] { wait_until_staged(staged, timeout, what); },
+                        TaskName{"wait for the copies to host memory"});
+  WorkPtr inner = p.run_inner();
+  issued_ = number;
+  if (word_) {
+    inner_thread_->submit_always(
+        [inner, failure = failure_, word = word_, number] { finish_staged(*inner, *failure, word->value(), number); },
+        TaskName{"signal the end of a staged collective"});
+    // 3. The stream waits on the device until the MPI part is over ...
+    word_->wait_on(cuda_handle(stream_.get()), number);
+  } else {
+    // 3. ... or, without device waits, this thread does (bounded).
+    try {
+      inner->wait();
+    } catch (...) {
+      failure_->fail(std::current_exception());
+    }
+  }
   // 4. ... and then copies the result host -> device.
-  for (const Copy& c : up) {
+  for (const Copy& c : p.up) {
     if (c.bytes > 0) ops::copy_bytes(c.dst, device_, c.src, Device::cpu(), static_cast<int64_t>(c.bytes), *stream_);
   }
   auto work = std::make_shared<Work>(inner->info(), stream_->record(), name(), options().timeout,
@@ -252,9 +256,9 @@ WorkPtr StagedMpiCommunicator::stage(const std::vector<Copy>& down, const std::f
   last.work = work;
   return work;
 #else
-  (void)down;
-  (void)run_inner;
-  (void)up;
+  (void)op;
+  (void)staging_bytes;
+  (void)plan;
   MP_THROW(ConfigError, "staged collective on ", device_, ": mp was built without CUDA");
 #endif
 }
@@ -265,60 +269,69 @@ WorkPtr StagedMpiCommunicator::do_all_gather(const Tensor& input, const Tensor& 
   const int64_t n = input.numel();
   // In place, the input is rank r's slice of the output on the host too.
   const size_t at = second_region(output.size_bytes());
-  char* base = staging(in_place ? output.size_bytes() : at + input.size_bytes());
-  const Tensor out = host_view(base, 0, output.dtype(), output.numel());
-  const Tensor in = in_place ? out.flat(rank() * n, n) : host_view(base, at, input.dtype(), n);
-  return stage({{in.data(), input.data(), input.size_bytes()}}, [&] { return inner_->all_gather(in, out); },
-               {{output.data(), out.data(), output.size_bytes()}});
+  return stage("all_gather", in_place ? output.size_bytes() : at + input.size_bytes(), [&](char* base) {
+    const Tensor out = host_view(base, 0, output.dtype(), output.numel());
+    const Tensor in = in_place ? out.flat(rank() * n, n) : host_view(base, at, input.dtype(), n);
+    return Plan{{{in.data(), input.data(), input.size_bytes()}},
+                [this, in, out] { return inner_->all_gather(in, out); },
+                {{output.data(), out.data(), output.size_bytes()}}};
+  });
 }
 
 WorkPtr StagedMpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                                  bool in_place) {
   const int64_t n = output.numel();
   const size_t at = second_region(input.size_bytes());
-  char* base = staging(in_place ? input.size_bytes() : at + output.size_bytes());
-  const Tensor in = host_view(base, 0, input.dtype(), input.numel());
-  const Tensor out = in_place ? in.flat(rank() * n, n) : host_view(base, at, output.dtype(), n);
-  return stage({{in.data(), input.data(), input.size_bytes()}},
-               [&] { return inner_->reduce_scatter(in, out, o); }, {{output.data(), out.data(), output.size_bytes()}});
+  return stage("reduce_scatter", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
+    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
+    const Tensor out = in_place ? in.flat(rank() * n, n) : host_view(base, at, output.dtype(), n);
+    return Plan{{{in.data(), input.data(), input.size_bytes()}},
+                [this, in, out, o] { return inner_->reduce_scatter(in, out, o); },
+                {{output.data(), out.data(), output.size_bytes()}}};
+  });
 }
 
 WorkPtr StagedMpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                              bool in_place) {
   const int64_t n = input.numel();
   const size_t at = second_region(input.size_bytes());
-  char* base = staging(in_place ? input.size_bytes() : at + output.size_bytes());
-  const Tensor in = host_view(base, 0, input.dtype(), n);
-  const Tensor out = in_place ? in : host_view(base, at, output.dtype(), n);
-  return stage({{in.data(), input.data(), input.size_bytes()}}, [&] { return inner_->all_reduce(in, out, o); },
-               {{output.data(), out.data(), output.size_bytes()}});
+  return stage("all_reduce", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
+    const Tensor in = host_view(base, 0, input.dtype(), n);
+    const Tensor out = in_place ? in : host_view(base, at, output.dtype(), n);
+    return Plan{{{in.data(), input.data(), input.size_bytes()}},
+                [this, in, out, o] { return inner_->all_reduce(in, out, o); },
+                {{output.data(), out.data(), output.size_bytes()}}};
+  });
 }
 
 WorkPtr StagedMpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
-  char* base = staging(tensor.size_bytes());
-  const Tensor host = host_view(base, 0, tensor.dtype(), tensor.numel());
-  // Only the root's data travels down, and the root's tensor does not change.
-  std::vector<Copy> down, up;
-  if (rank() == root) {
-    down.push_back({host.data(), tensor.data(), tensor.size_bytes()});
-  } else {
-    up.push_back({tensor.data(), host.data(), tensor.size_bytes()});
-  }
-  return stage(down, [&] { return inner_->broadcast(host, root); }, up);
+  return stage("broadcast", tensor.size_bytes(), [&](char* base) {
+    const Tensor host = host_view(base, 0, tensor.dtype(), tensor.numel());
+    // Only the root's data travels down, and the root's tensor does not change.
+    Plan p{{}, [this, host, root] { return inner_->broadcast(host, root); }, {}};
+    if (rank() == root) {
+      p.down.push_back({host.data(), tensor.data(), tensor.size_bytes()});
+    } else {
+      p.up.push_back({tensor.data(), host.data(), tensor.size_bytes()});
+    }
+    return p;
+  });
 }
 
 WorkPtr StagedMpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) {
   const size_t at = second_region(input.size_bytes());
-  char* base = staging(in_place ? input.size_bytes() : at + output.size_bytes());
-  const Tensor in = host_view(base, 0, input.dtype(), input.numel());
-  const Tensor out = in_place ? in : host_view(base, at, output.dtype(), output.numel());
-  return stage({{in.data(), input.data(), input.size_bytes()}}, [&] { return inner_->all_to_all(in, out); },
-               {{output.data(), out.data(), output.size_bytes()}});
+  return stage("all_to_all", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
+    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
+    const Tensor out = in_place ? in : host_view(base, at, output.dtype(), output.numel());
+    return Plan{{{in.data(), input.data(), input.size_bytes()}},
+                [this, in, out] { return inner_->all_to_all(in, out); },
+                {{output.data(), out.data(), output.size_bytes()}}};
+  });
 }
 
 WorkPtr StagedMpiCommunicator::barrier() {
   // Issued behind everything on stream(), like NCCL's barrier kernel.
-  return stage({}, [&] { return inner_->barrier(); }, {});
+  return stage("barrier", 0, [this](char*) { return Plan{{}, [this] { return inner_->barrier(); }, {}}; });
 }
 
 WorkPtr StagedMpiCommunicator::fence(const std::string& what) {
@@ -337,7 +350,7 @@ std::unique_ptr<Communicator> StagedMpiCommunicator::split(int color, int key, c
   auto* mpi = dynamic_cast<MpiCommunicator*>(child.get());
   MP_ENFORCE(mpi != nullptr, "split of the inner communicator '", this->name(), "' is not an MpiCommunicator");
   (void)child.release();
-  return create(std::unique_ptr<MpiCommunicator>(mpi), device_);
+  return create(std::unique_ptr<MpiCommunicator>(mpi), device_, 0, wait_);
 }
 
 void StagedMpiCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* all) {

@@ -97,7 +97,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, Device device, std::strin
       monitor_(std::move(monitor)),
       state_(std::make_shared<NcclState>(this->name(), options.timeout, options.diagnose_timeout)),
       allocator_(device),
-      stream_(device, "nccl:" + this->name()) {
+      stream_(device, "nccl:" + this->name(), options.timeout) {  // bounded host waits (core/host_wait.h)
   MP_CHECK_MPI(MPI_Comm_set_errhandler(bootstrap_, MPI_ERRORS_RETURN));
   MP_CHECK_MPI(MPI_Comm_rank(bootstrap_, &rank_));
   MP_CHECK_MPI(MPI_Comm_size(bootstrap_, &size_));

@@ -369,7 +369,7 @@ TEST_F(GpuGemm, GemmCudaCachesOnePlanPerShapeAndAlignmentClass) {
   p.bias = bias.get() + 1;
   gemm.run(p, stream_);
   EXPECT_EQ(gemm.cached_plans(), 5);
-  MP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  testing::wait_for_stream(stream_);
 }
 
 }  // namespace

@@ -335,7 +335,8 @@ TEST_F(NcclSelf, SequenceNumbersFencesAndBarriers) {
   CudaStream compute(Device::cuda(0), "compute");
   WorkPtr d = comm_->all_reduce(x, x, {ReduceOp::kSum, 2.0});
   d->wait_on(compute);
-  Tensor back = Tensor::empty(host_, DType::kBF16, {7}, MemCategory::kOther);
+  testing::PinnedHost pinned(DType::kBF16, 7);  // a stream copy's host side is pinned (core/pinned.h)
+  const Tensor& back = pinned.tensor();
   copy_tensor(back, x, &compute);
   compute.synchronize();
   EXPECT_TRUE(equals_rounded(back, [](int64_t i) { return exact_value(0, i) / 2.0; }, "all_reduce /2 via wait_on"));

@@ -8,18 +8,22 @@
 // StepScalars from device memory, written on the stream before it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/cuda_stream.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/update.h"
 #include "kernels/ops.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/test_util.h"
 #include "tests/update_test_util.h"
 
 namespace mp {
@@ -93,15 +97,22 @@ bool is_nan_bits(const void* p, DType t) {
 
 class GpuElementOps : public testing::GpuTest {
  protected:
+  // Through pinned memory (core/pinned.h), waiting (bounded) before the
+  // pinned copy is freed.
   Tensor to_device(const Tensor& h) {
     Tensor d = Tensor::empty(device_, h.dtype(), {h.numel()}, MemCategory::kOther);
-    copy_tensor(d, h, stream());
+    testing::PinnedHost pinned(h.dtype(), h.numel());
+    if (h.size_bytes() > 0) std::memcpy(pinned.data(), h.data(), h.size_bytes());
+    copy_tensor(d, pinned.tensor(), stream());
+    stream()->synchronize();
     return d;
   }
   Tensor to_host(const Tensor& d) {
-    Tensor h = Tensor::empty(host_, d.dtype(), {d.numel()}, MemCategory::kOther);
-    copy_tensor(h, d, stream());
+    testing::PinnedHost pinned(d.dtype(), d.numel());
+    copy_tensor(pinned.tensor(), d, stream());
     stream()->synchronize();
+    Tensor h = Tensor::empty(host_, d.dtype(), {d.numel()}, MemCategory::kOther);
+    if (h.size_bytes() > 0) std::memcpy(h.data(), pinned.data(), h.size_bytes());
     return h;
   }
   Tensor copy_on_host(const Tensor& h) {
@@ -181,12 +192,12 @@ TEST_F(GpuElementOps, Fp64AccumulationAndRoundingMatchTheCpuBodies) {
   Tensor out_d = to_device(want_out);
   ops::round_f64(want.data(), want_out, n, cpu_);
   ops::round_f64(acc, out_d, n, *stream());
-  std::vector<double> got(static_cast<size_t>(n));
+  PinnedBuffer got(Device::cuda(0), static_cast<size_t>(n) * sizeof(double));
   ops::copy_bytes(got.data(), Device::cpu(), acc, Device::cuda(0), static_cast<int64_t>(n * sizeof(double)), *stream());
   cpu_.synchronize();
   stream()->synchronize();
   for (int64_t i = 0; i < n; ++i) {
-    const double g = got[static_cast<size_t>(i)], w = want[static_cast<size_t>(i)];
+    const double g = got.as<double>()[i], w = want[static_cast<size_t>(i)];
     ASSERT_TRUE(std::memcmp(&g, &w, sizeof(double)) == 0 || (std::isnan(g) && std::isnan(w)))
         << "accumulator " << i << ": " << g << " vs " << w;
   }
@@ -214,8 +225,9 @@ TEST_F(GpuElementOps, GradStatsMatchTheCpuBodyInSumAndFlag) {
         ops::GradStatsSlot want;
         ops::grad_stats(g, n, 0.5f, &want, nullptr, cpu_);
         ops::grad_stats(g_d, n, 0.5f, slot, workspace.data(), *stream());
-        ops::GradStatsSlot got;
-        ops::copy_bytes(&got, Device::cpu(), slot, Device::cuda(0), sizeof(got), *stream());
+        PinnedBuffer got_slot(Device::cuda(0), sizeof(ops::GradStatsSlot));
+        const ops::GradStatsSlot& got = *got_slot.as<ops::GradStatsSlot>();
+        ops::copy_bytes(got_slot.data(), Device::cpu(), slot, Device::cuda(0), sizeof(got), *stream());
         cpu_.synchronize();
         stream()->synchronize();
         EXPECT_EQ(got.non_finite, want.non_finite) << what;
@@ -251,10 +263,11 @@ TEST_F(GpuElementOps, GradStatsRoundingMatchesTheCpuBody) {
       ops::GradStatsSlot want;
       ops::grad_stats(g, n, 0.5f, &want, nullptr, cpu_, ops::RoundThrough{wire, divisor});
       ops::grad_stats(g_d, n, 0.5f, slot, workspace.data(), *stream(), ops::RoundThrough{wire, divisor});
-      ops::GradStatsSlot got;
-      ops::copy_bytes(&got, Device::cpu(), slot, Device::cuda(0), sizeof(got), *stream());
+      PinnedBuffer got_slot(Device::cuda(0), sizeof(ops::GradStatsSlot));
+      const ops::GradStatsSlot& got = *got_slot.as<ops::GradStatsSlot>();
+      ops::copy_bytes(got_slot.data(), Device::cpu(), slot, Device::cuda(0), sizeof(got), *stream());
       cpu_.synchronize();
-      EXPECT_TRUE(same_bits(to_host(g_d), g, what));
+      EXPECT_TRUE(same_bits(to_host(g_d), g, what));  // waits for the stream: after the copy into got
       EXPECT_EQ(want.non_finite, 0) << what << ": the data must stay finite in the wire";
       EXPECT_EQ(got.non_finite, want.non_finite) << what;
       EXPECT_NEAR(got.sum_sq, want.sum_sq, 1e-12 * want.sum_sq) << what;
@@ -314,16 +327,20 @@ TEST_F(GpuElementOps, FusedUpdateWithDeviceScalarsMatchesTheCpuLoop) {
         Tensor g = to_device(c.grad), m = to_device(c.master), a = to_device(c.s0), b = to_device(c.s1),
                p = to_device(c.param);
         Buffer table = device_.allocate(c.ranges.size() * sizeof(UpdateRange), MemCategory::kOther);
-        ops::copy_bytes(table.data(), Device::cuda(0), c.ranges.data(), Device::cpu(),
+        PinnedBuffer table_h(Device::cuda(0), table.size_bytes());  // pinned sources: core/pinned.h
+        std::memcpy(table_h.data(), c.ranges.data(), table.size_bytes());
+        ops::copy_bytes(table.data(), Device::cuda(0), table_h.data(), Device::cpu(),
                         static_cast<int64_t>(table.size_bytes()), *stream());
         // The scalars are device memory, written on the stream before the update reads them.
-        StepScalars sc;
+        PinnedBuffer sc_h(Device::cuda(0), sizeof(StepScalars));
+        StepScalars& sc = *sc_h.as<StepScalars>();
+        sc = StepScalars{};
         sc.lr = 1e-3f;
         sc.grad_multiplier = 0.5f;
         sc.step = 4;
         sc.found_inf = found_inf ? 1 : 0;
         Buffer sc_d = device_.allocate(sizeof(StepScalars), MemCategory::kOther);
-        ops::copy_bytes(sc_d.data(), Device::cuda(0), &sc, Device::cpu(), sizeof(sc), *stream());
+        ops::copy_bytes(sc_d.data(), Device::cuda(0), sc_h.data(), Device::cpu(), sizeof(sc), *stream());
         ops::fused_update(c.args(kind, g, m, a, b, p, static_cast<const UpdateRange*>(table.data())),
                           static_cast<const StepScalars*>(sc_d.data()), Device::cuda(0), *stream());
 
@@ -344,13 +361,16 @@ TEST_F(GpuElementOps, FusedUpdateWithDeviceScalarsMatchesTheCpuLoop) {
 
 TEST_F(GpuElementOps, CopyBytesInEveryDirectionAndOpsInStreamOrder) {
   const int64_t n = 100003;
-  Tensor src = host_tensor(host_, DType::kF32, awkward_floats(n, 10));
+  testing::PinnedHost pinned_src(DType::kF32, n), pinned_back(DType::kF32, n);  // core/pinned.h
+  const Tensor& src = pinned_src.tensor();
+  std::memcpy(src.data(), host_tensor(host_, DType::kF32, awkward_floats(n, 10)).data(), src.size_bytes());
   for (float& x : std::span<float>(src.data_as<float>(), static_cast<size_t>(n))) {
     if (!std::isfinite(x)) x = 2.0f;
   }
   Buffer a = device_.allocate(src.size_bytes(), MemCategory::kOther);
   Buffer b = device_.allocate(src.size_bytes(), MemCategory::kOther);
-  std::vector<float> back(static_cast<size_t>(n), -1.0f);
+  std::span<float> back(pinned_back.tensor().data_as<float>(), static_cast<size_t>(n));
+  std::fill(back.begin(), back.end(), -1.0f);
   const auto bytes = static_cast<int64_t>(src.size_bytes());
   ops::copy_bytes(a.data(), Device::cuda(0), src.data(), Device::cpu(), bytes, *stream());
   ops::copy_bytes(b.data(), Device::cuda(0), a.data(), Device::cuda(0), bytes, *stream());
@@ -379,6 +399,26 @@ TEST_F(GpuElementOps, MemoryAndStreamOnDifferentDevicesAreRefused) {
   EXPECT_THROW(ops::zero(h, *stream()), EnforceError);   // CPU memory, CUDA stream
   EXPECT_THROW(ops::accumulate(h, h, false, *stream()), EnforceError);
   EXPECT_THROW(ops::copy_bytes(d.data(), Device::cuda(0), h.data(), Device::cpu(), 16, cpu_), EnforceError);
+}
+
+// A stream-ordered copy with pageable host memory would block inside
+// cudaMemcpyAsync, without a deadline, until the stream reached it: it is
+// refused, naming the stream (core/pinned.h).
+TEST_F(GpuElementOps, StreamCopiesRefusePageableHostMemory) {
+  Tensor d = Tensor::empty(device_, DType::kF32, {4}, MemCategory::kOther);
+  Tensor h = Tensor::zeros(host_, DType::kF32, {4}, MemCategory::kOther);  // the Allocator's: pageable
+  EXPECT_FALSE(is_pinned_for(h.data(), Device::cuda(0)));
+  const std::string e = testing::error_of<EnforceError>(
+      [&] { ops::copy_bytes(h.data(), Device::cpu(), d.data(), Device::cuda(0), 16, *stream()); });
+  EXPECT_TRUE(testing::contains(e, "pageable host memory on stream 'ops'")) << e;
+  EXPECT_THROW(ops::copy_bytes(d.data(), Device::cuda(0), h.data(), Device::cpu(), 16, *stream()), EnforceError);
+  EXPECT_THROW(copy_tensor(h, d, stream()), EnforceError);
+  testing::PinnedHost pinned(DType::kF32, 4);
+  EXPECT_TRUE(is_pinned_for(pinned.data(), Device::cuda(0)));
+  EXPECT_TRUE(is_pinned_for(static_cast<char*>(pinned.data()) + 4, Device::cuda(0))) << "inside a pinned buffer";
+  EXPECT_NO_THROW(copy_tensor(pinned.tensor(), d, stream()));
+  EXPECT_NO_THROW(copy_tensor(h, d)) << "a synchronous copy may use pageable memory";
+  stream()->synchronize();
 }
 
 }  // namespace

@@ -6,20 +6,30 @@
 // count, in place and out of place. Plus the order on stream() (a comm
 // hook's casts around the collective), Work::wait_on a compute stream, the
 // inner sequence numbers, barrier, fence, split, the control plane and the
-// staging buffer's accounting.
+// staging buffer's accounting; and that nothing waits for ever (Note
+// [Staged collectives]): hundreds of collectives back to back on two
+// staged communicators, interleaved with compute on their streams, both
+// with the device waiting for the MPI parts and with the host waiting,
+// against exactly known answers within a deadline, and an issue that
+// returns while a peer is late. Every copy between host and device here
+// has a pinned host side (core/pinned.h).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/hooks.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/staged_communicator.h"
+#include "core/cuda_host_word.h"
 #include "core/device.h"
+#include "core/pinned.h"
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
 #include "kernels/ops.h"
@@ -75,22 +85,32 @@ class Staged : public testing::MpiTest {
   }
   Tensor host_zeros(DType t, int64_t n) { return Tensor::zeros(host_, t, {n}, MemCategory::kOther); }
 
+  // Copies h into device memory at `d` on `s`, through pinned memory
+  // (core/pinned.h), and waits (bounded) for `s` before the pinned copy is
+  // freed.
+  void upload(void* d, const Tensor& h, Stream& s) {
+    PinnedBuffer pinned(device_, h.size_bytes());
+    if (h.size_bytes() > 0) std::memcpy(pinned.data(), h.data(), h.size_bytes());
+    ops::copy_bytes(d, device_, pinned.data(), Device::cpu(), static_cast<int64_t>(h.size_bytes()), s);
+    s.synchronize();
+  }
+  // Issued on `s` after what is there (the collectives, on stream()): sees its results.
+  Tensor download(const Tensor& d, Stream& s) {
+    PinnedBuffer pinned(device_, d.size_bytes());
+    ops::copy_bytes(pinned.data(), Device::cpu(), d.data(), device_, static_cast<int64_t>(d.size_bytes()), s);
+    s.synchronize();
+    Tensor h = Tensor::empty(host_, d.dtype(), {d.numel()}, MemCategory::kOther);
+    if (h.size_bytes() > 0) std::memcpy(h.data(), pinned.data(), h.size_bytes());
+    return h;
+  }
   // Copies through the staged stream, so the collectives are ordered after
   // them (Note [Staged collectives]).
   Tensor to_device(const Tensor& h) {
     Tensor d = Tensor::empty(device_alloc_, h.dtype(), {h.numel()}, MemCategory::kOther);
-    ops::copy_bytes(d.data(), device_, h.data(), Device::cpu(), static_cast<int64_t>(h.size_bytes()),
-                    staged_->stream());
+    upload(d.data(), h, staged_->stream());
     return d;
   }
-  // Issued on stream() after the collectives: sees their results.
-  Tensor to_host(const Tensor& d) {
-    Tensor h = Tensor::empty(host_, d.dtype(), {d.numel()}, MemCategory::kOther);
-    ops::copy_bytes(h.data(), Device::cpu(), d.data(), device_, static_cast<int64_t>(d.size_bytes()),
-                    staged_->stream());
-    staged_->stream().synchronize();
-    return h;
-  }
+  Tensor to_host(const Tensor& d) { return download(d, staged_->stream()); }
 
   std::string label(const std::string& op, DType t, int64_t n, bool in_place) const {
     return op + " " + std::string(dtype_name(t)) + " n=" + std::to_string(n) +
@@ -185,12 +205,7 @@ TEST_F(Staged, AllGatherBroadcastAndAllToAllEqualMpiBitForBit) {
         reference_->all_gather(want_in, want)->wait();
         Tensor out = to_device(host_zeros(t, n * size()));
         Tensor in = in_place ? out.flat(rank() * n, n) : to_device(host_data(t, n, 3));
-        if (in_place) {
-          Tensor mine = host_data(t, n, 3);
-          ops::copy_bytes(in.data(), device_, mine.data(), Device::cpu(), static_cast<int64_t>(mine.size_bytes()),
-                          staged_->stream());
-          staged_->stream().synchronize();  // `mine` is pageable and goes out of scope
-        }
+        if (in_place) upload(in.data(), host_data(t, n, 3), staged_->stream());
         staged_->all_gather(in, out)->wait();
         ASSERT_TRUE(same_bytes(to_host(out), want, label("all_gather", t, n, in_place)));
 
@@ -260,10 +275,7 @@ TEST_F(Staged, WorksOrderComputeStreamsAndCarryTheInnerSequence) {
   auto compute = Stream::create(device_, "compute");
   WorkPtr d = staged_->all_reduce(y, y, {ReduceOp::kAvg});
   d->wait_on(*compute);
-  Tensor back = host_zeros(DType::kF32, 100003);
-  ops::copy_bytes(back.data(), Device::cpu(), y.data(), device_, static_cast<int64_t>(y.size_bytes()), *compute);
-  compute->synchronize();
-  EXPECT_TRUE(same_bytes(back, want, "all_reduce avg read on a compute stream after wait_on"));
+  EXPECT_TRUE(same_bytes(download(y, *compute), want, "all_reduce avg read on a compute stream after wait_on"));
 }
 
 TEST_F(Staged, ControlPlaneAndSplit) {
@@ -290,13 +302,9 @@ TEST_F(Staged, ControlPlaneAndSplit) {
   Tensor want = host_data(DType::kF16, 777, 9);
   reference_->all_reduce(want, want, {ReduceOp::kSum})->wait();
   Tensor x = Tensor::empty(device_alloc_, DType::kF16, {777}, MemCategory::kOther);
-  Tensor h = host_data(DType::kF16, 777, 9);
-  ops::copy_bytes(x.data(), device_, h.data(), Device::cpu(), static_cast<int64_t>(h.size_bytes()), child->stream());
+  upload(x.data(), host_data(DType::kF16, 777, 9), child->stream());
   child->all_reduce(x, x, {ReduceOp::kSum})->wait();
-  Tensor back = host_zeros(DType::kF16, 777);
-  ops::copy_bytes(back.data(), Device::cpu(), x.data(), device_, static_cast<int64_t>(x.size_bytes()), child->stream());
-  child->stream().synchronize();
-  EXPECT_TRUE(same_bytes(back, want, "all_reduce on the split"));
+  EXPECT_TRUE(same_bytes(download(x, child->stream()), want, "all_reduce on the split"));
   child.reset();
 
   std::unique_ptr<Communicator> alone = staged_->split(rank() == 0 ? 0 : -1, 0, "alone");
@@ -326,6 +334,100 @@ TEST_F(Staged, StagingIsAccountedAndGrowsToTheLargestCollective) {
   auto sized = StagedMpiCommunicator::create(MpiCommunicator::create_world("sized", testing::gpu_test_comm_options()),
                                              device_, 5 << 20);
   EXPECT_EQ(sized->memory().current(MemCategory::kCommScratch), 3 * granule);
+}
+
+// The wait modes every rank can run: the device's where every rank's
+// device can wait on host words (Note [Device waits on host words]), and
+// always the host's.
+std::vector<StagedWait> wait_modes(Communicator& comm, Device device) {
+  const bool device_waits = comm.all_reduce_double(HostWord::supported(device) ? 1.0 : 0.0, HostOp::kMin) == 1.0;
+  if (device_waits) return {StagedWait::kDevice, StagedWait::kHost};
+  return {StagedWait::kHost};
+}
+
+const char* mode_name(StagedWait w) { return w == StagedWait::kDevice ? "device waits" : "host waits"; }
+
+// Note [Staged collectives], "Why no wait is for ever": hundreds of
+// collectives back to back on two staged communicators (so every switch
+// between them waits for the other's last), with compute on their streams
+// between them, issued without a host wait in between. Each step adds
+// rank + 1 to every element on the device, then takes the maximum over the
+// ranks: after k steps every element is exactly k x size() on every rank.
+// `a` does it with an all_reduce, `b` with a reduce_scatter and an
+// all_gather in place. The whole run must finish within a deadline, well
+// inside the collectives' timeout (tests/gpu/gpu_comm.h).
+TEST_F(Staged, BackToBackCollectivesWithComputeBetweenThemFinishInTime) {
+  constexpr int kSteps = 300;
+  constexpr double kDeadlineSeconds = 60;
+  const int64_t n = 4099;
+  const int W = size();
+  for (StagedWait mode : wait_modes(*reference_, device_)) {
+    const std::string what = std::string(mode_name(mode)) + " on rank " + std::to_string(rank());
+    auto a = StagedMpiCommunicator::create(
+        MpiCommunicator::create_world("back to back a", testing::gpu_test_comm_options()), device_, 0, mode);
+    auto b = StagedMpiCommunicator::create(
+        MpiCommunicator::create_world("back to back b", testing::gpu_test_comm_options()), device_, 0, mode);
+    ASSERT_EQ(a->device_waits(), mode == StagedWait::kDevice) << what;
+    Tensor inc_h = Tensor::empty(host_, DType::kF32, {n * W}, MemCategory::kOther);
+    for (int64_t i = 0; i < n * W; ++i) inc_h.data_as<float>()[i] = static_cast<float>(rank() + 1);
+    Tensor x = Tensor::empty(device_alloc_, DType::kF32, {n}, MemCategory::kOther);
+    Tensor y = Tensor::empty(device_alloc_, DType::kF32, {n * W}, MemCategory::kOther);
+    Tensor inc_a = Tensor::empty(device_alloc_, DType::kF32, {n}, MemCategory::kOther);
+    Tensor inc_b = Tensor::empty(device_alloc_, DType::kF32, {n * W}, MemCategory::kOther);
+    ops::zero(x, a->stream());
+    upload(inc_a.data(), inc_h.flat(0, n), a->stream());
+    ops::zero(y, b->stream());
+    upload(inc_b.data(), inc_h, b->stream());
+
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkPtr last_a, last_b;
+    for (int k = 0; k < kSteps; ++k) {
+      ops::accumulate(x, inc_a, false, a->stream());  // compute on a's stream, between its collectives
+      last_a = a->all_reduce(x, x, {ReduceOp::kMax});
+      ops::accumulate(y, inc_b, false, b->stream());
+      b->reduce_scatter(y, y.flat(rank() * n, n), {ReduceOp::kMax});
+      last_b = b->all_gather(y.flat(rank() * n, n), y);
+    }
+    const double issued_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_a->wait();
+    last_b->wait();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, kDeadlineSeconds) << what << ": " << 3 * kSteps << " collectives";
+    RecordProperty(std::string(mode == StagedWait::kDevice ? "device" : "host") + "_waits_seconds",
+                   std::to_string(seconds));
+    RecordProperty(std::string(mode == StagedWait::kDevice ? "device" : "host") + "_waits_issue_seconds",
+                   std::to_string(issued_s));
+    EXPECT_NO_THROW(a->barrier()->wait()) << what << ": a failure of an MPI part surfaces at the next call";
+    EXPECT_NO_THROW(b->barrier()->wait()) << what;
+    const float want = static_cast<float>(kSteps * W);
+    const Tensor xs = download(x, a->stream()), ys = download(y, b->stream());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(xs.data_as<float>()[i], want) << what << ": x[" << i << "]";
+    for (int64_t i = 0; i < n * W; ++i) ASSERT_EQ(ys.data_as<float>()[i], want) << what << ": y[" << i << "]";
+  }
+}
+
+// With device waits the issuing thread never waits for a peer: while the
+// last rank is late, the others' all_reduce returns at once, its Work is
+// pending, and it completes once the late rank joins.
+TEST_F(Staged, AnIssueReturnsWhileAPeerIsLate) {
+  if (size() < 2) GTEST_SKIP() << "needs a second rank";
+  if (wait_modes(*reference_, device_).front() != StagedWait::kDevice) {
+    GTEST_SKIP() << "streams on " << device_ << " cannot wait on host words";
+  }
+  Tensor x = to_device(host_data(DType::kF32, 1000, 12));
+  staged_->all_reduce(x, x, {ReduceOp::kMax})->wait();  // the staging buffer is sized: no drain below
+  reference_->barrier()->wait();
+  const int late = size() - 1;
+  if (rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto t0 = std::chrono::steady_clock::now();
+  WorkPtr w = staged_->all_reduce(x, x, {ReduceOp::kMax});
+  const double issue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank() != late) {
+    EXPECT_LT(issue_s, 0.5) << "the issue waited for rank " << late;
+    EXPECT_FALSE(w->is_completed()) << "completed without rank " << late;
+  }
+  w->wait();
+  EXPECT_TRUE(w->is_completed());
 }
 
 TEST_F(Staged, ArgumentErrorsAreTheCommunicatorsRules) {
