@@ -1,5 +1,5 @@
 # Finds every dependency with CMake's own modules and sets the 0/1 switches
-# that mp/config.h.in records (MP_WITH_CUDA, MP_WITH_NCCL).
+# that mp/config.h.in records (MP_WITH_CUDA, MP_WITH_NCCL, MP_WITH_CUDNN).
 
 find_program(MP_CCACHE ccache)
 if(MP_CCACHE)
@@ -21,6 +21,7 @@ find_package(dnnl REQUIRED CONFIG)
 # ---- CUDA -------------------------------------------------------------------
 set(MP_WITH_CUDA 0)
 set(MP_WITH_NCCL 0)
+set(MP_WITH_CUDNN 0)
 string(TOUPPER "${MP_CUDA}" _mp_cuda)
 if(NOT _mp_cuda MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "MP_CUDA must be AUTO, ON or OFF, not '${MP_CUDA}'")
@@ -86,4 +87,5 @@ if(MP_WITH_CUDA)
     message(WARNING "mp: CUDA is on but NCCL was not found; GPU collectives will be unavailable")
   endif()
   message(STATUS "mp: CUDA ${CUDAToolkit_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}, NCCL ${MP_NCCL_LIBRARY}")
+  include(MpCudnn)
 endif()

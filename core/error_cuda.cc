@@ -23,6 +23,20 @@ const char* cublas_status_name(int status) {
   }
 }
 
+// cuDNN 9 numbers its statuses by category (CUDNN_STATUS_CATEGORY in
+// cudnn_graph.h: the thousands); kernels/cuda/attention_cudnn.cc checks these
+// numbers against the header it is built with.
+const char* cudnn_status_category(int status) {
+  switch (status / 1000) {
+    case 1: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case 2: return "CUDNN_STATUS_BAD_PARAM";
+    case 3: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case 4: return "CUDNN_STATUS_INTERNAL_ERROR";
+    case 5: return "CUDNN_STATUS_EXECUTION_FAILED";
+    default: return "unknown cuDNN status";
+  }
+}
+
 }  // namespace
 
 void throw_cuda_error(const char* call, int code, const char* file, int line) {
@@ -42,6 +56,11 @@ void throw_cuda_error(const char* call, int code, const char* file, int line) {
 void throw_cublas_error(const char* call, int status, const char* file, int line) {
   throw CudaError(file, line, str("Call to ", call, " failed: ", cublas_status_name(status),
                                   " (cuBLAS status ", status, ")"));
+}
+
+void throw_cudnn_error(const char* call, int status, const char* file, int line) {
+  throw CudaError(file, line, str("Call to ", call, " failed: cuDNN status ", status, " (category ",
+                                  cudnn_status_category(status), ")"));
 }
 
 }  // namespace mp::detail

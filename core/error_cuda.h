@@ -1,8 +1,8 @@
-// core/error_cuda.h: one check macro per CUDA library (CUDA runtime, cuBLASLt;
-// NCCL's is comm/nccl/nccl_error.h). Each throws
+// core/error_cuda.h: one check macro per CUDA library (CUDA runtime,
+// cuBLASLt, cuDNN; NCCL's is comm/nccl/nccl_error.h). Each throws
 // CudaError naming the call, the library's error name and text, file:line and
-// rank. Only for builds with MP_WITH_CUDA; cuBLASLt statuses are named here
-// without linking cuBLASLt (it is loaded at run time).
+// rank. Only for builds with MP_WITH_CUDA; cuBLASLt and cuDNN statuses are
+// named here without linking either (both are loaded at run time).
 #pragma once
 
 #include "core/error.h"
@@ -15,6 +15,7 @@
 namespace mp::detail {
 [[noreturn]] void throw_cuda_error(const char* call, int code, const char* file, int line);
 [[noreturn]] void throw_cublas_error(const char* call, int status, const char* file, int line);
+[[noreturn]] void throw_cudnn_error(const char* call, int status, const char* file, int line);
 }  // namespace mp::detail
 
 #define MP_CHECK_CUDA(call)                                                              \
@@ -30,5 +31,15 @@ namespace mp::detail {
     const int mp_cublas_rc_ = static_cast<int>(call);                                    \
     if (mp_cublas_rc_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                \
       ::mp::detail::throw_cublas_error(#call, mp_cublas_rc_, __FILE__, __LINE__);        \
+    }                                                                                    \
+  } while (0)
+
+// cuDNN 9's cudnnStatus_t: the message names the status's number and its
+// category (CUDNN_STATUS_NOT_SUPPORTED for 3000-3999, ...).
+#define MP_CHECK_CUDNN(call)                                                             \
+  do {                                                                                   \
+    const int mp_cudnn_rc_ = static_cast<int>(call);                                     \
+    if (mp_cudnn_rc_ != 0 /* CUDNN_STATUS_SUCCESS */) {                                  \
+      ::mp::detail::throw_cudnn_error(#call, mp_cudnn_rc_, __FILE__, __LINE__);          \
     }                                                                                    \
   } while (0)
