@@ -207,8 +207,10 @@ __device__ __forceinline__ void layernorm_backward_row(const In* g, const float*
   }
 }
 
+// At most 2 kLnWarps channels floats of shared memory per block bound the
+// blocks per SM anyway: the registers may be plenty (one block's worth).
 template <class In, class Copy, bool kVector>
-__global__ void __launch_bounds__(kLnThreads)
+__global__ void __launch_bounds__(kLnThreads, 1)
     layernorm_backward_kernel(const In* dout, const float* x, const float* w, const float* mean, const float* rstd,
                               int64_t rows, int channels, float* dx, bool accumulate, Copy* copy, bool round,
                               float* dw, float* db, LnWorkspace ws) {
