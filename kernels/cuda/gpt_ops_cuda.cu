@@ -12,6 +12,7 @@
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
 #include "kernels/cuda/gpt_ops_cuda.h"
+#include "kernels/cuda/packed.cuh"
 #include "kernels/gpt_math.h"
 
 namespace mp {
@@ -139,6 +140,44 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const E* wte, co
     const int32_t token = tokens[n];
     out[i] = token >= 0 && token < vocab_rows ? math::to_f32(wte[token * channels + c]) + wpe[(n % seq) * channels + c]
                                               : __int_as_float(0x7fc00000);  // NaN
+  }
+}
+
+// The same, eight channels per thread step with 16-byte accesses
+// (channels a multiple of 8, every row 16-byte aligned): the same sums.
+template <class E>
+__global__ void embedding_forward_vec_kernel(const int32_t* tokens, const E* wte, const float* wpe, int64_t seq,
+                                             int64_t channels, int64_t vocab_rows, int64_t count, float* out) {
+  constexpr int kVec = 8;
+  for (int64_t v = global_thread(); v < count / kVec; v += grid_threads()) {
+    const int64_t i = v * kVec, n = i / channels, c = i % channels;
+    const int32_t token = tokens[n];
+    const bool valid = token >= 0 && token < vocab_rows;
+    float e[kVec];
+    if (!valid) {
+      for (float& x : e) x = __int_as_float(0x7fc00000);  // NaN
+    } else if constexpr (std::is_same_v<E, bf16>) {
+      const auto w = cuda_packed::load128(wte + token * channels + c);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) e[k] = math::to_f32(w.v[k]);
+    } else {
+      const auto w0 = cuda_packed::load128(wte + token * channels + c), w1 = cuda_packed::load128(wte + token * channels + c + 4);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        e[k] = w0.v[k];
+        e[k + 4] = w1.v[k];
+      }
+    }
+    const float* p = wpe + (n % seq) * channels + c;
+    const auto p0 = cuda_packed::load128(p), p1 = cuda_packed::load128(p + 4);
+    cuda_packed::Packed128<float> o0, o1;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      o0.v[k] = e[k] + p0.v[k];
+      o1.v[k] = e[k + 4] + p1.v[k];
+    }
+    cuda_packed::store128(out + i, o0);
+    cuda_packed::store128(out + i + 4, o1);
   }
 }
 
@@ -356,8 +395,13 @@ void embedding_forward(const int32_t* tokens, const E* wte, const float* wpe, in
   const int64_t count = batch * seq * channels;
   if (count == 0) return;
   MP_ENFORCE(tokens != nullptr && wte != nullptr && wpe != nullptr && out != nullptr, "embedding of null memory");
-  embedding_forward_kernel<E><<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
-                                                                          vocab_rows, count, out);
+  if (channels % 8 == 0 && cuda_packed::aligned16(wte) && cuda_packed::aligned16(wpe) && cuda_packed::aligned16(out)) {
+    embedding_forward_vec_kernel<E><<<blocks_for(count / 8), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
+                                                                                    vocab_rows, count, out);
+  } else {
+    embedding_forward_kernel<E><<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
+                                                                            vocab_rows, count, out);
+  }
   MP_CHECK_CUDA(cudaGetLastError());
 }
 
