@@ -34,6 +34,9 @@ constexpr Suite kSuites[] = {
     {"update", run_update_suite, "the fused AdamW step vs a STREAM triad, 1 and 2 threads (run with -np 1)"},
 #if MP_WITH_CUDA
     {"update_cuda", run_update_cuda_suite, "the fused AdamW step on the GPU vs a device-to-device copy (run with -np 1)"},
+    {"gemm_cuda", run_gemm_cuda_suite,
+     "GPT-2 124M's GEMMs on the GPU as the model runs them vs a plain fp32 product and the 8192^3 bf16 peak "
+     "(--sizes: the batches, default 4,16; run with -np 1)"},
 #endif
     {"step", run_step_suite, "engine step phases, prefetch on/off vs serialized communication (run with -np 2)"},
     {"gemm", run_gemm_suite, "gemm_cpu GFLOP/s on the GPT-2 124M shapes vs the 2048^3 peak (run with -np 1)"},

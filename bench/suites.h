@@ -20,6 +20,11 @@ void run_update_suite(const BenchContext& ctx);
 // device copy (update_cuda_bench.cc; CUDA builds only).
 void run_update_cuda_suite(const BenchContext& ctx);
 
+// gemm_cuda: every GEMM of a GPT-2 124M step at B = 4 and 16 through
+// gemm_cuda, as the model runs it and as a plain fp32 product, vs the bf16
+// GEMM peak on 8192^3 (gemm_cuda_bench.cc; CUDA builds only).
+void run_gemm_cuda_suite(const BenchContext& ctx);
+
 // step: one engine step per phase, overlapped vs serialized communication
 // (step_bench.cc).
 void run_step_suite(const BenchContext& ctx);

@@ -20,12 +20,16 @@ On a GPU (--device cuda; scripts/gpu_check runs it so): the same model at
 --seq 1024, modes amp_bf16 (eager torch.autocast("cuda", bfloat16), fused
 AdamW) and amp_bf16_compile (the same under torch.compile, where it works;
 a mode that fails prints a JSON line with "error" instead), timed with
-torch.cuda.synchronize() around each step.
+torch.cuda.synchronize() around each step, at each batch of --batch (4,16:
+every mode at 4, then at 16). The optimizer step is mp's: AdamW with
+weight decay on the 2-D parameters only, and with --clip C the gradients'
+global norm clipped at C first, as configs/gpt2_124m.textproto does
+(grad_clip 1.0; scripts/gpu_check passes --clip 1.0).
 
 Needs torch (pip install torch); nothing in the build or the tests does.
 Usage:
   python3 bench/torch_gpt.py [--threads N] [--steps 5] [--warmup 2] [--ours gpt.jsonl]
-  python3 bench/torch_gpt.py --device cuda --seq 1024 --batch 4 --modes amp_bf16,amp_bf16_compile
+  python3 bench/torch_gpt.py --device cuda --seq 1024 --batch 4,16 --clip 1.0 --modes amp_bf16,amp_bf16_compile
 """
 import argparse
 import json
@@ -96,19 +100,22 @@ def flops_per_token(model, context):
     return 6 * n + 12 * len(model.h) * c * context
 
 
-def run(mode, args):
+def run(mode, batch, args):
     torch.manual_seed(0)
     dev = torch.device(args.device)
     model = Gpt(context=args.seq).to(dev)
     fused = {"fused": True} if dev.type == "cuda" else {}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, **fused)
+    # mp's AdamW (optim/optimizer.cc): 1-D parameters (biases, LayerNorm) are not decayed.
+    groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1e-4, **fused)
     step_model = torch.compile(model) if mode.endswith("_compile") else model
     gen = torch.Generator().manual_seed(1)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times = []
     for step in range(args.warmup + args.steps):
-        idx = torch.randint(0, 50257, (args.batch, args.seq), generator=gen).to(dev)
-        targets = torch.randint(0, 50257, (args.batch, args.seq), generator=gen).to(dev)
+        idx = torch.randint(0, 50257, (batch, args.seq), generator=gen).to(dev)
+        targets = torch.randint(0, 50257, (batch, args.seq), generator=gen).to(dev)
         sync()
         t0 = time.perf_counter()
         if mode.startswith("amp_bf16"):
@@ -117,13 +124,15 @@ def run(mode, args):
         else:
             loss = step_model(idx, targets)
         loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip, foreach=dev.type == "cuda")
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
-    tokens = args.batch * args.seq
+    tokens = batch * args.seq
     return {
         "suite": "torch_gpt",
         "case": f"gpt2_124m_{mode}",
@@ -136,8 +145,10 @@ def run(mode, args):
         "loss": round(loss.item(), 4),
         "threads": torch.get_num_threads(),
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "batch": args.batch,
+        "batch": batch,
         "seq": args.seq,
+        "clip": args.clip,
+        "fused_adamw": bool(fused),
         "steps": args.steps,
         "torch": torch.__version__,
     }
@@ -146,7 +157,8 @@ def run(mode, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", default="4", help="the batch, or several: 4,16")
+    ap.add_argument("--clip", type=float, default=0.0, help="clip the gradients' global norm at this (0: no clipping)")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
@@ -164,14 +176,18 @@ def main():
                     if row.get("suite") == "gpt":
                         ours.append(row)
     rows = {}
-    for mode in args.modes.split(","):
-        try:
-            rows[mode] = run(mode, args)
-        except Exception as e:  # torch.compile may not work everywhere: say so, go on
-            print(json.dumps({"suite": "torch_gpt", "case": f"gpt2_124m_{mode}", "error": f"{type(e).__name__}: {e}"[:500]}),
-                  flush=True)
-            continue
-        print(json.dumps(rows[mode]), flush=True)
+    batches = [int(b) for b in str(args.batch).split(",")]
+    for batch in batches:
+        for mode in args.modes.split(","):
+            try:
+                row = run(mode, batch, args)
+            except Exception as e:  # torch.compile may not work everywhere: say so, go on
+                print(json.dumps({"suite": "torch_gpt", "case": f"gpt2_124m_{mode}", "batch": batch,
+                                  "error": f"{type(e).__name__}: {e}"[:500]}), flush=True)
+                continue
+            print(json.dumps(row), flush=True)
+            if batch == batches[0]:
+                rows[mode] = row
     if not rows:
         return 1
     best_mode = max(rows, key=lambda m: rows[m]["value"])

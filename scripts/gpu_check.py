@@ -6,19 +6,24 @@ without a GPU (tests/check_gpu_check.py).
   agree GPU_RUN CPU_RUN --recipe R   the loss curves of two mp_worker run
                                      directories (metrics.jsonl) against the
                                      stated tolerance of recipe R; one JSON line
-  speed RUN --peak-tflops P [--torch FILE] [--skip N]
-                                     tokens/s (median after the first N steps),
-                                     MFU = tokens/s x F / P (F: the model's
-                                     FLOPs per token as mp_worker logs them,
-                                     6 N + 12 L C T), and the ratio to
-                                     PyTorch's rows in FILE; one JSON line
+  speed RUN --peak-tflops P [--torch FILE] [--skip N] [--batch B] [--log LOG] [--put FILE] [--no-judge]
+                                     GPT-2 at batch B: tokens/s (median after
+                                     the first N steps), MFU = tokens/s x F / P
+                                     (F: the model's FLOPs per token as
+                                     mp_worker logs them, 6 N + 12 L C T), the
+                                     ops per step from the worker's LOG, the
+                                     ratio to PyTorch's rows at B in FILE, and
+                                     the targets of B (SPEED_TARGETS); one JSON
+                                     line (also put into FILE by case)
+  gemm LOG [--exit RC]               the rows of mp_bench gemm_cuda's output
   smoke RUN LOG --steps N            the smoke run: every step logged, the loss
                                      finite; one JSON line
   ctest-rows LOG                     one JSON line per test of a `ctest -V` log
-  memcheck BUILD SANITIZER LOG_DIR [--test-timeout S] [--budget S]
+  memcheck BUILD SANITIZER LOG_DIR [--test-timeout S] [--budget S] [--jobs J]
                                      every CTest of label "gpu" once, its test
-                                     binary under compute-sanitizer memcheck;
-                                     one JSON line per test as it ends
+                                     binary under compute-sanitizer memcheck,
+                                     J at a time; one JSON line per test as it
+                                     ends
   report STATE_DIR OUT_JSON          every STAGE.jsonl of STATE_DIR in one JSON
                                      object, and a table on stdout
   summary STATE_DIR CALL_TSV OUT_JSON [--print] ...
@@ -44,6 +49,7 @@ final loss (bf16 rounding flips differ, the curves wander apart step by
 step, the end point is what matters).
 """
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import math
@@ -54,6 +60,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,31 +105,151 @@ def agree(gpu_dir, cpu_dir, recipe):
     return row
 
 
-def speed(run_dir, peak_tflops, torch_file, skip):
-    rows = read_metrics(run_dir)
-    timed = [r for r in rows if r["step"] > skip] or rows
-    tps = statistics.median(r["tokens_per_s"] for r in timed)
-    flops_per_token = round(timed[0]["model_flops_per_s"] / timed[0]["tokens_per_s"])
-    out = {"case": "gpt2_124m_speed", "tokens_per_s": round(tps, 1), "steps_timed": len(timed),
-           "flops_per_token": flops_per_token, "peak_tflops": peak_tflops,
-           "mfu": round(tps * flops_per_token / (peak_tflops * 1e12), 4),
-           "final_loss": rows[-1]["loss"]}
+OPS_LINE = re.compile(r"^ops per step \(rank 0\): (\d+) \(model (\d+), engine (\d+)\)")
+PLAN_LINE = re.compile(r"^  gemm plan: (.*?): (.+?), algorithm (-?\d+) of (\d+)")
+
+
+def step_ops(log_text):
+    """The worker's "ops per step" line (launch/run_log.cc, printed after the
+    second step) and the "  gemm plan: PROBLEM: FORM, algorithm A of N, ..."
+    lines under it: {"ops_per_step", "ops_model", "ops_engine", "gemm_plans",
+    "gemm_plan_forms": {form: count}}; {} when there is no ops line."""
+    out, forms = {}, {}
+    for line in log_text.splitlines():
+        m = OPS_LINE.match(line)
+        if m and not out:
+            out = {"ops_per_step": int(m.group(1)), "ops_model": int(m.group(2)), "ops_engine": int(m.group(3))}
+            continue
+        p = PLAN_LINE.match(line)
+        if p and out:
+            forms[p.group(2)] = forms.get(p.group(2), 0) + 1
+    if out:
+        out["gemm_plans"] = sum(forms.values())
+        out["gemm_plan_forms"] = forms
+    return out
+
+
+# The GPU targets of GPT-2 124M (docs/benchmarks.md "GPU check"), by batch:
+# (what, the row's key, the least it may be), judged where the key is there
+# (a PyTorch mode that did not run is not judged, but for the eager ratio at
+# B = 4, which is the target itself).
+MAX_OPS_PER_STEP = 300
+SPEED_TARGETS = {
+    4: [("ratio_to_torch_amp_bf16", 1.3, True)],
+    16: [("mfu", 0.40, True), ("ratio_to_torch_amp_bf16_compile", 1.0, False)],
+}
+
+
+def torch_rows(torch_file, batch):
+    """PyTorch's rows (bench/torch_gpt.py) at this batch: {mode: row}."""
+    rows = {}
     if torch_file and os.path.exists(torch_file):
         with open(torch_file) as f:
             for line in f:
                 if not line.startswith("{"):
                     continue
                 t = json.loads(line)
-                mode = t.get("case", "").replace("gpt2_124m_", "")
-                if "value" in t:
-                    out[f"torch_{mode}_tokens_per_s"] = t["value"]
-                    out[f"ratio_to_torch_{mode}"] = round(tps / t["value"], 3)
-                elif "error" in t:
-                    out[f"torch_{mode}_error"] = t["error"]
-    if "ratio_to_torch_amp_bf16" in out:
-        out["target"] = "mfu >= 0.40 and ratio_to_torch_amp_bf16 >= 1.3"
-        out["pass"] = out["mfu"] >= 0.40 and out["ratio_to_torch_amp_bf16"] >= 1.3
+                if batch is not None and t.get("batch", batch) != batch:
+                    continue
+                rows[t.get("case", "").replace("gpt2_124m_", "")] = t
+    return rows
+
+
+def speed(run_dir, peak_tflops, torch_file, skip, batch=None, log=None, judge=True):
+    """GPT-2's row at one batch: tokens/s (median after the first `skip`
+    steps), MFU, the ops per step from the worker's log, the ratio to each
+    PyTorch mode at the same batch, and the verdict on the batch's targets
+    (pass; missed: the targets missed). A run without metrics is a failed
+    row (why)."""
+    out = {"case": f"gpt2_124m_b{batch}" if batch is not None else "gpt2_124m_speed"}
+    if batch is not None:
+        out["batch"] = batch
+    try:
+        rows = read_metrics(run_dir)
+    except (OSError, SystemExit) as e:
+        rows = []
+        out.update({"pass": False, "why": f"no metrics: the run failed ({e})"})
+    ops = {}
+    if log and os.path.exists(log):
+        with open(log, errors="replace") as f:
+            ops = step_ops(f.read())
+    ratios, torch, rest = {}, {}, {}
+    if rows:
+        timed = [r for r in rows if r["step"] > skip] or rows
+        tps = statistics.median(r["tokens_per_s"] for r in timed)
+        flops_per_token = round(timed[0]["model_flops_per_s"] / timed[0]["tokens_per_s"])
+        out.update({"tokens_per_s": round(tps, 1), "mfu": round(tps * flops_per_token / (peak_tflops * 1e12), 4)})
+        for mode, t in torch_rows(torch_file, batch).items():
+            if "value" in t:
+                ratios[f"ratio_to_torch_{mode}"] = round(tps / t["value"], 3)
+                torch[f"torch_{mode}_tokens_per_s"] = t["value"]
+            elif "error" in t:
+                torch[f"torch_{mode}_error"] = t["error"]
+        rest = {"steps_timed": len(timed), "flops_per_token": flops_per_token, "peak_tflops": peak_tflops,
+                "final_loss": rows[-1]["loss"]}
+    # In this order: the table prints a row's first keys.
+    out.update({k: ops[k] for k in ("ops_per_step",) if k in ops})
+    out.update(ratios)
+    out.update(ops)
+    out.update(torch)
+    out.update(rest)
+    if not judge or not rows:
+        return out
+    targets = [("ops_per_step", MAX_OPS_PER_STEP, True, "<=")] + [
+        (key, least, required, ">=") for key, least, required in SPEED_TARGETS.get(batch, [])]
+    out["target"] = " and ".join(f"{k} {op} {v}" + ("" if req else f" (where {k} was measured)")
+                                 for k, v, req, op in targets)
+    missed = []
+    for key, bound, required, op in targets:
+        if key not in out:
+            if required:
+                missed.append(f"{key} not measured")
+            continue
+        if (out[key] > bound) if op == "<=" else (out[key] < bound):
+            missed.append(f"{key} {out[key]} (target {op} {bound})")
+    out["pass"] = not missed
+    if missed:
+        out["missed"] = missed
     return out
+
+
+def put_row(path, row):
+    """`row` into the JSON lines of `path`, in place of a row of its case."""
+    rows = [r for r in read_rows(path) if r.get("case") != row.get("case")]
+    rows.append(row)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(tmp, path)
+
+
+def gemm_rows(log_text, exit_code):
+    """The rows of `mp_bench gemm_cuda` (its JSON lines), the table's keys
+    first (TFLOP/s, ratio to the peak, speed-up over the plain fp32
+    product, ms, the plan's form); a case with an error fails. When the
+    suite printed none, one failed row saying why (its last error line)."""
+    rows = []
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        r.pop("suite", None)
+        head = {"case": r.pop("case", "?")}
+        if "error" in r:
+            head["pass"] = False
+        for key in ("value", "ratio", "speedup_over_plain", "ms"):
+            if key in r:
+                head[key] = r.pop(key)
+        if isinstance(r.get("plan"), dict) and "form" in r["plan"]:
+            head["form"] = r["plan"]["form"]
+        head.update(r)
+        rows.append(head)
+    if not rows or (exit_code != 0 and not any(r.get("pass") is False for r in rows)):
+        said = [line.strip() for line in log_text.splitlines() if line.strip()]
+        errors = [line for line in said if "rank" in line and ("rror" in line or "needs" in line)]
+        rows.append({"case": "gemm_cuda", "pass": False, "exit": exit_code,
+                     "why": (errors or said or ["no output"])[-1][:500]})
+    return rows
 
 
 def smoke(run_dir, log, steps):
@@ -193,6 +320,9 @@ def sanitized_command(command, build_dir, sanitizer_args):
 
 
 SANITIZER_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+# What compute-sanitizer says where it cannot run at all (seen on machines
+# that run the GPU under gVisor).
+SANITIZER_REFUSED = re.compile(r"Device not supported")
 
 
 def sanitizer_verdict(log_text, exit_code, skip_patterns):
@@ -200,6 +330,9 @@ def sanitizer_verdict(log_text, exit_code, skip_patterns):
     skipped), every process printed a summary, no errors, exit 0."""
     counts = [int(n) for n in SANITIZER_SUMMARY.findall(log_text)]
     errors = sum(counts)
+    if SANITIZER_REFUSED.search(log_text):
+        return False, errors, ("compute-sanitizer refused this device or runtime (\"Device not supported\"): "
+                               "not a verdict on mp")
     if any(re.search(p, log_text) for p in skip_patterns if p):
         return False, errors, "skipped: the device was not usable"
     if errors:
@@ -228,17 +361,19 @@ def run_in_group(cmd, cwd, env, log_path, timeout):
             return None, True
 
 
-def memcheck(build_dir, sanitizer, log_dir, test_timeout, budget):
-    """Every GPU CTest once under compute-sanitizer memcheck; prints a row per
-    test as it ends (a stage cut short keeps those). 0 when all pass."""
+def memcheck(build_dir, sanitizer, log_dir, test_timeout, budget, jobs=1):
+    """Every GPU CTest once under compute-sanitizer memcheck, `jobs` at a
+    time; prints a row per test as it ends (a stage cut short keeps those).
+    0 when all pass."""
     t_start = time.monotonic()
     tests = gpu_ctests(build_dir)
     if not tests:
         print(json.dumps({"case": "memcheck", "pass": False, "why": "no CTest of label gpu in this build"}))
         return 1
     args = [sanitizer, "--tool", "memcheck", "--error-exitcode", "97"]
-    failed = 0
-    for t in tests:
+    lock = threading.Lock()
+
+    def one(t):
         row = {"case": f"memcheck_{t['name']}"}
         left = budget - (time.monotonic() - t_start)
         cmd = sanitized_command(t["command"], build_dir, args)
@@ -259,9 +394,13 @@ def memcheck(build_dir, sanitizer, log_dir, test_timeout, budget):
             row.update({"pass": ok, "errors": errors, "exit": code, "seconds": round(time.monotonic() - t0, 1)})
             if why:
                 row["why"] = why
-        failed += not row["pass"]
-        print(json.dumps(row), flush=True)
-    return 1 if failed else 0
+        with lock:
+            print(json.dumps(row), flush=True)
+        return row["pass"]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        passed = list(pool.map(one, tests))
+    return 0 if all(passed) else 1
 
 
 # ---- a build kept between calls -----------------------------------------------
@@ -347,14 +486,33 @@ def read_rows(path):
     return rows
 
 
-def print_rows(stage, rows):
-    """The table's lines of one stage; the number of rows that failed."""
-    failed = 0
+HEADLINE_CASES = re.compile(r"^(peak_|step_gemms_)")
+
+
+def row_line(stage, r):
+    verdict = {True: "PASS", False: "FAIL"}.get(r.get("pass"), "    ")
+    keys = [k for k in r if k not in ("case", "pass", "suite", "missed", "why")][:6]
+    keys += [k for k in ("missed", "why") if k in r]
+    return f"  {verdict} {stage:8} {r.get('case', '?'):34} " + ", ".join(f"{k}={r[k]}" for k in keys)
+
+
+def print_rows(stage, rows, compact=False):
+    """The table's lines of one stage; the number of rows that failed.
+    compact (the summary a call prints last): every failed row; the passed
+    ones and the measurements only while there are few (else a count, and
+    the headline measurements: the GEMM peak and step rows)."""
+    failed = sum(r.get("pass") is False for r in rows)
+    passed = [r for r in rows if r.get("pass") is True]
+    plain = [r for r in rows if "pass" not in r]
+    left_out = 0
     for r in rows:
-        verdict = {True: "PASS", False: "FAIL"}.get(r.get("pass"), "    ")
-        failed += r.get("pass") is False
-        keys = [k for k in r if k not in ("case", "pass", "suite")][:6]
-        print(f"  {verdict} {stage:8} {r.get('case', '?'):34} " + ", ".join(f"{k}={r[k]}" for k in keys))
+        if compact and ((r in passed and len(passed) > 6) or
+                        (r in plain and len(plain) > 8 and not HEADLINE_CASES.match(r.get("case", "")))):
+            left_out += 1
+            continue
+        print(row_line(stage, r))
+    if left_out:
+        print(f"  .... {stage:8} {left_out} more rows (passed, or measurements): gpu_check_summary.json")
     return failed
 
 
@@ -439,7 +597,7 @@ def print_summary(s):
     for stage, e in s["stages"].items():
         note = f" ({e['note']})" if e.get("note") else ""
         print(f"  {e['status']:11} {stage:8} {e['seconds']:4d} s{note}")
-        print_rows(stage, e.get("rows", []))
+        print_rows(stage, e.get("rows", []), compact=True)
 
 
 def merge(out_json, summaries):
@@ -479,6 +637,13 @@ def main():
     s.add_argument("--peak-tflops", type=float, required=True)
     s.add_argument("--torch")
     s.add_argument("--skip", type=int, default=5)
+    s.add_argument("--batch", type=int, help="the run's batch: its targets, and PyTorch's rows at it")
+    s.add_argument("--log", help="the worker's log: the ops per step and the GEMM plans")
+    s.add_argument("--put", help="also put the row into this JSON lines file, in place of one of its case")
+    s.add_argument("--no-judge", action="store_true", help="report, judge no target")
+    gm = sub.add_parser("gemm")
+    gm.add_argument("log")
+    gm.add_argument("--exit", type=int, default=0, help="mp_bench's exit status")
     m = sub.add_parser("smoke")
     m.add_argument("run_dir")
     m.add_argument("log")
@@ -491,6 +656,7 @@ def main():
     k.add_argument("log_dir")
     k.add_argument("--test-timeout", type=float, default=150)
     k.add_argument("--budget", type=float, default=600)
+    k.add_argument("--jobs", type=int, default=1)
     r = sub.add_parser("report")
     r.add_argument("state_dir")
     r.add_argument("out_json")
@@ -517,8 +683,17 @@ def main():
         print(json.dumps(row))
         return 0 if row["pass"] else 1
     if args.cmd == "speed":
-        print(json.dumps(speed(args.run_dir, args.peak_tflops, args.torch, args.skip)))
-        return 0
+        row = speed(args.run_dir, args.peak_tflops, args.torch, args.skip, args.batch, args.log, not args.no_judge)
+        if args.put:
+            put_row(args.put, row)
+        print(json.dumps(row))
+        return 1 if "why" in row else 0
+    if args.cmd == "gemm":
+        with open(args.log, errors="replace") as f:
+            rows = gemm_rows(f.read(), args.exit)
+        for row in rows:
+            print(json.dumps(row))
+        return 1 if any(r.get("pass") is False for r in rows) else 0
     if args.cmd == "smoke":
         row = smoke(args.run_dir, args.log, args.steps)
         print(json.dumps(row))
@@ -529,7 +704,7 @@ def main():
                 print(json.dumps(row))
         return 0
     if args.cmd == "memcheck":
-        return memcheck(args.build_dir, args.sanitizer, args.log_dir, args.test_timeout, args.budget)
+        return memcheck(args.build_dir, args.sanitizer, args.log_dir, args.test_timeout, args.budget, args.jobs)
     if args.cmd == "summary":
         s = call_summary(args.state_dir, args.call_tsv, args.device, args.tarball, args.seconds, args.deadline,
                          args.print)

@@ -3,16 +3,22 @@
 made-up run directories, so they are known to pass and fail as documented
 before a GPU ever runs them: loss agreement (fp32 per step, bf16 final
 band, NaN), the speed row (tokens/s median, MFU, ratios to PyTorch, a
-failed torch.compile), the smoke run, ctest's lines, the memcheck verdict
-and where the sanitizer goes in a test's command, a call's summary (its
-result from the stages' statuses and rows), the merge of several calls'
+failed torch.compile), the targets per batch (B = 4: ops per step and the
+ratio to eager; B = 16: MFU and the ratio to torch.compile where it ran),
+the worker's ops line and GEMM plans, the rows of mp_bench gemm_cuda, the
+smoke run, ctest's lines, the memcheck verdict and where the sanitizer goes
+in a test's command, a call's summary (its result from the stages'
+statuses and rows) and the table it prints, the merge of several calls'
 summaries, the exit status of the report and the merge, and the sources'
 mtimes put back for a build kept between calls."""
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -55,16 +61,101 @@ def main():
         fast = run_dir(t, "fast", [5.0] * 10, tokens_per_s=200000.0, flops_per_token=7.0e8)
         torch_file = os.path.join(t, "torch.jsonl")
         with open(torch_file, "w") as f:
-            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16", "value": 100000.0}) + "\n")
-            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16_compile", "error": "boom"}) + "\n")
-        s = gpu_check.speed(fast, 989.0, torch_file, 5)
+            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16", "value": 100000.0,
+                                "batch": 4}) + "\n")
+            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16", "value": 160000.0,
+                                "batch": 16}) + "\n")
+            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16_compile", "error": "boom",
+                                "batch": 4}) + "\n")
+        s = gpu_check.speed(fast, 989.0, torch_file, 5, batch=4)
         # steps 6..10: tokens/s 200005 .. 200009, median 200007
         check("speed median", s["tokens_per_s"] == 200007.0)
         check("flops per token from the metrics", s["flops_per_token"] == 7.0e8)
         check("mfu", abs(s["mfu"] - round(200007.0 * 7e8 / 989e12, 4)) < 1e-12)
-        check("ratio to eager", s["ratio_to_torch_amp_bf16"] == round(200007.0 / 100000.0, 3))
+        check("ratio to eager at its batch", s["ratio_to_torch_amp_bf16"] == round(200007.0 / 100000.0, 3))
         check("compile error kept", s["torch_amp_bf16_compile_error"] == "boom")
-        check("target judged", s["pass"] is False)  # mfu 0.14 < 0.40
+        check("no ops line: the op count target is missed", s["pass"] is False
+              and s["missed"] == ["ops_per_step not measured"])
+
+        # The worker's ops line and its GEMM plans (launch/run_log.cc).
+        def worker_log(name, ops):
+            path = os.path.join(t, name)
+            with open(path, "w") as f:
+                f.write("step 1 ...\n"
+                        f"ops per step (rank 0): {ops} (model {ops - 40}, engine 40)\n"
+                        "  gemm plan: 4096 x 2304 x 768, bf16 x bf16 -> bf16, bias: fused in cuBLASLt's epilogue, "
+                        "algorithm 21 of 8, 512.5 TFLOP/s (cuda:0)\n"
+                        "  gemm plan: 4096 x 3072 x 768, bf16 x bf16^T -> bf16, dgelu: packed to fp32 (A, B), "
+                        "product, then kernels, algorithm 6 of 8, 401 TFLOP/s (cuda:0)\n"
+                        "  gemm plan: 4096 x 768 x 768, bf16 x bf16 -> fp32, bias, addend: fused in cuBLASLt's "
+                        "epilogue, algorithm 3 of 1, not timed (cuda:0)\n"
+                        "step 3 ...\nops per step (rank 0): 999 (model 1, engine 998)\n")
+            return path
+        ops = gpu_check.step_ops(open(worker_log("ops.log", 280)).read())
+        check("ops line parsed (the first one)", ops["ops_per_step"] == 280 and ops["ops_model"] == 240
+              and ops["ops_engine"] == 40)
+        check("gemm plans counted by form", ops["gemm_plans"] == 3 and ops["gemm_plan_forms"] ==
+              {"fused in cuBLASLt's epilogue": 2, "packed to fp32 (A, B), product, then kernels": 1})
+        check("no ops line: nothing", gpu_check.step_ops("step 1\n  gemm plan: x: y, algorithm 1 of 2\n") == {})
+
+        # B = 4: ops <= 300 and >= 1.3x eager.
+        s = gpu_check.speed(fast, 989.0, torch_file, 5, batch=4, log=worker_log("b4.log", 280))
+        check("B=4 at 2x eager with 280 ops passes", s["pass"] is True and s["ops_per_step"] == 280
+              and s["case"] == "gpt2_124m_b4" and "missed" not in s)
+        check("B=4 mfu is not its target", s["mfu"] < 0.40 and s["pass"])
+        s = gpu_check.speed(fast, 989.0, torch_file, 5, batch=4, log=worker_log("b4_many.log", 301))
+        check("301 ops per step fail", s["pass"] is False and s["missed"] == ["ops_per_step 301 (target <= 300)"])
+        slow = run_dir(t, "slow", [5.0] * 10, tokens_per_s=120000.0, flops_per_token=7.0e8)
+        s = gpu_check.speed(slow, 989.0, torch_file, 5, batch=4, log=worker_log("b4_slow.log", 280))
+        check("B=4 at 1.2x eager fails", s["pass"] is False and s["ratio_to_torch_amp_bf16"] == 1.2
+              and s["missed"][0].startswith("ratio_to_torch_amp_bf16 1.2"))
+        s = gpu_check.speed(fast, 989.0, os.path.join(t, "none.jsonl"), 5, batch=4, log=worker_log("b4n.log", 280))
+        check("B=4 without an eager row fails: its target is that ratio", s["pass"] is False
+              and s["missed"] == ["ratio_to_torch_amp_bf16 not measured"])
+
+        # B = 16: MFU >= 0.40 and >= 1.0x torch.compile where it ran.
+        big = run_dir(t, "big", [5.0] * 10, tokens_per_s=600000.0, flops_per_token=7.0e8)  # MFU 0.4247
+        s = gpu_check.speed(big, 989.0, torch_file, 5, batch=16, log=worker_log("b16.log", 280))
+        check("B=16 at MFU 0.42 passes without a compile row", s["pass"] is True and s["mfu"] == 0.4247
+              and s["ratio_to_torch_amp_bf16"] == 3.75 and "ratio_to_torch_amp_bf16_compile" not in s)
+        check("B=16 judged against its own batch's eager row", s["torch_amp_bf16_tokens_per_s"] == 160000.0)
+        with open(torch_file, "a") as f:
+            f.write(json.dumps({"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16_compile", "value": 620000.0,
+                                "batch": 16}) + "\n")
+        s = gpu_check.speed(big, 989.0, torch_file, 5, batch=16, log=worker_log("b16c.log", 280))
+        check("B=16 under torch.compile fails", s["pass"] is False and s["missed"] ==
+              [f"ratio_to_torch_amp_bf16_compile {round(600007.0 / 620000.0, 3)} (target >= 1.0)"])
+        s = gpu_check.speed(fast, 989.0, torch_file, 5, batch=16, log=worker_log("b16s.log", 280))
+        check("B=16 at MFU 0.14 fails", s["pass"] is False and s["missed"][0].startswith("mfu 0.1416"))
+        check("a row's table keys first", list(s)[:5] == ["case", "batch", "tokens_per_s", "mfu", "ops_per_step"])
+        s = gpu_check.speed(fast, 989.0, torch_file, 5, batch=4, log=worker_log("b4j.log", 999), judge=False)
+        check("not judged: no verdict", "pass" not in s and "missed" not in s)
+        s = gpu_check.speed(os.path.join(t, "none"), 989.0, torch_file, 5, batch=4)
+        check("a run without metrics fails, saying why", s["pass"] is False and "no metrics" in s["why"])
+        rows_file = os.path.join(t, "gpt2.jsonl")
+        gpu_check.put_row(rows_file, {"case": "gpt2_124m_b4", "v": 1})
+        gpu_check.put_row(rows_file, {"case": "gpt2_124m_b16", "v": 2})
+        gpu_check.put_row(rows_file, {"case": "gpt2_124m_b4", "v": 3})
+        check("put_row replaces the row of its case", gpu_check.read_rows(rows_file) ==
+              [{"case": "gpt2_124m_b16", "v": 2}, {"case": "gpt2_124m_b4", "v": 3}])
+
+        # mp_bench gemm_cuda's rows.
+        rows = gpu_check.gemm_rows("\n".join([
+            "# a note",
+            json.dumps({"suite": "gemm_cuda", "case": "peak_8192_bf16", "value": 760.0, "unit": "TFLOP/s"}),
+            json.dumps({"suite": "gemm_cuda", "case": "c_attn_fwd_b4", "value": 500.0, "unit": "TFLOP/s",
+                        "ref": "peak_8192_bf16", "ratio": 0.658, "ms": 0.03, "speedup_over_plain": 1.1,
+                        "plan": {"form": "fused (bias)", "algorithm": 21}}),
+            json.dumps({"suite": "gemm_cuda", "case": "logits_b4", "error": "cuBLASLt has no algorithm"})]), 1)
+        check("gemm rows: the table's keys first", rows[1]["form"] == "fused (bias)" and
+              list(rows[1])[:6] == ["case", "value", "ratio", "speedup_over_plain", "ms", "form"])
+        check("gemm rows: measurements are not judged", "pass" not in rows[0] and "pass" not in rows[1])
+        check("gemm rows: an error fails", rows[2]["pass"] is False and len(rows) == 3)
+        rows = gpu_check.gemm_rows("[rank 0] mp_bench: the gemm_cuda suite needs a CUDA device: no CUDA device\n", 2)
+        check("gemm without rows: one failed row saying why", len(rows) == 1 and rows[0]["pass"] is False
+              and "needs a CUDA device" in rows[0]["why"])
+        rows = gpu_check.gemm_rows(json.dumps({"case": "peak_8192_bf16", "value": 1.0}) + "\nSegmentation fault\n", 139)
+        check("gemm cut short: a failed row", rows[-1]["pass"] is False and rows[-1]["exit"] == 139)
 
         state = os.path.join(t, "state")
         os.makedirs(state)
@@ -127,6 +218,32 @@ def main():
         check("memcheck skip fails", not gpu_check.sanitizer_verdict(
             "no CUDA device: none\n========= ERROR SUMMARY: 0 errors\n", 0, ["no CUDA device: "])[0])
         check("memcheck without a summary fails", not gpu_check.sanitizer_verdict("Segmentation fault\n", 139, [])[0])
+        # memcheck runs `jobs` tests at once, a row for each (a fake sanitizer that runs the test).
+        sanitizer = os.path.join(t, "fake-sanitizer")
+        with open(sanitizer, "w") as f:
+            f.write("#!/bin/sh\nshift 4\n\"$@\"\nrc=$?\necho \"========= ERROR SUMMARY: 0 errors\"\nexit $rc\n")
+        os.chmod(sanitizer, 0o755)
+        slow_test = os.path.join(build, "tests", "mp_slow_test")
+        with open(slow_test, "w") as f:
+            f.write("#!/bin/sh\nsleep 1\n[ \"$1\" != fail ]\n")
+        os.chmod(slow_test, 0o755)
+        fake_tests = [{"name": f"t{i}", "command": [slow_test] + (["fail"] if i == 3 else []), "cwd": t, "env": [],
+                       "skip": []} for i in range(4)]
+        real_ctests, gpu_check.gpu_ctests = gpu_check.gpu_ctests, lambda build_dir: fake_tests
+        printed = io.StringIO()
+        t0 = time.monotonic()
+        with contextlib.redirect_stdout(printed):
+            rc = gpu_check.memcheck(build, sanitizer, t, 30, 60, jobs=4)
+        took = time.monotonic() - t0
+        gpu_check.gpu_ctests = real_ctests
+        mrows = {r["case"]: r for r in map(json.loads, printed.getvalue().splitlines())}
+        check("memcheck: a row per test", sorted(mrows) == [f"memcheck_t{i}" for i in range(4)])
+        check("memcheck: passes and a failing exit", [mrows[f"memcheck_t{i}"]["pass"] for i in range(4)] ==
+              [True, True, True, False] and mrows["memcheck_t3"]["why"] == "exit 1" and rc == 1)
+        check(f"memcheck: 4 tests of 1 s at once take under 3 s, not 4 ({took:.1f} s)", took < 3.0)
+        v = gpu_check.sanitizer_verdict("========= Error: Device not supported\n========= ERROR SUMMARY: 0 errors\n",
+                                        255, [])
+        check("a sanitizer that refuses the device is said so", not v[0] and "refused this device" in v[2])
 
         # A call's summary: statuses and rows give its result.
         call_state = os.path.join(t, "call")
@@ -141,6 +258,23 @@ def main():
             with open(tsv, "w") as f:
                 f.write("".join("\t".join(line) + "\n" for line in lines))
             return gpu_check.call_summary(call_state, tsv, "CPU", "x.tar.gz", 10, 480, True)
+
+        # The table a call prints last: failed rows always, long lists of passes and measurements counted.
+        many = [{"case": f"ctest_t{i}", "pass": True} for i in range(9)] + [{"case": "ctest_bad", "pass": False}]
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            n = gpu_check.print_rows("tests", many, compact=True)
+        lines = printed.getvalue().splitlines()
+        check("compact table: the failure and a count", n == 1 and len(lines) == 2 and "FAIL tests" in lines[0]
+              and "9 more rows" in lines[1])
+        gemm_like = [{"case": "peak_8192_bf16", "value": 1}] + [{"case": f"c{i}_b4", "value": i} for i in range(9)] + [
+            {"case": "step_gemms_b4", "value": 2}]
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            gpu_check.print_rows("gemm", gemm_like, compact=True)
+        lines = printed.getvalue().splitlines()
+        check("compact table: the headline measurements", len(lines) == 3 and "peak_8192_bf16" in lines[0]
+              and "step_gemms_b4" in lines[1] and "9 more rows" in lines[2])
 
         s = summary_of([("build", "pass", "90", ""), ("tests", "pass", "60", "")])
         check("summary pass", s["result"] == "pass" and s["stages"]["tests"]["rows"][0]["case"] == "ctest_gpu"
