@@ -198,8 +198,13 @@ void Gpt::embed_forward(const OpContext& cx, const UnitParams& w) {
   const int64_t n = p.padded_vocab * p.channels;
   const bool raw = p.raw_bf16_wte(w.raw_dtype);
   const bf16* raw_wte = raw ? static_cast<const bf16*>(w.raw) + w.offset(kWte) : nullptr;
-  // Note [Tied head]: the head's GEMM input form of wte.
-  if (raw) {
+  // Note [Tied head]: the head's GEMM input form of wte, in place where the
+  // engine keeps it, else a copy.
+  const bool fp32_as_is = !p.bf16_head() && w.raw_dtype == DType::kF32;
+  wte_head_ = b_->wte_head;
+  if (params_persist_ && (raw || fp32_as_is)) {
+    wte_head_ = raw ? static_cast<const void*>(raw_wte) : w.at(kWte);
+  } else if (raw) {
     nn::copy(cx, b_->wte_head, raw_wte, n * static_cast<int64_t>(sizeof(bf16)), "head's copy of wte");
   } else if (p.bf16_head()) {
     nn::round_to_bf16(cx, w.at(kWte), n, p.bf16_storage, b_->wte_head);
@@ -266,7 +271,7 @@ void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n) {
   const int64_t c = p.channels, vp = p.padded_vocab;
   const DType xdt = p.head_storage();
   const nn::GemmSettings gs{options_.allow_tf32};
-  const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{b_->wte_head, xdt, c, false};
+  const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{wte_head_, xdt, c, false};
   GemmInput wte_t = wte;
   wte_t.transposed = true;
   GemmProblem logits = gemm_problem(n, vp, c, x, wte_t, static_cast<float*>(nullptr));  // [n, Vp] = x wte^T

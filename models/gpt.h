@@ -29,11 +29,16 @@
 //
 // Note [Tied head]
 // The head (the last unit) needs wte, which lives in unit 0, and the engine
-// may have released unit 0's gathered buffer by then (FULL_SHARD). So:
-//   forward(0)      copies wte, as the head's GEMM input (fp32, or its bf16
-//                   values for a bf16 head: Note [GPT autocast]), into the
-//                   model's workspace;
-//   forward(last)   computes the logits from that copy, the loss, and the
+// may have released unit 0's gathered buffer by then (FULL_SHARD over
+// several ranks). So:
+//   forward(0)      reads wte where the engine keeps it, when the engine
+//                   keeps every unit's parameters until the step's updates
+//                   (Model::set_params_persist) and they are the head's
+//                   GEMM input as they are (bf16 parameters for a bf16
+//                   head, fp32 for an fp32 one); else it copies wte, as the
+//                   head's GEMM input (fp32, or its bf16 values for a bf16
+//                   head: Note [GPT autocast]), into the model's workspace;
+//   forward(last)   computes the logits from that wte, the loss, and the
 //                   head's backward products (Note [GPT loss]): d loss /
 //                   d (final LayerNorm output), and with the loss in
 //                   chunks the head's d wte, into workspace buffers;
@@ -383,6 +388,8 @@ class Gpt final : public StreamModel {
   // begin_micro_batch_on calls read it. Its batch and context must equal
   // the config's (EnforceError otherwise).
   void set_source(std::shared_ptr<const TokenBatchSource> source);
+  // Note [Tied head]: whether the head may read wte in unit 0's parameters.
+  void set_params_persist(bool persist) override { params_persist_ = persist; }
   const TokenBatchSource& source() const { return *source_; }
   const std::shared_ptr<const TokenBatchSource>& shared_source() const { return source_; }
   // Keeps logits row `row` (0 .. micro_batch_size * context - 1; -1: none)
@@ -442,6 +449,8 @@ class Gpt final : public StreamModel {
   int64_t kept_row_ = -1;
   bool kept_written_ = false;  // a forward with a kept row was enqueued
   bool kept_all_written_ = false;  // a forward with keep_logits was enqueued
+  bool params_persist_ = false;     // Model::set_params_persist
+  const void* wte_head_ = nullptr;  // Note [Tied head]: wte as the head reads it, set by forward(0)
 };
 
 }  // namespace mp

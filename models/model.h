@@ -23,7 +23,9 @@
 // of this micro-batch (not accumulated; the engine accumulates) and leaves
 // the gaps alone. Both are valid until the work enqueued by the call has run
 // on `s`: the engine orders their producers and later users by events on s
-// (Note [Engine events] in runtime/engine.h).
+// (Note [Engine events] in runtime/engine.h). Where the engine says so
+// (set_params_persist), every unit's `params` stay valid and unchanged
+// longer: until the step's updates.
 //
 // Note [Host runs ahead]
 // The host thread returns from each call long before the stream has run its
@@ -84,6 +86,14 @@ class Model {
     (void)s;
     MP_THROW(EnforceError, "recompute_on(", unit, ") of a model that recomputes no unit");
   }
+  // Before a step's (or an evaluation's) forwards, the engine says whether
+  // every unit's `params` stay in place and unchanged from its forward_on
+  // until the step's updates (strategies that keep full parameters, and one
+  // rank per shard group reading its shard in place), or may be released
+  // after the unit's call (a gather ring, a cast at the gather). With true a
+  // model may read a unit's parameters in a later unit's call (the GPT's
+  // tied head reads wte so), which it must otherwise copy. Default: ignored.
+  virtual void set_params_persist(bool persist) { (void)persist; }
 };
 
 // A model computed by the host (CPU memory), such as an embedding host's

@@ -186,6 +186,7 @@ void Engine::Impl::check_recomputation(const Model& model) const {
 // Forward of one micro-batch: unit by unit, each gathered (its successors
 // prefetched) just before.
 void Engine::Impl::forward(Model& model) {
+  model.set_params_persist(gathers_->persistent());
   for (int u = 0; u < layout_.num_units(); ++u) {
     const Tensor params = gathers_->params_for(u, +1, *compute_);
     gathers_->release(u, on_compute([&] { model.forward_on(u, params, *compute_); }));
@@ -403,6 +404,7 @@ double Engine::Impl::evaluate(Model& model, int64_t first, int count) {
     compute_->synchronize();  // no earlier evaluation's copy still writes the old slots
     eval_losses_ = PinnedBuffer(device_, static_cast<size_t>(count) * sizeof(double));
   }
+  model.set_params_persist(gathers_->persistent());
   for (int j = 0; j < count; ++j) {
     model.begin_micro_batch_on(first + static_cast<int64_t>(j) * W + r, *compute_);
     for (int u = 0; u < U; ++u) {

@@ -117,6 +117,10 @@ Tensor ParamGathers::params_for(int u, int direction, Stream& compute) {
   return ring_.acquire(u, direction, compute);
 }
 
+bool ParamGathers::persistent() const {
+  return o_.keeps_full_params() || (!o_.gathers_per_unit() && o_.precision.param_cast != ParamCast::kAtGather);
+}
+
 void ParamGathers::release(int u, Event readers_done) {
   if (o_.keeps_full_params()) {
     full_[static_cast<size_t>(u)].released = std::move(readers_done);

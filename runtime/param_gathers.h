@@ -67,6 +67,11 @@ class ParamGathers {
   // gathers again where the strategy keeps full params. Collective.
   void replaced();
 
+  // Whether every unit's params_for() stays in place and unchanged until
+  // the step's updates (Model::set_params_persist): full parameters kept,
+  // or one rank per shard group reading its shard in param dtype.
+  bool persistent() const;
+
   int64_t cast_elements() const { return cast_elements_; }
 
  private:

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/op_profile.h"
 #include "models/gpt_sample.h"
 #include "tests/gpt_test_util.h"
 
@@ -199,6 +200,35 @@ TEST(Gpt, TiedHeadNeedsNoEmbeddingParamsAfterForwardZero) {
   EXPECT_EQ(std::memcmp(&loss, &loss_ref, sizeof(double)), 0) << dtype_name(matmul);
   for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(g_released[u], g_ref[u]) << "unit " << u << " " << dtype_name(matmul);
   }
+}
+
+// Note [Tied head]: where the engine keeps every unit's parameters
+// (set_params_persist), the head reads wte in unit 0's buffer instead of a
+// copy: the same bits, one op fewer, and a wte changed after forward(0)
+// reaches the logits (the proof that it is read in place).
+TEST(Gpt, TiedHeadReadsWteInPlaceWhereTheEngineKeepsIt) {
+  const GptConfig c = small_gpt(40);  // fp32 head on fp32 parameters: read as they are
+  const FlatLayout layout(Gpt::spec_for(c), 1);
+  Units32 p = init_params(layout, 13, 1.0f, 0.1f);
+  Units32 g_copy = p, g_kept = p;
+  const std::vector<Tensor> pt = wrap_units(p), gt_copy = wrap_units(g_copy), gt_kept = wrap_units(g_kept);
+  Gpt model(c);
+  (void)op_count_take();
+  const double loss_copy = run_model(model, 5, pt, gt_copy);
+  const OpCount copy_ops = op_count_take();
+  model.set_params_persist(true);
+  const double loss_kept = run_model(model, 5, pt, gt_kept);
+  const OpCount kept_ops = op_count_take();
+  EXPECT_EQ(std::memcmp(&loss_copy, &loss_kept, sizeof(double)), 0);
+  for (size_t u = 0; u < p.size(); ++u) EXPECT_EQ(g_kept[u], g_copy[u]) << "unit " << u;
+  EXPECT_EQ(kept_ops.model, copy_ops.model - 1);
+  // wte changed after forward(0): the head sees it.
+  std::vector<float> unit0 = p[0];
+  model.begin_micro_batch(5);
+  model.forward(0, wrap(unit0));
+  std::fill(unit0.begin(), unit0.end(), 0.0f);
+  for (int u = 1; u < layout.num_units(); ++u) model.forward(u, pt[static_cast<size_t>(u)]);
+  EXPECT_NEAR(model.loss(), std::log(static_cast<double>(c.vocab)), 1e-6);  // zero logits: a uniform softmax
 }
 
 TEST(Gpt, PaddedVocabularyDoesNotAffectTheLoss) {
