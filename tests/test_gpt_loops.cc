@@ -120,6 +120,66 @@ TEST(GptLoops, RowVariantsMatchBaseline) {
   if (wider_isas().empty()) GTEST_SKIP() << "this CPU has only the baseline variant";
 }
 
+// The bf16 activations' paths (loads widened, outputs rounded in the same
+// pass, kernels/cpu/gpt_loops.h) give the baseline's bits on every variant.
+TEST(GptLoops, Bf16ActivationVariantsMatchBaseline) {
+  const int64_t rows = 6, channels = 72, heads = 3, seq = 3;
+  auto finite = [](std::vector<float> v) {
+    for (float& e : v) e = std::isfinite(e) ? std::fmod(e, 8.0f) : 0.5f;
+    return v;
+  };
+  const auto x = finite(inputs(rows * channels, 3, 2.0f)), w = finite(inputs(channels, 5, 1.0f)),
+             b = finite(inputs(channels, 6, 1.0f));
+  auto bf16s = [](const std::vector<float>& v) {
+    std::vector<bf16> out;
+    for (float e : v) out.push_back(math::from_f32<bf16>(e));
+    return out;
+  };
+  const auto g16 = bf16s(finite(inputs(rows * channels, 4, 1.0f)));
+  const auto qkv16 = bf16s(finite(inputs(rows * 3 * channels, 7, 1.0f)));
+  auto widened = [](const std::vector<bf16>& v) {
+    std::vector<float> out;
+    for (bf16 e : v) out.push_back(math::to_f32(e));
+    return out;
+  };
+  auto run = [&](const GptLoops& l) {
+    std::vector<bf16> out16(rows * channels), copy16(rows * channels), atty16(rows * channels),
+        dqkv16(rows * 3 * channels);
+    std::vector<float> mean(rows), rstd(rows), dx(rows * channels, 0.25f), dw(channels), db(channels),
+        att(2 * heads * seq * seq), scratch(2 * heads * seq);
+    LayerNormLoopArgs<float> fwd{x.data(), w.data(), b.data(), channels, nullptr, mean.data(), rstd.data()};
+    fwd.out16 = out16.data();
+    l.layernorm_forward(fwd, 0, rows);
+    LayerNormGradLoopArgs<float> ln{nullptr, x.data(), w.data(), mean.data(), rstd.data(), rows, channels,
+                                    dx.data(),  dw.data(), db.data()};
+    ln.dout16 = g16.data();
+    ln.dx_copy16 = copy16.data();
+    l.layernorm_grad_input(ln, 0, rows);
+    l.layernorm_grad_params(ln, 0, channels);
+    AttentionLoopArgs<float> af{nullptr, nullptr, nullptr, seq, channels, heads, att.data(), nullptr, nullptr, nullptr};
+    af.qkv16 = qkv16.data();
+    af.out16 = atty16.data();
+    l.attention_forward(af, 0, 2 * heads);
+    AttentionLoopArgs<float> ab{nullptr, att.data(), nullptr, seq, channels, heads, nullptr, nullptr, scratch.data(),
+                                nullptr};
+    ab.qkv16 = qkv16.data();
+    ab.dout16 = g16.data();
+    ab.dqkv16 = dqkv16.data();
+    l.attention_backward(ab, 0, 2 * heads);
+    return std::vector<std::vector<float>>{widened(out16), mean, dx, widened(copy16), dw, db, att, widened(atty16),
+                                           widened(dqkv16)};
+  };
+  const auto want = run(gpt_loops(CpuIsa::kBaseline));
+  const char* names[] = {"ln out", "ln mean", "ln dx", "ln dx copy", "ln dw", "ln db", "att", "att out", "dqkv"};
+  for (CpuIsa isa : wider_isas()) {
+    const auto got = run(gpt_loops(isa));
+    for (size_t i = 0; i < want.size(); ++i) {
+      expect_same_bits(want[i], got[i], std::string(cpu_isa_name(isa)) + " bf16 " + names[i]);
+    }
+  }
+  if (wider_isas().empty()) GTEST_SKIP() << "this CPU has only the baseline variant";
+}
+
 TEST(GptLoops, MissingVariantIsAnError) {
   EXPECT_THROW(gpt_loops(CpuIsa::kScalar), std::exception);
 }

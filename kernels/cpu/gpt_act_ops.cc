@@ -1,6 +1,6 @@
 // kernels/cpu/gpt_act_ops.cc: the GPT ops on activations that may hold bf16
-// values (kernels/cpu/gpt_act_ops.h): bf16 inputs widened into the
-// caller's scratch, the float ops of gpt_ops.h, outputs rounded back.
+// values (kernels/cpu/gpt_act_ops.h): the float loops of kernels/cpu/
+// gpt_loops.h, told where an input or output holds bf16 values.
 #include "kernels/cpu/gpt_act_ops.h"
 
 #include <algorithm>
@@ -18,9 +18,14 @@ namespace mp {
 namespace {
 
 constexpr int64_t kChunk = int64_t{1} << 14;  // elements per part of a conversion
-
-// fp32 values stored as fp32: the float ops read and write it as it is.
-bool plain(const Act& a) { return a.dtype == DType::kF32 && !a.bf16; }
+// Multiply-adds below which another thread's wake-up costs more than it
+// saves (as kernels/cpu/gpt_ops.cc's loops): parallel_for's `align` for
+// items of `work` each. Only which thread computes an element depends on it.
+constexpr int64_t kMinWorkPerPart = int64_t{1} << 14;
+int64_t part_align(int64_t work, int64_t multiple = 1) {
+  const int64_t items = std::max<int64_t>(1, kMinWorkPerPart / std::max<int64_t>(work, 1));
+  return (items + multiple - 1) / multiple * multiple;
+}
 
 void check(const Act& a, const char* what) {
   MP_ENFORCE(a.data != nullptr, what, " is null");
@@ -54,87 +59,126 @@ void store(const float* src, const Act& dst, int64_t n, int threads) {
   });
 }
 
-// The fp32 values of `a` (n of them): a itself, or widened into *scratch
-// (which then moves past them).
-const float* read_f32(const Act& a, int64_t n, float** scratch, int threads) {
-  if (plain(a)) return a.f32();
-  float* out = *scratch;
-  widen(a, out, n, threads);
-  *scratch += n;
-  return out;
-}
-
-// Where an op writes the fp32 values of output `a` (n of them): a itself,
-// or *scratch (then stored into a by store()).
-float* write_f32(const Act& a, int64_t n, float** scratch) {
-  if (plain(a)) return a.f32();
-  float* out = *scratch;
-  *scratch += n;
-  return out;
-}
-
 }  // namespace
 
 // ---- layernorm -------------------------------------------------------------------
 
-int64_t gpt_layernorm_act_scratch_elements(int64_t rows, int64_t channels) { return rows * channels; }
+int64_t gpt_layernorm_act_scratch_elements(int64_t rows, int64_t channels) {
+  (void)rows;
+  (void)channels;
+  return 0;  // the loops read and write bf16 values themselves
+}
 
 void gpt_layernorm_forward(const float* x, const float* w, const float* b, int64_t rows, int64_t channels, Act out,
                            float* mean, float* rstd, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  (void)scratch;
   check(out, "layernorm output");
-  float* y = write_f32(out, rows * channels, &scratch);
-  gpt_layernorm_forward<float>(x, w, b, rows, channels, y, mean, rstd, threads);
-  if (!plain(out)) store(y, out, rows * channels, threads);
+  LayerNormLoopArgs<float> a{x, w, b, channels, out.f32(), mean, rstd};
+  if (out.dtype == DType::kBF16) {
+    a.out = nullptr;
+    a.out16 = static_cast<bf16*>(out.data);
+  } else {
+    a.round = out.bf16;
+  }
+  parallel_for(rows, threads, part_align(3 * channels), [&](int64_t n0, int64_t n1) {
+    gpt_loops().layernorm_forward(a, n0, n1);
+  });
 }
 
 void gpt_layernorm_backward(Act dout, const float* x, const float* w, const float* mean, const float* rstd,
                             int64_t rows, int64_t channels, float* dx, bool accumulate, Act dx_copy, float* dw,
                             float* db, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  (void)scratch;
   check(dout, "layernorm output gradient");
-  const int64_t n = rows * channels;
-  const float* g = read_f32(dout, n, &scratch, threads);
-  if (!accumulate) {
-    parallel_for(n, threads, kChunk, [&](int64_t j0, int64_t j1) {
-      std::fill(dx + j0, dx + j1, 0.0f);  // 0 + v is v: the bits of overwriting
-    });
+  LayerNormGradLoopArgs<float> a{dout.f32(), x, w, mean, rstd, rows, channels, dx, dw, db};
+  if (dout.dtype == DType::kBF16) {
+    a.dout = nullptr;
+    a.dout16 = static_cast<const bf16*>(dout.data);
   }
-  gpt_layernorm_backward<float>(g, x, w, mean, rstd, rows, channels, dx, dw, db, threads);
+  a.accumulate = accumulate;
   if (dx_copy.data != nullptr) {
     check(dx_copy, "layernorm input gradient copy");
-    store(dx, dx_copy, n, threads);
+    if (dx_copy.dtype == DType::kBF16) {
+      a.dx_copy16 = static_cast<bf16*>(dx_copy.data);
+    } else {
+      MP_ENFORCE(dx_copy.bf16, "layernorm input gradient copy of fp32 values: use dx itself");
+      a.dx_copy = dx_copy.f32();
+    }
   }
+  parallel_for(rows, threads, part_align(4 * channels), [&](int64_t n0, int64_t n1) {
+    gpt_loops().layernorm_grad_input(a, n0, n1);
+  });
+  parallel_for(channels, threads, part_align(2 * rows, 8), [&](int64_t c0, int64_t c1) {
+    gpt_loops().layernorm_grad_params(a, c0, c1);
+  });
 }
 
 // ---- causal self-attention ----------------------------------------------------------
 
 int64_t gpt_attention_act_scratch_elements(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
-  const int64_t rc = batch * seq * channels;
-  // The backward's: qkv, dout and dqkv widened, then its own.
-  return 7 * rc + batch * heads * seq;
+  (void)channels;
+  return batch * heads * seq;  // the backward's; bf16 values are read and written in place
 }
+
+namespace {
+
+void check_heads(int64_t channels, int64_t heads) {
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+}
+
+}  // namespace
 
 void gpt_attention_forward(Act qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* att, Act out,
                            float* scratch, int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  (void)scratch;
   check(qkv, "attention input");
   check(out, "attention output");
-  const int64_t rc = batch * seq * channels;
-  const float* q = read_f32(qkv, 3 * rc, &scratch, threads);
-  float* y = write_f32(out, rc, &scratch);
-  gpt_attention_forward<float>(q, batch, seq, channels, heads, att, y, threads);
-  if (!plain(out)) store(y, out, rc, threads);
+  check_heads(channels, heads);
+  AttentionLoopArgs<float> a{qkv.f32(), nullptr, nullptr, seq, channels, heads, att, out.f32(), nullptr, nullptr};
+  if (qkv.dtype == DType::kBF16) {
+    a.qkv = nullptr;
+    a.qkv16 = static_cast<const bf16*>(qkv.data);
+  }
+  if (out.dtype == DType::kBF16) {
+    a.out = nullptr;
+    a.out16 = static_cast<bf16*>(out.data);
+  } else {
+    a.round = out.bf16;
+  }
+  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads), [&](int64_t p0, int64_t p1) {
+    gpt_loops().attention_forward(a, p0, p1);
+  });
 }
 
 void gpt_attention_backward(Act qkv, const float* att, Act dout, int64_t batch, int64_t seq, int64_t channels,
                             int64_t heads, Act dqkv, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kAttention);
   check(qkv, "attention input");
   check(dout, "attention output gradient");
   check(dqkv, "attention input gradient");
-  const int64_t rc = batch * seq * channels;
-  const float* q = read_f32(qkv, 3 * rc, &scratch, threads);
-  const float* g = read_f32(dout, rc, &scratch, threads);
-  float* dq = write_f32(dqkv, 3 * rc, &scratch);
-  gpt_attention_backward<float>(q, att, g, batch, seq, channels, heads, scratch, dq, threads);
-  if (!plain(dqkv)) store(dq, dqkv, 3 * rc, threads);
+  check_heads(channels, heads);
+  AttentionLoopArgs<float> a{qkv.f32(), att, dout.f32(), seq, channels, heads, nullptr, nullptr, scratch,
+                             dqkv.f32()};
+  if (qkv.dtype == DType::kBF16) {
+    a.qkv = nullptr;
+    a.qkv16 = static_cast<const bf16*>(qkv.data);
+  }
+  if (dout.dtype == DType::kBF16) {
+    a.dout = nullptr;
+    a.dout16 = static_cast<const bf16*>(dout.data);
+  }
+  if (dqkv.dtype == DType::kBF16) {
+    a.dqkv = nullptr;
+    a.dqkv16 = static_cast<bf16*>(dqkv.data);
+  } else {
+    a.round = dqkv.bf16;
+  }
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads), [&](int64_t p0, int64_t p1) {
+    gpt_loops().attention_backward(a, p0, p1);
+  });
 }
 
 // ---- classifier -------------------------------------------------------------------

@@ -3,13 +3,12 @@
 // attention and classifier ops of kernels/nn/. Each reads its bf16 inputs
 // widened exactly, computes as the float ops of kernels/cpu/gpt_ops.h do
 // (the same loops, so the same bits for the same fp32 values), and rounds
-// its outputs to bf16 (nearest even) where they hold bf16 values. So an Act
-// of fp32 values gives the bits of the plain float op, and bf16 activations
-// are rounded at the same points as on a GPU (Note [GPT activations] in
-// models/gpt.h).
+// its outputs to bf16 (nearest even) where they hold bf16 values, in the
+// same pass (kernels/cpu/gpt_loops.h). So an Act of fp32 values gives the
+// bits of the plain float op, and bf16 activations are rounded at the same
+// points as on a GPU (Note [GPT activations] in models/gpt.h).
 //
-// `scratch` is fp32 the caller owns, at least the op's *_scratch_elements;
-// it is only touched where an input or output holds bf16 values.
+// `scratch` is fp32 the caller owns, at least the op's *_scratch_elements.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +35,7 @@ void gpt_layernorm_backward(Act dout, const float* x, const float* w, const floa
 // ---- causal self-attention ----------------------------------------------------------
 // The layouts of gpt_attention_forward in kernels/cpu/gpt_ops.h: qkv [rows,
 // 3 C], out [rows, C], att [batch, heads, seq, seq] (fp32, the saved
-// probabilities). The backward's own scratch (batch * heads * seq) comes
-// after the widened tensors in `scratch`.
+// probabilities). The backward's scratch: batch * heads * seq.
 int64_t gpt_attention_act_scratch_elements(int64_t batch, int64_t seq, int64_t channels, int64_t heads);
 
 void gpt_attention_forward(Act qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* att, Act out,

@@ -19,6 +19,12 @@
 
 namespace mp {
 
+// Activations that hold bf16 values (kernels/act.h; float loops only): an
+// input in bf16 storage is read through its `*16` pointer, widened exactly;
+// an output is written to its `*16` pointer rounded to bf16 (nearest even),
+// or, with `round`, to the float pointer rounded through bf16. So the loops
+// compute the bits of the plain float loop on the same values, rounding the
+// outputs in the same pass.
 template <class T>
 struct LayerNormLoopArgs {
   const T* x;
@@ -28,6 +34,8 @@ struct LayerNormLoopArgs {
   T* out;
   T* mean;
   T* rstd;
+  bf16* out16 = nullptr;
+  bool round = false;
 };
 
 template <class T>
@@ -39,9 +47,14 @@ struct LayerNormGradLoopArgs {
   const T* rstd;
   int64_t rows;
   int64_t channels;
-  T* dx;  // accumulates
+  T* dx;  // accumulates (dx := 0 + d loss / d x when not `accumulate`)
   T* dw;
   T* db;
+  const bf16* dout16 = nullptr;
+  bool accumulate = true;
+  // The new dx, also as the next bf16 GEMM reads it: bf16, or fp32 rounded.
+  bf16* dx_copy16 = nullptr;
+  T* dx_copy = nullptr;
 };
 
 // One (batch, head) pair per index: p = b * heads + h.
@@ -57,6 +70,11 @@ struct AttentionLoopArgs {
   T* out;      // forward: att v
   T* scratch;  // backward: seq elements per pair
   T* dqkv;     // backward
+  const bf16* qkv16 = nullptr;
+  const bf16* dout16 = nullptr;
+  bf16* out16 = nullptr;
+  bf16* dqkv16 = nullptr;
+  bool round = false;  // out or dqkv (float) hold bf16 values
 };
 
 // Targets are checked by the caller before the loop runs. With dlogits16

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
@@ -23,6 +24,45 @@
 
 namespace mp {
 namespace {
+
+// An element as the compute type: bf16 widened exactly, else as it is.
+template <class T>
+inline T widen(T x) {
+  return x;
+}
+inline float widen(bf16 x) { return math::to_f32(x); }
+
+// dot and axpy of kernels/cpu/loops.h over elements widened on the fly:
+// the same operations in the same order as on the widened arrays.
+template <class T, class A, class B>
+T dot_as(const A* a, const B* b, int64_t n) {
+  return reduce8<T>(n, [&](int64_t j) { return widen(a[j]) * widen(b[j]); });
+}
+template <class T, class X>
+void axpy_as(T a, const X* __restrict__ x, T* __restrict__ y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) y[j + k] += a * widen(x[j + k]);
+  }
+  for (; j < n; ++j) y[j] += a * widen(x[j]);
+}
+
+// A row of fp32 values stored as an output holding bf16 values.
+inline void store_bf16_row(const float* src, bf16* out16, float* out_round, int64_t n) {
+  if (out16 != nullptr) {
+    for (int64_t j = 0; j < n; ++j) out16[j] = math::from_f32<bf16>(src[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) out_round[j] = math::round_through_unit<bf16>(src[j]);
+  }
+}
+
+// A thread's scratch of n floats for the loops below, grown as needed and
+// kept (the pool's workers are persistent).
+inline float* thread_floats(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
 
 template <class T>
 [[gnu::flatten]] void gelu_forward_loop(const T* x, T* out, int64_t j0, int64_t j1) {
@@ -58,65 +98,116 @@ template <class T>
     const T m = reduce8<T>(channels, [&](int64_t j) { return xr[j]; }) * inv_c;
     const T var = reduce8<T>(channels, [&](int64_t j) { return (xr[j] - m) * (xr[j] - m); }) * inv_c;
     const T r = T(1) / std::sqrt(var + eps);
-    T* o = a.out + n * channels;
-    for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, a.w[c], a.b[c]);
     a.mean[n] = m;
     a.rstd[n] = r;
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.out16 != nullptr) {
+        bf16* o = a.out16 + n * channels;
+        for (int64_t c = 0; c < channels; ++c) o[c] = math::from_f32<bf16>(math::layernorm(xr[c], m, r, a.w[c], a.b[c]));
+        continue;
+      }
+      if (a.round) {
+        T* o = a.out + n * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          o[c] = math::round_through_unit<bf16>(math::layernorm(xr[c], m, r, a.w[c], a.b[c]));
+        }
+        continue;
+      }
+    }
+    T* o = a.out + n * channels;
+    for (int64_t c = 0; c < channels; ++c) o[c] = math::layernorm(xr[c], m, r, a.w[c], a.b[c]);
   }
 }
 
-// dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd.
-template <class T>
-[[gnu::flatten]] void layernorm_grad_input_loop(const LayerNormGradLoopArgs<T>& a, int64_t n0, int64_t n1) {
+// dx, row by row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
+// (dx := 0 + that without accumulate), and the copy of the new dx.
+template <class T, class G>
+void layernorm_grad_input_rows(const LayerNormGradLoopArgs<T>& a, const G* dout, int64_t n0, int64_t n1) {
   const int64_t channels = a.channels;
   const T inv_c = T(1) / static_cast<T>(channels);
   const T* w = a.w;
   for (int64_t n = n0; n < n1; ++n) {
-    const T* g = a.dout + n * channels;
+    const G* g = dout + n * channels;
     const T* xr = a.x + n * channels;
     const T m = a.mean[n], r = a.rstd[n];
-    const T dnorm_mean = reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j]; }) * inv_c;
+    const T dnorm_mean = reduce8<T>(channels, [&](int64_t j) { return w[j] * widen(g[j]); }) * inv_c;
     const T dnorm_norm_mean =
-        reduce8<T>(channels, [&](int64_t j) { return w[j] * g[j] * ((xr[j] - m) * r); }) * inv_c;
+        reduce8<T>(channels, [&](int64_t j) { return w[j] * widen(g[j]) * ((xr[j] - m) * r); }) * inv_c;
     T* d = a.dx + n * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      d[c] += math::layernorm_dx(xr[c], m, r, w[c] * g[c], dnorm_mean, dnorm_norm_mean);
+    if (a.accumulate) {
+      for (int64_t c = 0; c < channels; ++c) {
+        d[c] += math::layernorm_dx(xr[c], m, r, w[c] * widen(g[c]), dnorm_mean, dnorm_norm_mean);
+      }
+    } else {
+      for (int64_t c = 0; c < channels; ++c) {
+        d[c] = T(0) + math::layernorm_dx(xr[c], m, r, w[c] * widen(g[c]), dnorm_mean, dnorm_norm_mean);
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.dx_copy16 != nullptr || a.dx_copy != nullptr) {
+        store_bf16_row(d, a.dx_copy16 != nullptr ? a.dx_copy16 + n * channels : nullptr,
+                       a.dx_copy != nullptr ? a.dx_copy + n * channels : nullptr, channels);
+      }
     }
   }
 }
 
-// dw, db: the part owning channels [c0, c1) sums the rows in order.
 template <class T>
-[[gnu::flatten]] void layernorm_grad_params_loop(const LayerNormGradLoopArgs<T>& a, int64_t c0, int64_t c1) {
+[[gnu::flatten]] void layernorm_grad_input_loop(const LayerNormGradLoopArgs<T>& a, int64_t n0, int64_t n1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.dout16 != nullptr) return layernorm_grad_input_rows(a, a.dout16, n0, n1);
+  }
+  layernorm_grad_input_rows(a, a.dout, n0, n1);
+}
+
+// dw, db: the part owning channels [c0, c1) sums the rows in order.
+template <class T, class G>
+void layernorm_grad_params_columns(const LayerNormGradLoopArgs<T>& a, const G* dout, int64_t c0, int64_t c1) {
   const int64_t channels = a.channels;
   std::fill(a.dw + c0, a.dw + c1, T(0));
   std::fill(a.db + c0, a.db + c1, T(0));
   for (int64_t n = 0; n < a.rows; ++n) {
-    const T* g = a.dout + n * channels;
+    const G* g = dout + n * channels;
     const T* xr = a.x + n * channels;
     const T m = a.mean[n], r = a.rstd[n];
     for (int64_t c = c0; c < c1; ++c) {
-      a.dw[c] += g[c] * ((xr[c] - m) * r);
-      a.db[c] += g[c];
+      a.dw[c] += widen(g[c]) * ((xr[c] - m) * r);
+      a.db[c] += widen(g[c]);
     }
   }
 }
 
-// Each (batch, head) pair owns its rows of att and its columns of out.
 template <class T>
-[[gnu::flatten]] void attention_forward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+[[gnu::flatten]] void layernorm_grad_params_loop(const LayerNormGradLoopArgs<T>& a, int64_t c0, int64_t c1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.dout16 != nullptr) return layernorm_grad_params_columns(a, a.dout16, c0, c1);
+  }
+  layernorm_grad_params_columns(a, a.dout, c0, c1);
+}
+
+// Each (batch, head) pair owns its rows of att and its columns of out. Q:
+// qkv's element type; an output holding bf16 values is computed in a row of
+// the thread's scratch and rounded into place.
+template <class T, class Q>
+void attention_forward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, int64_t p0, int64_t p1) {
   const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
   const int64_t hd = channels / heads, stride = 3 * channels;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  bool rounded = false;
+  if constexpr (std::is_same_v<T, float>) rounded = a.out16 != nullptr || a.round;
+  T* row = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (rounded) row = thread_floats(hd);
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / heads, h = p % heads;
-    const T* base = a.qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
+    const Q* base = qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
     for (int64_t t = 0; t < seq; ++t) {
-      const T* q = base + t * stride;
+      const Q* q = base + t * stride;
       T* att = a.att_out + (p * seq + t) * seq;
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t t2 = 0; t2 <= t; ++t2) {
-        att[t2] = dot(q, base + t2 * stride + channels, hd) * scale;
+        att[t2] = dot_as<T>(q, base + t2 * stride + channels, hd) * scale;
         m = std::max(m, att[t2]);
       }
       T sum = 0;
@@ -127,49 +218,92 @@ template <class T>
       const T inv = T(1) / sum;
       for (int64_t t2 = 0; t2 <= t; ++t2) att[t2] *= inv;
       std::fill(att + t + 1, att + seq, T(0));
-      T* o = a.out + (b * seq + t) * channels + h * hd;
+      const int64_t at = (b * seq + t) * channels + h * hd;
+      T* o = rounded ? row : a.out + at;
       std::fill(o, o + hd, T(0));
-      for (int64_t t2 = 0; t2 <= t; ++t2) axpy(att[t2], base + t2 * stride + 2 * channels, o, hd);
+      for (int64_t t2 = 0; t2 <= t; ++t2) axpy_as(att[t2], base + t2 * stride + 2 * channels, o, hd);
+      if constexpr (std::is_same_v<T, float>) {
+        if (rounded) store_bf16_row(o, a.out16 != nullptr ? a.out16 + at : nullptr, a.out + at, hd);
+      }
     }
   }
 }
 
-// Each pair owns its columns of dqkv in its batch's rows.
 template <class T>
-[[gnu::flatten]] void attention_backward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+[[gnu::flatten]] void attention_forward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.qkv16 != nullptr) return attention_forward_pairs(a, a.qkv16, p0, p1);
+  }
+  attention_forward_pairs(a, a.qkv, p0, p1);
+}
+
+// Each pair owns its columns of dqkv in its batch's rows. Q, G: qkv's and
+// dout's element types; a dqkv holding bf16 values is summed in the thread's
+// scratch ([seq, 3 head_dim] per pair) and rounded into place at the pair's end.
+template <class T, class Q, class G>
+void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const G* dout, int64_t p0, int64_t p1) {
   const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
   const int64_t hd = channels / heads, stride = 3 * channels;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  bool rounded = false;
+  if constexpr (std::is_same_v<T, float>) rounded = a.dqkv16 != nullptr || a.round;
+  // Where dq, dk and dv are summed: dqkv itself, or the scratch.
+  const int64_t dstride = rounded ? 3 * hd : stride, dch = rounded ? hd : channels;
+  T* pair_scratch = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (rounded) pair_scratch = thread_floats(seq * 3 * hd);
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / heads, h = p % heads;
-    const T* base = a.qkv + b * seq * stride + h * hd;
-    T* dbase = a.dqkv + b * seq * stride + h * hd;
+    const Q* base = qkv + b * seq * stride + h * hd;
+    T* dbase = rounded ? pair_scratch : a.dqkv + b * seq * stride + h * hd;
     for (int64_t t = 0; t < seq; ++t) {
       for (int64_t third = 0; third < 3; ++third) {
-        T* d = dbase + t * stride + third * channels;
+        T* d = dbase + t * dstride + third * dch;
         std::fill(d, d + hd, T(0));
       }
     }
     T* datt = a.scratch + p * seq;
     for (int64_t t = 0; t < seq; ++t) {
       const T* att = a.att + (p * seq + t) * seq;
-      const T* g = a.dout + (b * seq + t) * channels + h * hd;
-      const T* q = base + t * stride;
-      T* dq = dbase + t * stride;
-      for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot(g, base + t2 * stride + 2 * channels, hd);
+      const G* g = dout + (b * seq + t) * channels + h * hd;
+      const Q* q = base + t * stride;
+      T* dq = dbase + t * dstride;
+      for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot_as<T>(g, base + t2 * stride + 2 * channels, hd);
       // Softmax backward: dscore = att (datt - sum att datt).
       const T expected = dot(att, datt, t + 1);
       for (int64_t t2 = 0; t2 <= t; ++t2) {
-        const T* k = base + t2 * stride + channels;
-        T* dk = dbase + t2 * stride + channels;
-        T* dv = dbase + t2 * stride + 2 * channels;
+        const Q* k = base + t2 * stride + channels;
+        T* dk = dbase + t2 * dstride + dch;
+        T* dv = dbase + t2 * dstride + 2 * dch;
         const T dscore = att[t2] * (datt[t2] - expected) * scale;
-        axpy(att[t2], g, dv, hd);
-        axpy(dscore, k, dq, hd);
-        axpy(dscore, q, dk, hd);
+        axpy_as(att[t2], g, dv, hd);
+        axpy_as(dscore, k, dq, hd);
+        axpy_as(dscore, q, dk, hd);
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (rounded) {
+        for (int64_t t = 0; t < seq; ++t) {
+          for (int64_t third = 0; third < 3; ++third) {
+            const int64_t at = (b * seq + t) * stride + third * channels + h * hd;
+            store_bf16_row(dbase + t * dstride + third * dch, a.dqkv16 != nullptr ? a.dqkv16 + at : nullptr,
+                           a.dqkv + at, hd);
+          }
+        }
       }
     }
   }
+}
+
+template <class T>
+[[gnu::flatten]] void attention_backward_loop(const AttentionLoopArgs<T>& a, int64_t p0, int64_t p1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.qkv16 != nullptr && a.dout16 != nullptr) return attention_backward_pairs(a, a.qkv16, a.dout16, p0, p1);
+    if (a.qkv16 != nullptr) return attention_backward_pairs(a, a.qkv16, a.dout, p0, p1);
+    if (a.dout16 != nullptr) return attention_backward_pairs(a, a.qkv, a.dout16, p0, p1);
+  }
+  attention_backward_pairs(a, a.qkv, a.dout, p0, p1);
 }
 
 [[gnu::flatten]] void round_to_bf16_loop(const float* x, bf16* out, int64_t j0, int64_t j1) {

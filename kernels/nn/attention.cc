@@ -42,10 +42,8 @@ int64_t attention_saved_elements(Device device, const Attention& a) {
 
 int64_t attention_scratch_bytes(Device device, const Attention& a) {
   if (device.is_cpu()) {
-    const int64_t own = a.batch * a.heads * a.seq;  // the fp32 backward's
-    const int64_t elements =
-        a.bf16 ? gpt_attention_act_scratch_elements(a.batch, a.seq, a.channels, a.heads) : own;
-    return elements * static_cast<int64_t>(sizeof(float));
+    return gpt_attention_act_scratch_elements(a.batch, a.seq, a.channels, a.heads) *
+           static_cast<int64_t>(sizeof(float));
   }
 #if MP_WITH_CUDA
   return attention_cuda_scratch_bytes(AttentionCudaShape{a.batch, a.seq, a.channels, a.heads}, a.cudnn, a.bf16);
