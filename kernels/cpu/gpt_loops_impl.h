@@ -32,21 +32,6 @@ inline T widen(T x) {
 }
 inline float widen(bf16 x) { return math::to_f32(x); }
 
-// dot and axpy of kernels/cpu/loops.h over elements widened on the fly:
-// the same operations in the same order as on the widened arrays.
-template <class T, class A, class B>
-T dot_as(const A* a, const B* b, int64_t n) {
-  return reduce8<T>(n, [&](int64_t j) { return widen(a[j]) * widen(b[j]); });
-}
-template <class T, class X>
-void axpy_as(T a, const X* __restrict__ x, T* __restrict__ y, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int k = 0; k < 8; ++k) y[j + k] += a * widen(x[j + k]);
-  }
-  for (; j < n; ++j) y[j] += a * widen(x[j]);
-}
-
 // A row of fp32 values stored as an output holding bf16 values.
 inline void store_bf16_row(const float* src, bf16* out16, float* out_round, int64_t n) {
   if (out16 != nullptr) {
@@ -185,29 +170,64 @@ template <class T>
   layernorm_grad_params_columns(a, a.dout, c0, c1);
 }
 
+// A (batch, head) pair's q, k and v rows as fp32: where qkv holds bf16
+// values, widened once into the thread's scratch, laid out [seq][q | k |
+// v] (each element converted once, not at every use); else qkv itself.
+struct PairQkv {
+  int64_t stride;  // elements between consecutive rows' q
+  int64_t offset;  // from a row's q to its k (and k to v)
+};
+
+template <class T, class Q>
+const T* pair_qkv(const Q* qkv, int64_t b, int64_t h, int64_t seq, int64_t channels, int64_t hd, T* scratch,
+                  PairQkv* layout) {
+  const int64_t stride = 3 * channels;
+  const Q* base = qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
+  if constexpr (std::is_same_v<T, Q>) {
+    *layout = PairQkv{stride, channels};
+    return base;
+  } else {
+    for (int64_t t = 0; t < seq; ++t) {
+      for (int64_t third = 0; third < 3; ++third) {
+        const Q* src = base + t * stride + third * channels;
+        T* dst = scratch + t * 3 * hd + third * hd;
+        for (int64_t j = 0; j < hd; ++j) dst[j] = widen(src[j]);
+      }
+    }
+    *layout = PairQkv{3 * hd, hd};
+    return scratch;
+  }
+}
+
 // Each (batch, head) pair owns its rows of att and its columns of out. Q:
 // qkv's element type; an output holding bf16 values is computed in a row of
 // the thread's scratch and rounded into place.
 template <class T, class Q>
 void attention_forward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, int64_t p0, int64_t p1) {
   const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
-  const int64_t hd = channels / heads, stride = 3 * channels;
+  const int64_t hd = channels / heads;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
   bool rounded = false;
   if constexpr (std::is_same_v<T, float>) rounded = a.out16 != nullptr || a.round;
   T* row = nullptr;
+  T* widened = nullptr;
   if constexpr (std::is_same_v<T, float>) {
-    if (rounded) row = thread_floats(hd);
+    if (rounded || !std::is_same_v<T, Q>) {
+      T* s = thread_floats(hd + seq * 3 * hd);
+      row = s;
+      widened = s + hd;
+    }
   }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / heads, h = p % heads;
-    const Q* base = qkv + b * seq * stride + h * hd;  // q of row (b, 0), head h
+    PairQkv l{};
+    const T* base = pair_qkv<T>(qkv, b, h, seq, channels, hd, widened, &l);
     for (int64_t t = 0; t < seq; ++t) {
-      const Q* q = base + t * stride;
+      const T* q = base + t * l.stride;
       T* att = a.att_out + (p * seq + t) * seq;
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t t2 = 0; t2 <= t; ++t2) {
-        att[t2] = dot_as<T>(q, base + t2 * stride + channels, hd) * scale;
+        att[t2] = dot(q, base + t2 * l.stride + l.offset, hd) * scale;
         m = std::max(m, att[t2]);
       }
       T sum = 0;
@@ -221,7 +241,7 @@ void attention_forward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, int64_
       const int64_t at = (b * seq + t) * channels + h * hd;
       T* o = rounded ? row : a.out + at;
       std::fill(o, o + hd, T(0));
-      for (int64_t t2 = 0; t2 <= t; ++t2) axpy_as(att[t2], base + t2 * stride + 2 * channels, o, hd);
+      for (int64_t t2 = 0; t2 <= t; ++t2) axpy(att[t2], base + t2 * l.stride + 2 * l.offset, o, hd);
       if constexpr (std::is_same_v<T, float>) {
         if (rounded) store_bf16_row(o, a.out16 != nullptr ? a.out16 + at : nullptr, a.out + at, hd);
       }
@@ -238,8 +258,9 @@ template <class T>
 }
 
 // Each pair owns its columns of dqkv in its batch's rows. Q, G: qkv's and
-// dout's element types; a dqkv holding bf16 values is summed in the thread's
-// scratch ([seq, 3 head_dim] per pair) and rounded into place at the pair's end.
+// dout's element types (bf16 ones widened once per pair into the thread's
+// scratch); a dqkv holding bf16 values is summed in the thread's scratch
+// ([seq, 3 head_dim] per pair) and rounded into place at the pair's end.
 template <class T, class Q, class G>
 void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const G* dout, int64_t p0, int64_t p1) {
   const int64_t seq = a.seq, channels = a.channels, heads = a.heads;
@@ -250,12 +271,33 @@ void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const
   // Where dq, dk and dv are summed: dqkv itself, or the scratch.
   const int64_t dstride = rounded ? 3 * hd : stride, dch = rounded ? hd : channels;
   T* pair_scratch = nullptr;
+  T* widened = nullptr;
+  T* dout_rows = nullptr;  // the pair's dout rows widened [seq, hd]
   if constexpr (std::is_same_v<T, float>) {
-    if (rounded) pair_scratch = thread_floats(seq * 3 * hd);
+    if (rounded || !std::is_same_v<T, Q> || !std::is_same_v<T, G>) {
+      T* s = thread_floats(3 * seq * 3 * hd);
+      pair_scratch = s;
+      widened = s + seq * 3 * hd;
+      dout_rows = s + 2 * seq * 3 * hd;
+    }
   }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / heads, h = p % heads;
-    const Q* base = qkv + b * seq * stride + h * hd;
+    PairQkv l{};
+    const T* base = pair_qkv<T>(qkv, b, h, seq, channels, hd, widened, &l);
+    // The pair's dout: row t at g_base + t * g_stride.
+    const T* g_base = nullptr;
+    int64_t g_stride = channels;
+    if constexpr (std::is_same_v<T, G>) {
+      g_base = dout + b * seq * channels + h * hd;
+    } else {
+      for (int64_t t = 0; t < seq; ++t) {
+        const G* src = dout + (b * seq + t) * channels + h * hd;
+        for (int64_t j = 0; j < hd; ++j) dout_rows[t * hd + j] = widen(src[j]);
+      }
+      g_base = dout_rows;
+      g_stride = hd;
+    }
     T* dbase = rounded ? pair_scratch : a.dqkv + b * seq * stride + h * hd;
     for (int64_t t = 0; t < seq; ++t) {
       for (int64_t third = 0; third < 3; ++third) {
@@ -266,20 +308,20 @@ void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const
     T* datt = a.scratch + p * seq;
     for (int64_t t = 0; t < seq; ++t) {
       const T* att = a.att + (p * seq + t) * seq;
-      const G* g = dout + (b * seq + t) * channels + h * hd;
-      const Q* q = base + t * stride;
+      const T* g = g_base + t * g_stride;
+      const T* q = base + t * l.stride;
       T* dq = dbase + t * dstride;
-      for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot_as<T>(g, base + t2 * stride + 2 * channels, hd);
+      for (int64_t t2 = 0; t2 <= t; ++t2) datt[t2] = dot(g, base + t2 * l.stride + 2 * l.offset, hd);
       // Softmax backward: dscore = att (datt - sum att datt).
       const T expected = dot(att, datt, t + 1);
       for (int64_t t2 = 0; t2 <= t; ++t2) {
-        const Q* k = base + t2 * stride + channels;
+        const T* k = base + t2 * l.stride + l.offset;
         T* dk = dbase + t2 * dstride + dch;
         T* dv = dbase + t2 * dstride + 2 * dch;
         const T dscore = att[t2] * (datt[t2] - expected) * scale;
-        axpy_as(att[t2], g, dv, hd);
-        axpy_as(dscore, k, dq, hd);
-        axpy_as(dscore, q, dk, hd);
+        axpy(att[t2], g, dv, hd);
+        axpy(dscore, k, dq, hd);
+        axpy(dscore, q, dk, hd);
       }
     }
     if constexpr (std::is_same_v<T, float>) {
