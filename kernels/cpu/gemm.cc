@@ -447,10 +447,6 @@ void run_tile(const GemmProblem& p, const Tile& t, dnnl::stream& stream) {
   gemm_epilogue_tile(p, tile, t.tn, t.i0, t.tm, t.j0, t.tn);
 }
 
-// bias_grad: the columns shared out over the threads, k in order.
-void bias_grad_of_b(const GemmProblem& p, int threads) {
-  parallel_for(p.n, threads, 64, [&](int64_t j0, int64_t j1) { gemm_bias_grad_of_b(p, j0, j1); });
-}
 
 }  // namespace
 
@@ -461,10 +457,9 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
   if (p.n == 0 || (p.m == 0 && p.bias_grad == nullptr)) return;  // nothing to do, nothing read
   check_problem(p);
   if (p.k > 0) check_input(p.b, "B", p.k, p.n);
-  if (p.bias_grad != nullptr) bias_grad_of_b(p, options.threads);
-  if (p.m == 0) return;
-  if (p.k == 0) {
-    run_without_product(p);
+  if (p.m == 0 || p.k == 0) {
+    if (p.bias_grad != nullptr) gemm_bias_grad_of_b(p, 0, p.n);
+    if (p.m > 0) run_without_product(p);
     return;
   }
   check_input(p.a, "A", p.m, p.k);
@@ -489,7 +484,11 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
     dnnl::stream stream(cpu_engine());
     for (int64_t tile = t0; tile < t1; ++tile) {
       const int64_t i0 = tile / tiles_n * t.tile_m, j0 = tile % tiles_n * t.tile_n;
-      run_tile(p, Tile{i0, j0, std::min(t.tile_m, p.m - i0), std::min(t.tile_n, p.n - j0)}, stream);
+      const Tile tl{i0, j0, std::min(t.tile_m, p.m - i0), std::min(t.tile_n, p.n - j0)};
+      // The bias gradient of the tile's columns, by the first row of tiles
+      // (in the same parallel region: no second wake-up of the threads).
+      if (p.bias_grad != nullptr && i0 == 0) gemm_bias_grad_of_b(p, j0, j0 + tl.tn);
+      run_tile(p, tl, stream);
     }
   });
 }

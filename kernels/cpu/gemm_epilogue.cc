@@ -93,16 +93,29 @@ void gemm_epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld
 
 void gemm_bias_grad_of_b(const GemmProblem& p, int64_t j0, int64_t j1) {
   float* out = p.bias_grad;
+  if (!p.b.transposed && p.b.dtype == DType::kF32 && p.b.ld == p.n) {
+    // A dense dy [k, n]: the GPT's bias-gradient loop for this CPU, rows in order.
+    gpt_loops().bias_grad(static_cast<const float*>(p.b.data), p.k, p.n, out, j0, j1);
+    return;
+  }
   for (int64_t j = j0; j < j1; ++j) out[j] = 0.0f;
-  // op(B)[k, j] is B[k, j], or B[j, k] when transposed.
-  const int64_t k_step = p.b.transposed ? 1 : p.b.ld, j_step = p.b.transposed ? p.b.ld : 1;
+  if (!p.b.transposed) {  // rows of op(B) contiguous: a loop that vectorizes
+    for (int64_t k = 0; k < p.k; ++k) {
+      if (p.b.dtype == DType::kBF16) {
+        const bf16* row = static_cast<const bf16*>(p.b.data) + k * p.b.ld;
+        for (int64_t j = j0; j < j1; ++j) out[j] += math::to_f32(row[j]);
+      } else {
+        const float* row = static_cast<const float*>(p.b.data) + k * p.b.ld;
+        for (int64_t j = j0; j < j1; ++j) out[j] += row[j];
+      }
+    }
+    return;
+  }
+  // op(B)[k, j] = B[j, k].
   for (int64_t k = 0; k < p.k; ++k) {
-    if (p.b.dtype == DType::kBF16) {
-      const bf16* row = static_cast<const bf16*>(p.b.data) + k * k_step;
-      for (int64_t j = j0; j < j1; ++j) out[j] += math::to_f32(row[j * j_step]);
-    } else {
-      const float* row = static_cast<const float*>(p.b.data) + k * k_step;
-      for (int64_t j = j0; j < j1; ++j) out[j] += row[j * j_step];
+    for (int64_t j = j0; j < j1; ++j) {
+      out[j] += p.b.dtype == DType::kBF16 ? math::to_f32(static_cast<const bf16*>(p.b.data)[j * p.b.ld + k])
+                                          : static_cast<const float*>(p.b.data)[j * p.b.ld + k];
     }
   }
 }
