@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm_epilogue.h"
 
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -11,13 +12,16 @@
 namespace mp {
 namespace {
 
-// v as C stores it: bf16 bits, the fp32 of its bf16 rounding, or itself.
+// A row of fp32 values as C stores it: bf16 bits, the fp32 of its bf16
+// rounding, or itself; through the GPT's rounding loops for this CPU.
 template <class Out>
-void store(Out* out, float v, bool bf16_values) {
+void store_row(const GptLoops& loops, const float* v, Out* out, bool bf16_values, int64_t n) {
   if constexpr (std::is_same_v<Out, bf16>) {
-    *out = bf16{math::f32_to_bf16_bits(v)};
+    loops.round_to_bf16(v, out, 0, n);
+  } else if (bf16_values) {
+    loops.round_through_bf16(v, out, 0, n);
   } else {
-    *out = bf16_values ? math::round_through_unit<bf16>(v) : v;
+    std::memcpy(out, v, static_cast<size_t>(n) * sizeof(float));
   }
 }
 
@@ -44,14 +48,14 @@ void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int
     }
     if constexpr (kEpilogue == GemmEpilogue::kGelu) {
       Out* aux = static_cast<Out*>(p.aux) + i * p.aux_ld + j0;
-      for (int64_t j = 0; j < cols; ++j) store(aux + j, v[j], round);
+      store_row(loops, v, aux, round, cols);
       loops.gelu_forward(v, v, 0, cols);
     } else if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
       const Out* aux = static_cast<const Out*>(p.aux) + i * p.aux_ld + j0;
       for (int64_t j = 0; j < cols; ++j) aux_row[static_cast<size_t>(j)] = math::to_f32(aux[j]);
       loops.gelu_backward(aux_row.data(), v, v, 0, cols);
     }
-    for (int64_t j = 0; j < cols; ++j) store(c + j, v[j], round);
+    store_row(loops, v, c, round, cols);
   }
 }
 
