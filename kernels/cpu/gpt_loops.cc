@@ -1,8 +1,16 @@
 #include "kernels/cpu/gpt_loops.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace mp {
+
+float* detail::gpt_loops_thread_floats(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
 
 const GptLoops& gpt_loops(CpuIsa isa) {
   if (isa == CpuIsa::kAuto) {

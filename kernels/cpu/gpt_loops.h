@@ -139,6 +139,11 @@ namespace detail {
 const GptLoops& select_gpt_loops_baseline();
 const GptLoops& select_gpt_loops_avx2();
 const GptLoops& select_gpt_loops_avx512();
+// A thread's scratch of n floats for the loops, grown as needed and kept
+// (the pool's workers are persistent). Defined once, at baseline
+// (gpt_loops.cc): the vector's out-of-line members must not be compiled with
+// a per-ISA object's instructions.
+float* gpt_loops_thread_floats(int64_t n);
 }  // namespace detail
 
 }  // namespace mp

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
@@ -41,13 +40,7 @@ inline void store_bf16_row(const float* src, bf16* out16, float* out_round, int6
   }
 }
 
-// A thread's scratch of n floats for the loops below, grown as needed and
-// kept (the pool's workers are persistent).
-inline float* thread_floats(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
+inline float* thread_floats(int64_t n) { return detail::gpt_loops_thread_floats(n); }
 
 template <class T>
 [[gnu::flatten]] void gelu_forward_loop(const T* x, T* out, int64_t j0, int64_t j1) {
