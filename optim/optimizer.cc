@@ -198,4 +198,9 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
   return out;
 }
 
+void Optimizer::set_lr(double lr) {
+  if (!std::isfinite(lr) || lr < 0) MP_THROW(ConfigError, "set_lr(", lr, "): the lr must be finite and >= 0");
+  schedule_ = LrSchedule{.lr = lr};
+}
+
 }  // namespace mp

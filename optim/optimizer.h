@@ -96,6 +96,9 @@ class Optimizer {
   void restore_loss_scaler(const LossScaler::State& s) {
     if (scaler_) scaler_->restore(s);
   }
+  // The lr of every later step, in place of the schedule (as a torch
+  // user's param_group["lr"] = lr); ConfigError unless finite and >= 0.
+  void set_lr(double lr);
 
  private:
   OptimizerHyper hyper_;

@@ -95,6 +95,8 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
   reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *compute_,
                                            *opt_, comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
+  reduced_.assign(static_cast<size_t>(layout_.num_units()), 0);
+  unsharded_.assign(static_cast<size_t>(layout_.num_units()), 0);
   init_params();
 }
 
@@ -137,20 +139,26 @@ Event Engine::Impl::on_compute(F&& enqueue) {
 
 StepResult Engine::Impl::step(Model& model) {
   check_recomputation(model);
-  begin_step();
+  open_step();
   const int k = o_.micro_batches, W = world_.size(), r = world_.rank();
   for (int m = 0; m < k; ++m) {
     const int64_t g = (steps_run_ - 1) * static_cast<int64_t>(W) * k + static_cast<int64_t>(m) * W + r;
     on_compute([&] { model.begin_micro_batch_on(g, *compute_); });
     forward(model);                                // gather ring: each unit waited for, the next k prefetched
     model.loss_on(losses_.as<double>() + m, *compute_);
-    backward(model, m);                            // each unit's reduction issued as its gradients exist
+    backward(model);                               // each unit's reduction issued as its gradients exist
   }
-  const GradStats total = reduced_statistics();    // reductions landed: statistics, one read, one exchange
-  const StepPlan plan = decision_.decide(&total);  // clip, scale or skip
-  StepResult result = note_decision(plan);
-  update(plan);                                    // fused updates, each followed by its next gather
-  return finish_step(std::move(result), plan, total);
+  return finish_step(/*checked=*/false);           // statistics, decision, updates, next gathers
+}
+
+// The step's counters and faults, at its first part.
+void Engine::Impl::open_step() {
+  if (step_open_) return;
+  begin_step();
+  step_open_ = true;
+  reduced_.assign(static_cast<size_t>(layout_.num_units()), 0);
+  losses_noted_ = 0;
+  std::fill_n(losses_.as<double>(), o_.micro_batches, std::numeric_limits<double>::quiet_NaN());
 }
 
 void Engine::Impl::begin_step() {
@@ -188,46 +196,156 @@ void Engine::Impl::check_recomputation(const Model& model) const {
 void Engine::Impl::forward(Model& model) {
   model.set_params_persist(gathers_->persistent());
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const Tensor params = gathers_->params_for(u, +1, *compute_);
-    gathers_->release(u, on_compute([&] { model.forward_on(u, params, *compute_); }));
+    const Tensor params = unshard(u, Pass::kForward);
+    reshard(u, on_compute([&] { model.forward_on(u, params, *compute_); }));
   }
 }
 
 // Backward of one micro-batch, last unit first: each unit's gradients go
-// to its reduction while the next unit's backward runs. A unit's reduction
-// is issued one unit late, after the next unit's acquire has issued its
-// prefetch gather: on the communication stream the gather the compute will
-// wait for next comes before the reduction nothing waits for until the
-// step's end (on one core per rank, the backward's gather waits went from
-// 2-4 ms a unit to nearly none; docs/benchmarks.md).
-void Engine::Impl::backward(Model& model, int micro_batch) {
-  struct Pending {
-    int unit = -1;
-    GradBuffer grads;
-    Event computed;
-  } pending;
-  auto issue_pending = [&] {
-    if (pending.unit >= 0) reduce(pending.unit, micro_batch, pending.grads, pending.computed);
-    pending.unit = -1;
-  };
+// to its reduction while the next unit's backward runs.
+void Engine::Impl::backward(Model& model) {
   for (int u = layout_.num_units() - 1; u >= 0; --u) {
     // Note [Activation recomputation]: the forward again, on the backward's gather.
     const bool recompute = recomputed_[static_cast<size_t>(u)];
     const bool reads = layout_.unit(u).backward_reads_params || recompute;  // else nothing to gather
-    const Tensor params = reads ? gathers_->params_for(u, -1, *compute_) : Tensor();
-    issue_pending();
+    const Tensor params = reads ? unshard(u, Pass::kBackward) : Tensor();
     if (recompute) on_compute([&] { model.recompute_on(u, params, *compute_); });
-    const GradBuffer grads = reducer_->take_buffer(u, *compute_);
-    const Event done = on_compute([&] { model.backward_on(u, params, grads.grads, *compute_); });
-    if (reads) gathers_->release(u, done);
-    const int64_t numel = layout_.unit(u).numel;
-    if (const Fault* f = find_fault(FaultKind::kNan, steps_run_, world_.rank()); f != nullptr && f->unit == u) {
-      ops::fill_nan(grads.grads, numel, *compute_);
-    }
-    stats_.take_local(u, micro_batch, grads.grads, numel, *compute_);
-    pending = Pending{u, grads, compute_->record()};
+    const Tensor grads = gradient_buffer(u);
+    const Event done = on_compute([&] { model.backward_on(u, params, grads, *compute_); });
+    if (reads) reshard(u, done);
+    hand_over(u);
   }
-  issue_pending();
+}
+
+// ---- the parts (Note [Driving the engine]) ------------------------------------
+
+std::string Engine::Impl::unit_name(int u) const {
+  return detail::str("unit ", u, " ('", layout_.unit(u).name, "')");
+}
+
+void Engine::Impl::check_unit(int u, const char* call) const {
+  if (u < 0 || u >= layout_.num_units()) {
+    MP_THROW(ConfigError, call, ": unit ", u, " does not exist (the model has ", layout_.num_units(), " units)");
+  }
+}
+
+Tensor Engine::Impl::unshard(int u, Pass pass) {
+  check_unit(u, "unshard");
+  char& held = unsharded_[static_cast<size_t>(u)];
+  if (held) MP_THROW(ConfigError, "unshard of ", unit_name(u), ", which is unsharded already: reshard it first");
+  set_current_device(device_);
+  Tensor params = gathers_->params_for(u, pass == Pass::kForward ? +1 : -1, *compute_);
+  held = 1;
+  return params;
+}
+
+void Engine::Impl::reshard(int u) {
+  check_unit(u, "reshard");
+  reshard(u, compute_->record());
+}
+
+void Engine::Impl::reshard(int u, Event readers_done) {
+  char& held = unsharded_[static_cast<size_t>(u)];
+  if (!held) MP_THROW(ConfigError, "reshard of ", unit_name(u), ", which is not unsharded");
+  gathers_->release(u, std::move(readers_done));
+  held = 0;
+}
+
+Tensor Engine::Impl::gradient_buffer(int u) {
+  check_unit(u, "gradient_buffer");
+  if (taken_ >= 0) {
+    MP_THROW(ConfigError, "gradient_buffer of ", unit_name(u), " while the gradients of ", unit_name(taken_),
+             " are taken and not reduced: reduce_gradients(", taken_, ") first");
+  }
+  open_step();
+  if (reduced_[static_cast<size_t>(u)] >= o_.micro_batches) {
+    MP_THROW(ConfigError, "gradient_buffer of ", unit_name(u), ": its gradients were reduced ",
+             reduced_[static_cast<size_t>(u)], " times this step, engine.micro_batches is ", o_.micro_batches,
+             ": finish_step first");
+  }
+  set_current_device(device_);
+  taken_buffer_ = reducer_->take_buffer(u, *compute_);
+  taken_ = u;
+  return taken_buffer_.grads;
+}
+
+void Engine::Impl::reduce_gradients(int u) {
+  check_unit(u, "reduce_gradients");
+  if (taken_ != u) {
+    MP_THROW(ConfigError, "reduce_gradients of ", unit_name(u), " without its gradient_buffer",
+             taken_ >= 0 ? " (the buffer taken is " + unit_name(taken_) + "'s)" : std::string());
+  }
+  hand_over(u);
+}
+
+// Unit u's gradients of this backward, written by the work enqueued so
+// far: their local statistics, then the gathers of the unit whose
+// backward comes next (so the compute's next wait is not queued behind
+// this reduction on the communication stream; on one core per rank the
+// backward's gather waits went from 2-4 ms a unit to nearly none,
+// docs/benchmarks.md), then the reduction.
+void Engine::Impl::hand_over(int u) {
+  const int m = reduced_[static_cast<size_t>(u)]++;
+  const GradBuffer grads = taken_buffer_;
+  taken_ = -1;
+  taken_buffer_ = GradBuffer{};
+  const int64_t numel = layout_.unit(u).numel;
+  if (const Fault* f = find_fault(FaultKind::kNan, steps_run_, world_.rank()); f != nullptr && f->unit == u) {
+    ops::fill_nan(grads.grads, numel, *compute_);
+  }
+  stats_.take_local(u, m, grads.grads, numel, *compute_);
+  const Event written = compute_->record();
+  for (int v = u - 1; v >= 0; --v) {
+    if (!layout_.unit(v).backward_reads_params && !recomputed_[static_cast<size_t>(v)]) continue;
+    gathers_->prefetch(v, -1);
+    break;
+  }
+  reduce(u, m, grads, written);
+}
+
+// After every backward of the step: the rest of the schedule (Note
+// [Engine schedule]).
+StepResult Engine::Impl::finish_step(bool checked) {
+  if (checked) check_finish();
+  step_open_ = false;
+  const GradStats total = reduced_statistics();    // reductions landed: statistics, one read, one exchange
+  const StepPlan plan = decision_.decide(&total);  // clip, scale or skip
+  StepResult result = note_decision(plan);
+  update(plan);                                    // fused updates, each followed by its next gather
+  return finish_step(std::move(result), plan, total);
+}
+
+StepResult Engine::Impl::finish_step() { return finish_step(/*checked=*/true); }
+
+// Every rank learns whether any rank's step is out of order before any
+// rank waits for a reduction a peer may never issue.
+void Engine::Impl::check_finish() {
+  world_.agree("finish_step of step " + std::to_string(step_open_ ? steps_run_ : steps_run_ + 1), [&] {
+    if (!step_open_) MP_THROW(ConfigError, "finish_step without a backward (no unit's gradients were reduced)");
+    if (taken_ >= 0) {
+      MP_THROW(ConfigError, "finish_step while the gradients of ", unit_name(taken_),
+               " are taken and not reduced (reduce_gradients)");
+    }
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (unsharded_[static_cast<size_t>(u)]) {
+        MP_THROW(ConfigError, "finish_step while ", unit_name(u), " is unsharded: reshard it after its backward");
+      }
+      const int n = reduced_[static_cast<size_t>(u)];
+      if (n != o_.micro_batches) {
+        MP_THROW(ConfigError, "finish_step: the gradients of ", unit_name(u), " were reduced ", n, " times, ",
+                 "engine.micro_batches is ", o_.micro_batches, n == 0 ? ": no backward reached it" : "");
+      }
+    }
+  });
+}
+
+void Engine::Impl::note_loss(double loss) {
+  open_step();
+  if (losses_noted_ >= o_.micro_batches) {
+    MP_THROW(ConfigError, "note_loss: ", losses_noted_ + 1, " losses this step, engine.micro_batches is ",
+             o_.micro_batches);
+  }
+  losses_.as<double>()[losses_noted_++] = loss;
 }
 
 // Issues unit u's reduction once `computed`; after the last micro-batch's,
@@ -540,6 +658,37 @@ auto Engine::Impl::call(F&& f) -> decltype(f()) {
 
 StepResult Engine::step(Model& model) {
   return impl_->call([&] { return impl_->step(model); });
+}
+Stream& Engine::compute() { return impl_->compute(); }
+void Engine::wait_compute() {
+  impl_->call([&] { impl_->wait_compute(); });
+}
+Tensor Engine::unshard(int unit, Pass pass) {
+  return impl_->call([&] { return impl_->unshard(unit, pass); });
+}
+void Engine::reshard(int unit) {
+  impl_->call([&] { impl_->reshard(unit); });
+}
+Tensor Engine::gradient_buffer(int unit) {
+  return impl_->call([&] { return impl_->gradient_buffer(unit); });
+}
+void Engine::reduce_gradients(int unit) {
+  impl_->call([&] { impl_->reduce_gradients(unit); });
+}
+void Engine::note_loss(double loss) {
+  impl_->call([&] { impl_->note_loss(loss); });
+}
+double Engine::loss_scale() const {
+  const EngineOptions& o = impl_->options();
+  if (o.precision.loss_scaling == LossScalingMode::kStatic) return o.precision.static_loss_scale;
+  const LossScaler* scaler = impl_->optimizer().loss_scaler();
+  return scaler != nullptr ? scaler->scale() : 1.0;
+}
+void Engine::set_lr(double lr) {
+  impl_->call([&] { impl_->optimizer().set_lr(lr); });
+}
+StepResult Engine::finish_step() {
+  return impl_->call([&] { return impl_->finish_step(); });
 }
 double Engine::evaluate(Model& model, int64_t first, int count) {
   return impl_->call([&] { return impl_->evaluate(model, first, count); });

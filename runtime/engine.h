@@ -61,6 +61,40 @@
 // throws it at once, naming the ranks that did not arrive. A failed rank's compute stream stays failed (every later call
 // says so), so after a failed step the ranks stop, or make new engines and
 // load a checkpoint. evaluate() agrees the same way.
+//
+// Note [Driving the engine]
+// A host that runs its own forward and backward (mp.torch.shard, the C
+// ABI's driven calls) calls the steps of this schedule itself, as its
+// passes reach each unit; step(model) is the same calls in a fixed order:
+//   unshard(u, pass)      u's full parameters (param dtype, the unit's
+//                         padded elements), readable by work enqueued on
+//                         compute() from now on; prefetches the next units
+//                         in index order (descending in the backward)
+//   reshard(u)            the work enqueued on compute() so far was the last
+//                         to read them; their buffer may be reused
+//   gradient_buffer(u)    fp32, the unit's padded elements, writable by work
+//                         enqueued on compute() from now on (alignment gaps
+//                         are ignored)
+//   reduce_gradients(u)   the work enqueued so far wrote u's gradients of
+//                         this backward: u's reduction is issued at once,
+//                         after the gathers of the unit whose backward comes
+//                         next
+//   note_loss(loss)       optional: a micro-batch's mean loss, for
+//                         StepResult::loss (NaN for micro-batches without)
+//   finish_step()         after engine.micro_batches backwards (gradient
+//                         accumulation): statistics, clipping, the skip
+//                         decision, the fused updates, the next gathers.
+// A host computing on the CPU (its compute is its own thread, not the
+// stream) calls wait_compute() after unshard and gradient_buffer before
+// touching the buffers; reshard and reduce_gradients come after its work.
+// Order mistakes throw ConfigError naming the unit and the call: a unit
+// unsharded twice or resharded while not unsharded, a second gradient
+// buffer taken before the first was reduced, more backwards than
+// engine.micro_batches, and, agreed over the world before any wait on a
+// reduction (so a rank that missed one is named, not waited for), a
+// finish_step with a unit still unsharded or reduced fewer times than
+// engine.micro_batches. Collectives of ranks whose backwards diverged
+// mismatch before finish_step can tell: comm.check_fingerprints names them.
 #pragma once
 
 #include <memory>
@@ -131,6 +165,29 @@ class Engine {
   // One optimizer step: micro_batches forward and backward passes of
   // `model` on this rank, then the update. Collective.
   StepResult step(Model& model);
+
+  // Note [Driving the engine]: the step's parts, for a host that runs its
+  // own passes. Collective where they issue collectives (unshard, reduce,
+  // finish_step): every rank calls them for the same units in the same order.
+  enum class Pass { kForward, kBackward };
+  Stream& compute();
+  // Blocks until the work enqueued on compute() so far has run, at most the
+  // world's timeout: a collective it waits for that does not complete is
+  // named with the ranks that did not arrive (CommError).
+  void wait_compute();
+  Tensor unshard(int unit, Pass pass);
+  void reshard(int unit);
+  Tensor gradient_buffer(int unit);
+  void reduce_gradients(int unit);
+  void note_loss(double loss);
+  StepResult finish_step();
+  // The lr of the steps from the next on, in place of the config's schedule
+  // (Optimizer::set_lr). Between steps, the same on every rank.
+  void set_lr(double lr);
+  // The factor the next step's gradients carry where a host scales its loss
+  // (precision.loss_scaling; 1 without): what GradScaler.scale multiplies by.
+  // The gradients handed over are unscaled (divided by it) first.
+  double loss_scale() const;
   // The mean loss of `count` forward-only passes per rank over the current
   // weights: rank r runs micro-batches first + j * world + r, j < count
   // (so the ranks read disjoint data), and the losses are summed in the

@@ -33,10 +33,19 @@ namespace mp {
 class Engine::Impl {
  public:
   using Clock = std::chrono::steady_clock;
+  using Pass = Engine::Pass;
 
   Impl(const ModelSpec& spec, const proto::EngineConfig& config, Communicator& world, Allocator allocator);
 
   StepResult step(Model& model);
+  // Note [Driving the engine] (engine.h): the parts step() is made of.
+  Tensor unshard(int u, Pass pass);
+  void reshard(int u);
+  Tensor gradient_buffer(int u);
+  void reduce_gradients(int u);
+  void note_loss(double loss);
+  StepResult finish_step();
+  void wait_compute() { comm_.wait(compute_->record()); }
   double evaluate(Model& model, int64_t first, int count);
   std::vector<float> master_shard(int u) const;
   std::vector<float> gather_master(int u);
@@ -74,7 +83,13 @@ class Engine::Impl {
   // The phases of step(), in order (engine.cc).
   void begin_step();
   void forward(Model& model);
-  void backward(Model& model, int micro_batch);
+  void backward(Model& model);
+  void reshard(int u, Event readers_done);
+  void hand_over(int u);
+  // finish_step's order checks, agreed over the world (Note [Driving the
+  // engine]); step() skips them, its order being its own.
+  void check_finish();
+  StepResult finish_step(bool checked);
   // Note [Activation recomputation]: ConfigError unless the model recomputes
   // exactly the units engine.activation_checkpointing picks.
   void check_recomputation(const Model& model) const;
@@ -131,6 +146,17 @@ class Engine::Impl {
   PinnedBuffer losses_;
   PinnedBuffer eval_losses_;
   int64_t casts_before_ = 0;  // gathers_' cast count when the step began
+
+  // ---- the driven step's order (Note [Driving the engine])
+  bool step_open_ = false;        // begun (its first gradient buffer or loss), not finished
+  std::vector<int> reduced_;      // per unit: backwards handed over this step
+  std::vector<char> unsharded_;   // per unit: unsharded, not resharded
+  int taken_ = -1;                // the unit whose gradient buffer is out, not reduced yet
+  GradBuffer taken_buffer_;
+  int losses_noted_ = 0;
+  std::string unit_name(int u) const;
+  void check_unit(int u, const char* call) const;
+  void open_step();
 
   // ---- state and its owners
   CommWatch comm_;

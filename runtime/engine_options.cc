@@ -37,7 +37,7 @@ bool EngineOptions::gathers_per_unit() const {
 }
 
 int EngineOptions::gather_slots(int num_units) const {
-  return gathers_per_unit() ? std::min(prefetch_depth + 1, num_units) : 0;
+  return gathers_per_unit() ? std::min(prefetch_depth + 1 + held_units, num_units) : 0;
 }
 
 bool EngineOptions::keeps_full_params() const {
@@ -127,6 +127,10 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   o.prefetch_depth = sc.has_prefetch_depth() ? sc.prefetch_depth() : 1;
   if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
     MP_THROW(ConfigError, "sharding.prefetch_depth = ", o.prefetch_depth, ": must be in [0, 64]");
+  }
+  o.held_units = sc.held_units();
+  if (o.held_units < 0 || o.held_units > 64) {
+    MP_THROW(ConfigError, "sharding.held_units = ", o.held_units, ": must be in [0, 64]");
   }
   o.micro_batches = config.micro_batches() == 0 ? 1 : config.micro_batches();
   if (o.micro_batches < 1) MP_THROW(ConfigError, "micro_batches = ", config.micro_batches(), ": must be positive");

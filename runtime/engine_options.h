@@ -23,6 +23,7 @@ struct EngineOptions {
   int shard_size = 1;      // S: ranks sharing one copy's shards
   int replicate_size = 1;  // R = world_size / S
   int prefetch_depth = 1;
+  int held_units = 0;      // sharding.held_units
   int micro_batches = 1;
   bool sharded_accumulation = true;
   bool deterministic = false;
@@ -42,12 +43,15 @@ struct EngineOptions {
   size_t accumulate_chunk_bytes = 0;  // comm.accumulate_chunk_bytes, resolved
 
   // FULL_SHARD and HYBRID_SHARD over more than one rank: units are gathered
-  // into a ring of prefetch_depth + 1 buffers.
+  // into a ring of prefetch_depth + 1 + held_units buffers.
   bool gathers_per_unit() const;
   int gather_slots(int num_units) const;
   // SHARD_OPTIMIZER and SHARD_GRAD_OP over more than one rank: every unit's
   // full params stay gathered; refreshed by one all-gather after the update.
   bool keeps_full_params() const;
+  // One rank per shard group with CAST_AT_GATHER: the master is cast for
+  // compute into one of 1 + held_units staging buffers.
+  int cast_staging_slots() const { return 1 + held_units; }
   // Full-size per-unit gradient accumulators (NO_SHARD, SHARD_OPTIMIZER,
   // or UNSHARDED accumulation over several micro-batches).
   bool full_grad_accumulators() const;

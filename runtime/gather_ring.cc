@@ -1,6 +1,7 @@
 #include "runtime/gather_ring.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -30,17 +31,18 @@ GatherRing::Slot* GatherRing::find(int u) {
   return nullptr;
 }
 
-GatherRing::Slot& GatherRing::free_slot(const std::vector<int>& wanted) {
+GatherRing::Slot* GatherRing::free_slot(const std::vector<int>& wanted) {
   Slot* best = nullptr;
   for (Slot& s : slots_) {
-    if (std::find(wanted.begin(), wanted.end(), s.unit) != wanted.end()) continue;
+    if (s.held || std::find(wanted.begin(), wanted.end(), s.unit) != wanted.end()) continue;
     if (!best || s.last_use < best->last_use) best = &s;
   }
-  MP_ENFORCE(best != nullptr, "no free gather slot among ", slots_.size());
-  return *best;
+  return best;
 }
 
-Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
+// u and its next k units in `direction`, in order of use (in the backward,
+// units whose backward reads no parameters are skipped).
+std::vector<int> GatherRing::window(int u, int direction) const {
   const int num_units = layout_.num_units();
   std::vector<int> wanted{u};
   for (int v = u + direction; v >= 0 && v < num_units && static_cast<int>(wanted.size()) <= prefetch_depth_;
@@ -48,24 +50,49 @@ Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
     if (direction < 0 && !layout_.unit(v).backward_reads_params) continue;  // never acquired in the backward
     wanted.push_back(v);
   }
+  return wanted;
+}
+
+bool GatherRing::issue_missing(const std::vector<int>& wanted) {
   for (int v : wanted) {  // u first, then the prefetches in order of use
-    if (!find(v)) issue(v, free_slot(wanted));
+    if (find(v)) continue;
+    Slot* slot = free_slot(wanted);
+    if (!slot) return v != wanted.front();  // the rest of the prefetches wait for their acquire
+    issue(v, *slot);
+  }
+  return true;
+}
+
+Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
+  if (!issue_missing(window(u, direction))) {
+    std::string held;
+    for (const Slot& s : slots_) held += (held.empty() ? "'" : ", '") + layout_.unit(s.unit).name + "'";
+    MP_THROW(ConfigError, "unit '", layout_.unit(u).name, "': every one of the ", slots_.size(),
+             " gather buffers holds a unit that is unsharded (", held,
+             "): reshard one first, or raise sharding.prefetch_depth (buffers = prefetch_depth + 1)");
   }
   Slot* slot = find(u);
   slot->last_use = ++tick_;
+  slot->held = true;
   comm_.wait_on(compute, slot->work);
   slot->work.reset();
   return slot->buffer.flat(0, layout_.unit(u).padded_numel);
 }
 
+void GatherRing::prefetch(int u, int direction) { issue_missing(window(u, direction)); }
+
 void GatherRing::release(int u, Event readers_done) {
-  if (Slot* slot = find(u)) slot->released = std::move(readers_done);
+  if (Slot* slot = find(u)) {
+    slot->released = std::move(readers_done);
+    slot->held = false;
+  }
 }
 
 void GatherRing::drop() {
   for (Slot& s : slots_) {
     s.work.reset();  // a stale gather still runs before any later one into the slot
     s.unit = -1;
+    s.held = false;
   }
 }
 

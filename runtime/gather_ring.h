@@ -3,7 +3,8 @@
 // Internal to the engine.
 //
 // Note [Gather ring]
-// size() = min(k + 1, units) slots, k = sharding.prefetch_depth, each a
+// size() = min(k + 1 + h, units) slots, k = sharding.prefetch_depth, h =
+// sharding.held_units (units a driving host holds), each a
 // param-dtype buffer of the largest padded unit. acquire(u, direction)
 // returns unit u's full parameters, first making sure that u and its next k
 // units in `direction` (+1 forward, -1 backward) are in slots, issuing the
@@ -50,6 +51,9 @@ class GatherRing {
 
   int size() const { return static_cast<int>(slots_.size()); }
   Tensor acquire(int u, int direction, Stream& compute);
+  // The gathers of u and its next k units in `direction` that are missing,
+  // as far as free slots go; orders nothing.
+  void prefetch(int u, int direction);
   // `readers_done`: recorded on the compute stream after the work that read
   // unit u's parameters.
   void release(int u, Event readers_done);
@@ -66,11 +70,16 @@ class GatherRing {
     uint64_t last_use = 0;
     WorkPtr work;   // the gather into buffer, until compute was ordered after it
     Event released; // the compute that read the buffer's previous contents
+    bool held = false;  // acquired, not released yet
   };
 
   void issue(int u, Slot& slot);
   Slot* find(int u);
-  Slot& free_slot(const std::vector<int>& wanted);
+  Slot* free_slot(const std::vector<int>& wanted);
+  std::vector<int> window(int u, int direction) const;
+  // Issues the missing gathers of `wanted` in order; false when unit
+  // wanted[0] itself found no free slot.
+  bool issue_missing(const std::vector<int>& wanted);
 
   const FlatLayout& layout_;
   std::vector<Slot> slots_;

@@ -88,7 +88,9 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o) {
   // Shared buffers, sized by the largest unit.
   if (!o.local_reduction()) add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
   add(MemCategory::kGatheredParams, o.gather_slots(layout.num_units()) * p_max, ps);
-  if (p.param_cast == ParamCast::kAtGather) add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : p_max, ps);
+  if (p.param_cast == ParamCast::kAtGather) {
+    add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : o.cast_staging_slots() * p_max, ps);
+  }
   if (o.int8_param_gather && o.gathers_per_unit()) {  // ParamGathers' int8 staging
     const int64_t nq = int8_gather_elements(n_max);
     add(MemCategory::kCommScratch, 1 + o.shard_size, int8_span_bytes(nq));

@@ -20,8 +20,9 @@ ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std
       full_(units.size()),
       updated_(units.size()) {
   if (o.precision.param_cast == ParamCast::kAtGather) {
-    const int64_t n = o.shard_size > 1 ? layout.max_shard_numel() : layout.max_padded_numel();
+    const int64_t n = o.shard_size > 1 ? layout.max_shard_numel() : o.cast_staging_slots() * layout.max_padded_numel();
     cast_staging_ = Tensor::zeros(alloc, o.precision.param_dtype, {n}, MemCategory::kCommScratch);
+    if (o.shard_size == 1) staged_.resize(static_cast<size_t>(o.cast_staging_slots()));
   }
   if (o.int8_param_gather && o.gathers_per_unit()) {
     if (!alloc.device().is_cpu()) {
@@ -109,16 +110,39 @@ Tensor ParamGathers::params_for(int u, int direction, Stream& compute) {
     if (o_.precision.param_cast != ParamCast::kAtGather) {
       return unit.param_shard().defined() ? unit.param_shard() : unit.master();
     }
-    Tensor staging = cast_staging_.flat(0, unit.full());
-    convert(unit.master(), staging, {}, &compute);  // in compute order: the previous reader is done
-    cast_elements_ += unit.full();
-    return staging;
+    return stage(u, compute);
   }
   return ring_.acquire(u, direction, compute);
 }
 
+// One rank, CAST_AT_GATHER: unit u's master cast into the least recently
+// used staging buffer that no held unit is in, on the compute stream (in
+// compute order: the buffer's previous reader is done).
+Tensor ParamGathers::stage(int u, Stream& compute) {
+  Staged* best = nullptr;
+  for (Staged& s : staged_) {
+    if (!s.held && (!best || s.last_use < best->last_use)) best = &s;
+  }
+  if (best == nullptr) {
+    MP_THROW(ConfigError, "unit ", u, ": every one of the ", staged_.size(),
+             " cast staging buffers (precision.param_cast CAST_AT_GATHER on one rank) holds an unsharded unit: "
+             "reshard one first, or raise sharding.held_units");
+  }
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  const int64_t slot = best - staged_.data(), max = cast_staging_.numel() / static_cast<int64_t>(staged_.size());
+  Tensor staging = cast_staging_.flat(slot * max, unit.full());
+  convert(unit.master(), staging, {}, &compute);
+  cast_elements_ += unit.full();
+  *best = Staged{u, true, ++tick_};
+  return staging;
+}
+
 bool ParamGathers::persistent() const {
   return o_.keeps_full_params() || (!o_.gathers_per_unit() && o_.precision.param_cast != ParamCast::kAtGather);
+}
+
+void ParamGathers::prefetch(int u, int direction) {
+  if (o_.gathers_per_unit()) ring_.prefetch(u, direction);
 }
 
 void ParamGathers::release(int u, Event readers_done) {
@@ -126,6 +150,10 @@ void ParamGathers::release(int u, Event readers_done) {
     full_[static_cast<size_t>(u)].released = std::move(readers_done);
   } else if (o_.gathers_per_unit()) {
     ring_.release(u, std::move(readers_done));
+  } else {
+    for (Staged& st : staged_) {
+      if (st.unit == u) st.held = false;
+    }
   }
 }
 

@@ -12,8 +12,9 @@
 //   optimizer_in_backward after the update's stream), or marked stale and
 //   gathered when next needed (prefetch_depth 0).
 // - One rank per shard group: the shard is the unit. Params in param dtype
-//   are read in place; CAST_AT_GATHER casts the master into the staging
-//   buffer on the compute stream.
+//   are read in place; CAST_AT_GATHER casts the master into a staging
+//   buffer on the compute stream: one, plus one per held unit
+//   (sharding.held_units); a buffer is reused once its unit is released.
 // Ordering (Note [Engine events] in runtime/engine.h): the compute stream
 // waits for a unit's gather before reading it; a gather waits on the
 // communication stream for the compute that last read its destination
@@ -50,6 +51,11 @@ class ParamGathers {
   // from now on; direction +1 forward, -1 backward (which neighbours to
   // prefetch).
   Tensor params_for(int u, int direction, Stream& compute);
+  // The gathers params_for(u, direction) would issue, issued now (the gather
+  // ring's; nothing elsewhere): a host driving the engine calls it for the
+  // unit whose backward comes next before issuing a reduction, so that the
+  // gather the compute waits for first goes first.
+  void prefetch(int u, int direction);
   // `readers_done`: recorded on the compute stream after the work that read
   // what params_for(u) returned.
   void release(int u, Event readers_done);
@@ -92,7 +98,15 @@ class ParamGathers {
   Stream& shard_stream_;
   CommWatch& comm_;
   GatherRing ring_;        // no slots unless the strategy gathers per unit
-  Tensor cast_staging_;    // param dtype (CAST_AT_GATHER)
+  Tensor cast_staging_;    // param dtype (CAST_AT_GATHER), cast_staging_slots() buffers on one rank
+  struct Staged {          // one rank, CAST_AT_GATHER: a staging buffer's unit
+    int unit = -1;
+    bool held = false;     // acquired, not released yet
+    uint64_t last_use = 0;
+  };
+  std::vector<Staged> staged_;
+  uint64_t tick_ = 0;
+  Tensor stage(int u, Stream& compute);
   static constexpr DType kByteCarrier = DType::kF8E4M3;  // raw bytes travel as a 1-byte dtype
   Tensor int8_send_, int8_recv_, int8_f32_;  // int8_param_gather: this shard and all, quantized; fp32 staging
   std::vector<FullCopy> full_;
