@@ -11,8 +11,10 @@
  * engine continues with the same losses, bit for bit; weights set with
  * mp_engine_set_weights come back from mp_engine_get_weights and train on;
  * with activation recomputation (the forward drops its predictions, the
- * recompute callback rebuilds them) the losses are the same bits;
- * bad input gives the documented status codes and messages. Exit code 0
+ * recompute callback rebuilds them) the losses are the same bits; the
+ * host's own loop (mp_engine_unshard ... mp_engine_finish_step instead of
+ * callbacks) gives the same bits too, and a step finished without its
+ * backward is refused, naming it; bad input gives the documented status codes and messages. Exit code 0
  * when every check holds. */
 #include <math.h>
 #include <stdint.h>
@@ -217,6 +219,31 @@ int main(int argc, char** argv) {
             strstr(mp_engine_last_error(e3), "the recompute callback is NULL") != NULL,
         "recomputation without a recompute callback", mp_engine_last_error(e3));
   mp_engine_destroy(e3);
+
+  /* The host's own loop: the same calls as mp_engine_step makes, made here;
+   * the micro-batch index is mp_engine_step's (step s, rank r: s * W + r). */
+  mp_engine* e4 = create(config);
+  Host h4 = host_for(e4);
+  for (int s = 0; s < 10; ++s) {
+    const void* params = NULL;
+    mp_dtype dtype = MP_DTYPE_F32;
+    int64_t numel = 0;
+    float* grads = NULL;
+    int ok = begin(&h4, (int64_t)s * mp_world_size() + rank) == 0;
+    ok = ok && mp_engine_unshard(e4, 0, 0, &params, &dtype, &numel) == MP_OK;
+    ok = ok && forward(&h4, 0, params, dtype, numel) == 0 && mp_engine_reshard(e4, 0) == MP_OK;
+    ok = ok && mp_engine_unshard(e4, 0, 1, &params, &dtype, &numel) == MP_OK;
+    ok = ok && mp_engine_gradient_buffer(e4, 0, &grads, &numel) == MP_OK;
+    ok = ok && backward(&h4, 0, params, dtype, grads, numel) == 0 && mp_engine_reshard(e4, 0) == MP_OK;
+    ok = ok && mp_engine_reduce_gradients(e4, 0) == MP_OK && mp_engine_note_loss(e4, h4.loss) == MP_OK;
+    ok = ok && mp_engine_finish_step(e4, &r) == MP_OK;
+    check(ok, "the host's own loop", mp_engine_last_error(e4));
+    check(r.loss == losses[s], "loss of the host's own loop differs", NULL);
+  }
+  check(mp_engine_finish_step(e4, &r) == MP_ERROR_CONFIG &&
+            strstr(mp_engine_last_error(e4), "finish_step without a backward") != NULL,
+        "finish_step without a backward", mp_engine_last_error(e4));
+  mp_engine_destroy(e4);
 
   /* Bad input: status codes and messages, nothing ends the process. */
   check(mp_engine_get_weights(e, 0, w, 3) == MP_ERROR_INVALID_ARGUMENT &&

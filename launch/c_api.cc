@@ -64,6 +64,10 @@ mp_dtype c_dtype(mp::DType d) {
 }
 
 // The host's callbacks as an mp::Model.
+mp_step_result c_result(const mp::StepResult& r) {
+  return mp_step_result{r.step, r.loss, r.grad_norm, r.loss_scale, r.lr, r.skipped ? 1 : 0, r.timings.total_s};
+}
+
 class CallbackModel final : public mp::HostModel {
  public:
   // recomputed: the engine's choice per unit (Note [Activation recomputation]).
@@ -107,6 +111,22 @@ struct mp_engine {
   std::unique_ptr<mp::Engine> engine;
   std::string last_error;
 };
+
+namespace {
+
+// Runs a driven call (Note [Driving the engine]); a status names what failed.
+template <class F>
+mp_status driven(const char* fn, mp_engine* engine, F&& f) {
+  if (engine == nullptr) return invalid(g_last_error, mp::detail::str(fn, ": engine is null"));
+  try {
+    f(*engine->engine);
+    return MP_OK;
+  } catch (...) {
+    return status_of(engine->last_error);
+  }
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -223,12 +243,54 @@ mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, voi
     CallbackModel m(engine->spec, *model, user, recomputed);
     const mp::StepResult r = engine->engine->step(m);
     if (result != nullptr) {
-      *result = mp_step_result{r.step, r.loss, r.grad_norm, r.loss_scale, r.lr, r.skipped ? 1 : 0, r.timings.total_s};
+      *result = c_result(r);
     }
     return MP_OK;
   } catch (...) {
     return status_of(engine->last_error);
   }
+}
+
+
+// The host computes on its own thread: the calls that hand it a buffer
+// return once the engine's compute stream has passed what they enqueued.
+mp_status mp_engine_unshard(mp_engine* engine, int unit, int backward, const void** params, mp_dtype* dtype,
+                            int64_t* numel) {
+  return driven("mp_engine_unshard", engine, [&](mp::Engine& e) {
+    const mp::Tensor t = e.unshard(unit, backward != 0 ? mp::Engine::Pass::kBackward : mp::Engine::Pass::kForward);
+    e.wait_compute();
+    if (params != nullptr) *params = t.data();
+    if (dtype != nullptr) *dtype = c_dtype(t.dtype());
+    if (numel != nullptr) *numel = t.numel();
+  });
+}
+
+mp_status mp_engine_reshard(mp_engine* engine, int unit) {
+  return driven("mp_engine_reshard", engine, [&](mp::Engine& e) { e.reshard(unit); });
+}
+
+mp_status mp_engine_gradient_buffer(mp_engine* engine, int unit, float** grads, int64_t* numel) {
+  return driven("mp_engine_gradient_buffer", engine, [&](mp::Engine& e) {
+    const mp::Tensor t = e.gradient_buffer(unit);
+    e.wait_compute();
+    if (grads != nullptr) *grads = t.data_as<float>();
+    if (numel != nullptr) *numel = t.numel();
+  });
+}
+
+mp_status mp_engine_reduce_gradients(mp_engine* engine, int unit) {
+  return driven("mp_engine_reduce_gradients", engine, [&](mp::Engine& e) { e.reduce_gradients(unit); });
+}
+
+mp_status mp_engine_note_loss(mp_engine* engine, double loss) {
+  return driven("mp_engine_note_loss", engine, [&](mp::Engine& e) { e.note_loss(loss); });
+}
+
+mp_status mp_engine_finish_step(mp_engine* engine, mp_step_result* result) {
+  return driven("mp_engine_finish_step", engine, [&](mp::Engine& e) {
+    const mp::StepResult r = e.finish_step();
+    if (result != nullptr) *result = c_result(r);
+  });
 }
 
 namespace {

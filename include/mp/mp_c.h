@@ -164,6 +164,31 @@ MP_C_API mp_status mp_engine_param_location(mp_engine* engine, const char* name,
  * On a callback's failure or any other error the step's update may not
  * have happened on every rank: reload a checkpoint or stop. */
 MP_C_API mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, void* user, mp_step_result* result);
+/* Your own loop instead of mp_engine_step (Note [Driving the engine] in
+ * runtime/engine.h; docs/embedding.md): as the host's own forward and
+ * backward reach each unit, on the thread that created the engine,
+ *   mp_engine_unshard          the unit's gathered parameters (`dtype`,
+ *                              `numel` elements, padding included; valid
+ *                              until mp_engine_reshard); backward != 0 in
+ *                              the backward (which units to prefetch)
+ *   mp_engine_reshard          the host read them for the last time
+ *   mp_engine_gradient_buffer  where the unit's fp32 gradients of this
+ *                              backward go (the layout of the parameters)
+ *   mp_engine_reduce_gradients they are written: their reduction starts
+ *   mp_engine_note_loss        optional: a micro-batch's mean loss
+ *   mp_engine_finish_step      after the config's micro_batches backwards:
+ *                              the update; `result` may be NULL.
+ * The calls that move data are collective: every rank calls them for the
+ * same units in the same order. A call out of order fails with
+ * MP_ERROR_CONFIG naming the unit (mp_engine_finish_step on every rank,
+ * naming the rank). */
+MP_C_API mp_status mp_engine_unshard(mp_engine* engine, int unit, int backward, const void** params, mp_dtype* dtype,
+                                     int64_t* numel);
+MP_C_API mp_status mp_engine_reshard(mp_engine* engine, int unit);
+MP_C_API mp_status mp_engine_gradient_buffer(mp_engine* engine, int unit, float** grads, int64_t* numel);
+MP_C_API mp_status mp_engine_reduce_gradients(mp_engine* engine, int unit);
+MP_C_API mp_status mp_engine_note_loss(mp_engine* engine, double loss);
+MP_C_API mp_status mp_engine_finish_step(mp_engine* engine, mp_step_result* result);
 /* Replaces unit `unit`'s weights (fp32 master, and what is derived from
  * it) with `values`: mp_engine_unit_numel floats (gaps 0), the same on
  * every rank. Collective (the gathered copies are refreshed). */
