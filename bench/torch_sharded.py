@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""bench/torch_sharded.py: mp.torch against PyTorch on the same machine, in one run.
+"""bench/torch_sharded.py: mp.torch.shard against PyTorch on the same machine, in one run.
 
-    python3 bench/torch_sharded.py [--steps 8] [--warmup 2] [--out FILE]
+    python3 bench/torch_sharded.py [--model gpt2|llama|all] [--steps 8] [--warmup 2] [--out FILE]
 
-GPT-2 124M (transformers.GPT2LMHeadModel's default config, built in code),
-B = 4, T = 64, AdamW (weight decay 0.1 on 2-D parameters), clipping at 1.0,
-random tokens. Each case runs as its own job, one after the other:
+GPT-2 124M (transformers.GPT2LMHeadModel's default config, built in code)
+and a Llama of similar size (768 channels, 12 layers, 12 heads, 4 key-value
+heads, MLP 2048, vocabulary 32000: 134M parameters), B = 4, T = 64, AdamW
+(weight decay 0.1 on 2-D parameters), clipping at 1.0, random tokens, the
+same loop of the user's in every case (model(tokens), the loss,
+loss.backward(), the step). Each case runs as its own job, one after the
+other:
 
   plain      PyTorch, 1 process x all cores: fp32, and autocast bf16
-  mp1        mp.torch, 1 rank x all cores: fp32, and bf16_master
+  mp1        mp.torch.shard, 1 rank x all cores: fp32, and bf16_master
   ddp2       torch DDP over gloo, 2 processes x 1 thread: fp32, and autocast bf16
-  mp2        mp.torch FULL_SHARD, 2 ranks x 1 thread: fp32, and bf16_master
+  mp2        mp.torch.shard FULL_SHARD, 2 ranks x 1 thread: fp32, and bf16_master
 
 Tokens/s is the median over the timed steps of (tokens of the step, all
 ranks) / (its wall time on rank 0). Prints one JSON line per case, then the
@@ -33,11 +37,17 @@ ROOT = os.path.dirname(HERE)
 B, T, LR, WD, CLIP = 4, 64, 6e-4, 0.1, 1.0
 
 
-def model_and_data(seed=0):
+def model_and_data(name, seed=0):
     import torch
     import transformers
     torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    if name == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+            num_key_value_heads=4, max_position_embeddings=T))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0,
+                                                                     attn_pdrop=0.0))
     vocab = model.config.vocab_size
 
     def data(index):
@@ -62,7 +72,7 @@ def torch_optimizer(model):
 def run_torch(args, rank, world):
     """plain (world 1) or DDP over gloo."""
     import torch
-    model, data = model_and_data()
+    model, data = model_and_data(args.model)
     net = model
     if world > 1:
         import torch.distributed as dist
@@ -89,19 +99,22 @@ def run_mp(args):
     import mp
     import mp.torch
     mp.init()
-    model, data = model_and_data()
+    model, data = model_and_data(args.model)
     recipe = "RECIPE_FP32" if args.precision == "fp32" else "BF16_MASTER"
     config = (f"sharding {{ strategy: FULL_SHARD }} precision {{ recipe: {recipe} }} "
               f"optimizer {{ lr: {LR} weight_decay: {WD} grad_clip: {CLIP} }}")
-    trainer = mp.torch.Sharded(mp.torch.gpt2_units(model), loss=mp.torch.causal_lm_loss, data=data,
-                               config=config, root=model)
+    sharded = mp.torch.shard(model, config=config)
     times = []
     loss = 0.0
-    for _ in range(args.warmup + args.steps):
+    for step in range(args.warmup + args.steps):
+        tokens = data(step * mp.world_size() + mp.rank())
         t0 = time.perf_counter()
-        loss = trainer.step().loss
+        step_loss = loss_of(model(tokens).logits, tokens)
+        step_loss.backward()
+        sharded.note_loss(step_loss)
+        loss = sharded.step().loss
         times.append(time.perf_counter() - t0)
-    trainer.close()
+    sharded.close()
     return times[args.warmup:], loss, mp.rank(), mp.world_size()
 
 
@@ -119,7 +132,8 @@ def one_case(args):
         times, loss = run_torch(args, rank, world)
     if rank == 0:
         step_s = statistics.median(times)
-        print(json.dumps({"suite": "torch_sharded", "case": f"{args.case}_{args.precision}", "world": world,
+        print(json.dumps({"suite": "torch_sharded", "model": args.model, "case": f"{args.case}_{args.precision}",
+                          "world": world,
                           "threads": torch.get_num_threads(), "tokens_per_s": round(B * T * world / step_s, 1),
                           "step_ms": round(1000 * step_s, 1), "steps": len(times), "final_loss": round(loss, 4),
                           "torch": torch.__version__}), flush=True)
@@ -132,32 +146,34 @@ def driver(args):
     flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
     print(f"# {cpu}, {cores} cores, {' '.join(isa)}", flush=True)
-    rows = {}
-    for name, np_, threads in cases:
-        for precision in ("fp32", "bf16"):
-            cmd = [os.path.join(ROOT, "launch", "mprun"), "-np", str(np_), "--bind-to", "none", sys.executable,
-                   os.path.abspath(__file__), "--case", name, "--precision", precision, "--threads", str(threads),
-                   "--steps", str(args.steps), "--warmup", str(args.warmup)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            line = next((l for l in p.stdout.splitlines() if l.startswith("{")), None)
-            if p.returncode != 0 or line is None:
-                sys.stderr.write(p.stdout + p.stderr)
-                sys.exit(f"torch_sharded: case {name} {precision} failed (exit {p.returncode})")
-            print(line, flush=True)
-            rows[(name, precision)] = json.loads(line)
-    ratios = []
-    for ours, theirs in (("mp2", "ddp2"), ("mp1", "plain")):
-        best = max(rows[(theirs, p)]["tokens_per_s"] for p in ("fp32", "bf16"))
-        for precision in ("fp32", "bf16"):
-            r = rows[(ours, precision)]["tokens_per_s"]
-            ratios.append({"suite": "torch_sharded", "case": f"{ours}_{precision}_over_{theirs}",
-                           "like_for_like": round(r / rows[(theirs, precision)]["tokens_per_s"], 3),
-                           "over_best_torch": round(r / best, 3)})
-    for r in ratios:
-        print(json.dumps(r), flush=True)
+    out = []
+    for model in (("gpt2", "llama") if args.model == "all" else (args.model,)):
+        rows = {}
+        for name, np_, threads in cases:
+            for precision in ("fp32", "bf16"):
+                cmd = [os.path.join(ROOT, "launch", "mprun"), "-np", str(np_), "--bind-to", "none", sys.executable,
+                       os.path.abspath(__file__), "--case", name, "--precision", precision, "--threads",
+                       str(threads), "--steps", str(args.steps), "--warmup", str(args.warmup), "--model", model]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                line = next((l for l in p.stdout.splitlines() if l.startswith("{")), None)
+                if p.returncode != 0 or line is None:
+                    sys.stderr.write(p.stdout + p.stderr)
+                    sys.exit(f"torch_sharded: {model} case {name} {precision} failed (exit {p.returncode})")
+                print(line, flush=True)
+                rows[(name, precision)] = json.loads(line)
+        out += list(rows.values())
+        for ours, theirs in (("mp2", "ddp2"), ("mp1", "plain")):
+            best = max(rows[(theirs, p)]["tokens_per_s"] for p in ("fp32", "bf16"))
+            for precision in ("fp32", "bf16"):
+                r = rows[(ours, precision)]["tokens_per_s"]
+                ratio = {"suite": "torch_sharded", "model": model, "case": f"{ours}_{precision}_over_{theirs}",
+                         "like_for_like": round(r / rows[(theirs, precision)]["tokens_per_s"], 3),
+                         "over_best_torch": round(r / best, 3)}
+                print(json.dumps(ratio), flush=True)
+                out.append(ratio)
     if args.out:
         with open(args.out, "w") as f:
-            for row in list(rows.values()) + ratios:
+            for row in out:
                 f.write(json.dumps(row) + "\n")
 
 
@@ -165,6 +181,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", help="plain, ddp2, mp1 or mp2 (one job); none: every case")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--model", default="all", choices=["gpt2", "llama", "all"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)

@@ -4,11 +4,14 @@
     mpirun -np 2 python3 examples/torch_gpt2.py [--steps 50] [--recipe BF16_MASTER]
 
 The model is a small transformers.GPT2LMHeadModel built from a config in
-code (nothing is downloaded), the same on every rank (seeded). Its units
-are the embeddings, each block and the final LayerNorm with the head (tied
-to the embeddings); mp gathers each unit's bf16 parameters for its forward
-and backward, reduce-scatters the gradients (FULL_SHARD) and runs its fused
-AdamW on each rank's shard of the fp32 master weights. The data is a
+code (nothing is downloaded), the same on every rank (seeded), trained in
+this script's own loop: model(tokens, labels=tokens).loss.backward(), then
+sharded.step(). mp.torch.shard makes each block a unit and the rest (the
+embeddings, the final LayerNorm and the head tied to them) the root unit;
+mp gathers each unit's bf16 parameters for its forward and backward,
+reduce-scatters the gradients (FULL_SHARD) as each unit's backward ends
+and runs its fused AdamW on each rank's shard of the fp32 master weights.
+The data is a
 synthetic language each rank draws from (its own micro-batches): token
 t + 1 = 7 token t + 3 (mod vocabulary), one token in eight random, so the
 loss falls from ln(vocabulary) towards the noise's entropy. Rank 0 prints
@@ -17,6 +20,7 @@ resumes from it when it exists).
 """
 import argparse
 import os
+import time
 
 import torch
 import transformers
@@ -49,7 +53,7 @@ def main():
                                      bos_token_id=args.vocab - 1, eos_token_id=args.vocab - 1)
     model = transformers.GPT2LMHeadModel(config)
 
-    def data(index):  # micro-batch `index`: mp gives each rank its own indices
+    def data(index):  # micro-batch `index`: each rank reads its own
         g = torch.Generator().manual_seed(index)
         tokens = torch.empty(args.batch, args.context, dtype=torch.long)
         tokens[:, 0] = torch.randint(0, args.vocab, (args.batch,), generator=g)
@@ -62,27 +66,30 @@ def main():
     engine_config = (f"sharding {{ strategy: {args.strategy} }} precision {{ recipe: {args.recipe} }} "
                      f"optimizer {{ lr: {args.lr} weight_decay: 0.1 grad_clip: 1.0 "
                      f"schedule {{ warmup_steps: {max(1, args.steps // 10)} total_steps: {args.steps} }} }}")
-    trainer = mp.torch.Sharded(mp.torch.gpt2_units(model), loss=mp.torch.causal_lm_loss, data=data,
-                               config=engine_config, root=model)
+    sharded = mp.torch.shard(model, config=engine_config)
     lead = mp.rank() == 0
     start = 0
     if args.checkpoint and os.path.exists(os.path.join(args.checkpoint, "latest")):
-        start = trainer.load_checkpoint(args.checkpoint)
+        start = sharded.load_checkpoint(args.checkpoint)
     if lead:
         params = sum(p.numel() for p in model.parameters())
         print(f"GPT-2 {args.layers} layers x {args.channels} channels, {params / 1e6:.2f}M parameters; "
-              f"{mp.world_size()} rank(s), {args.strategy}, {args.recipe}, {trainer.engine.param_dtype} compute; "
+              f"{mp.world_size()} rank(s), {args.strategy}, {args.recipe}, {sharded.engine.param_dtype} compute; "
               f"steps {start + 1}..{args.steps}", flush=True)
     for step in range(start + 1, args.steps + 1):
-        r = trainer.step()
+        t0 = time.perf_counter()
+        tokens = data((step - 1) * mp.world_size() + mp.rank())
+        model(tokens, labels=tokens).loss.backward()
+        r = sharded.step()
         if lead:
             print(f"step {step:4d}  loss {r.loss:.4f}  norm {r.grad_norm:.3f}  lr {r.lr:.2e}  "
-                  f"{args.batch * args.context * mp.world_size() / r.seconds:8.0f} tokens/s", flush=True)
+                  f"{args.batch * args.context * mp.world_size() / (time.perf_counter() - t0):8.0f} tokens/s",
+                  flush=True)
     if args.checkpoint:
-        path = trainer.save_checkpoint(args.checkpoint)
+        path = sharded.save_checkpoint(args.checkpoint)
         if lead:
             print(f"saved {path}")
-    trainer.close()
+    sharded.close()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -19,10 +20,14 @@
 #include "comm/comm_config.h"
 #include "comm/data_plane.h"
 #include "core/device.h"
+#include "mp/config.h"
 #include "mp/mp.h"
 #include "python/src/arrays.h"
 #include "python/src/models.h"
 #include "python/src/world.h"
+#if MP_WITH_CUDA
+#include "core/cuda_stream.h"
+#endif
 
 namespace nb = nanobind;
 
@@ -65,11 +70,12 @@ ParamInit::Kind init_kind(const std::string& s) {
 
 class PyEngine {
  public:
-  PyEngine(std::vector<UnitSpec> units, const std::string& config_text, const std::string& device) {
+  PyEngine(std::vector<UnitSpec> units, const std::string& config_text, const std::string& device, int held_units) {
     spec_.units = std::move(units);
     bool shared = false;
     device_ = parse_device(device, &shared);
-    const proto::EngineConfig config = parse_engine_config(config_text, "engine config");
+    proto::EngineConfig config = parse_engine_config(config_text, "engine config");
+    if (config.sharding().held_units() == 0) config.mutable_sharding()->set_held_units(held_units);
     nb::gil_scoped_release release;
     set_current_device(device_);
     world_ = make_data_plane(device_, comm_options_from_config(config.comm()), shared);
@@ -105,6 +111,52 @@ class PyEngine {
     }
     release_kept(*m);
     return loss;
+  }
+
+  // Note [Driving the engine] (runtime/engine.h). On the CPU the host's own
+  // thread computes: unshard and gradient_buffer return once the compute
+  // stream has passed what they enqueued (the gather has landed, the buffer
+  // is free). On a GPU they return at once; compute_stream() orders the
+  // caller's work.
+  nb::object unshard(int u, bool backward) {
+    Tensor t;
+    {
+      nb::gil_scoped_release release;
+      t = engine().unshard(u, backward ? Engine::Pass::kBackward : Engine::Pass::kForward);
+      if (device_.is_cpu()) engine().wait_compute();
+    }
+    return view(t);
+  }
+  void reshard(int u) {
+    nb::gil_scoped_release release;
+    engine().reshard(u);
+  }
+  nb::object gradient_buffer(int u) {
+    Tensor t;
+    {
+      nb::gil_scoped_release release;
+      t = engine().gradient_buffer(u);
+      if (device_.is_cpu()) engine().wait_compute();
+    }
+    return view(t);
+  }
+  void reduce_gradients(int u) {
+    nb::gil_scoped_release release;
+    engine().reduce_gradients(u);
+  }
+  void note_loss(double loss) { engine().note_loss(loss); }
+  void set_lr(double lr) { engine().set_lr(lr); }
+  double loss_scale() { return engine().loss_scale(); }
+  StepResult finish_step() {
+    nb::gil_scoped_release release;
+    return engine().finish_step();
+  }
+  // The compute stream's cudaStream_t as an int; 0 on the CPU.
+  uintptr_t compute_stream() {
+#if MP_WITH_CUDA
+    if (!device_.is_cpu()) return reinterpret_cast<uintptr_t>(cuda_handle(&engine().compute()));
+#endif
+    return 0;
   }
 
   // Per unit: whether engine.activation_checkpointing recomputes it.
@@ -263,9 +315,26 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine",
                        "The sharded engine over every rank of mp.init()'s world. Collective: every rank "
                        "constructs it with the same units and config.")
-      .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&>(), nb::arg("units"),
-           nb::arg("config") = "", nb::arg("device") = "cpu")
+      .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&, int>(), nb::arg("units"),
+           nb::arg("config") = "", nb::arg("device") = "cpu", nb::arg("held_units") = 0)
       .def("step", &PyEngine::step, nb::arg("model"), "One optimizer step of `model`. Collective.")
+      .def("unshard", &PyEngine::unshard, nb::arg("unit"), nb::arg("backward") = false,
+           "The unit's gathered parameters (param dtype, its padded elements) for its forward or backward; "
+           "prefetches the next units. Collective.")
+      .def("reshard", &PyEngine::reshard, nb::arg("unit"), "The unit's gathered parameters are read no more.")
+      .def("gradient_buffer", &PyEngine::gradient_buffer, nb::arg("unit"),
+           "Where this backward's gradients of the unit go (float32, the layout of unshard's array).")
+      .def("reduce_gradients", &PyEngine::reduce_gradients, nb::arg("unit"),
+           "The unit's gradient_buffer holds this backward's gradients: issues their reduction. Collective.")
+      .def("note_loss", &PyEngine::note_loss, nb::arg("loss"), "A micro-batch's mean loss, for StepResult.loss.")
+      .def("finish_step", &PyEngine::finish_step,
+           "After engine.micro_batches backwards: statistics, clipping, skip decision, the fused update. "
+           "Collective.")
+      .def("set_lr", &PyEngine::set_lr, nb::arg("lr"),
+           "The lr of the steps from the next on, in place of the config's schedule. The same on every rank.")
+      .def("loss_scale", &PyEngine::loss_scale,
+           "What a host's loss is multiplied by before its backward (precision.loss_scaling; 1 without).")
+      .def("compute_stream", &PyEngine::compute_stream, "The engine's cudaStream_t as an int (0 on the CPU).")
       .def("recomputes", &PyEngine::recomputes, nb::arg("unit"),
            "Whether engine.activation_checkpointing recomputes the unit: the model's forward then keeps only "
            "its input and recompute(unit, params) rebuilds the rest just before its backward.")

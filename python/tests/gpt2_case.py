@@ -1,10 +1,7 @@
-"""The small transformers.GPT2LMHeadModel the Python tests train, its data,
-and plain PyTorch's training of it (torch.optim.AdamW with mp's parameter
-groups: no weight decay on 1-D parameters; the same clipping)."""
+"""The small transformers.GPT2LMHeadModel the Python tests train, its data
+and mp's config for it."""
 import torch
 import transformers
-
-import mp.torch
 
 VOCAB, CHANNELS, LAYERS, HEADS, CONTEXT, BATCH = 256, 64, 2, 4, 32, 4
 LR, WEIGHT_DECAY, CLIP = 1e-3, 0.1, 1.0
@@ -39,29 +36,3 @@ def batch(index):
     return tokens
 
 
-def sharded(model, **config):
-    return mp.torch.Sharded(mp.torch.gpt2_units(model), loss=mp.torch.causal_lm_loss, data=batch,
-                            config=config_text(**config), root=model)
-
-
-def torch_losses(model, steps, micro_batches=1):
-    """Plain PyTorch: the same batches (micro-batch m of step s is index
-    s * micro_batches + m), mean loss over the micro-batches."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.999), eps=1e-8,
-                            foreach=False)
-    losses = []
-    for s in range(steps):
-        total = 0.0
-        for m in range(micro_batches):
-            tokens = batch(s * micro_batches + m)
-            loss = mp.torch.causal_lm_loss(model(tokens).logits, tokens) / micro_batches
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        opt.zero_grad()
-        losses.append(total)
-    return losses

@@ -1,0 +1,432 @@
+"""mp.torch.shard: an unmodified torch.nn.Module trained by mp in the
+user's own loop, as FSDP2's fully_shard.
+
+    model = transformers.LlamaForCausalLM(config)       # the same seed on every rank
+    sharded = mp.torch.shard(model, config="sharding { strategy: FULL_SHARD } precision { recipe: BF16_MASTER }")
+    for batch in loader:
+        loss = model(**batch).loss
+        loss.backward()
+        result = sharded.step()                          # mp.StepResult: loss, grad_norm, skipped, ...
+
+The units are the given submodules (by default the blocks: the longest
+nn.ModuleList in the model); every other parameter belongs to the root
+unit (unit 0: embeddings, final norm, head). Hooks drive mp's engine
+(Note [Driving the engine] in runtime/engine.h) as the user's passes reach
+each unit:
+- before a unit's forward its parameters are gathered (prefetching the
+  next units) and become views of the gathered buffer; after it they are
+  released (the root's after the whole forward, which it encloses);
+- a tensor autograd saves that lives in a gathered buffer (a weight a
+  matmul saves) is saved as its place in that buffer, and read back in the
+  backward from the buffer gathered again for it: the first read gathers
+  the unit (saved_tensors_hooks);
+- once the backward has accumulated all of a unit's gradients
+  (post-accumulate-grad hooks; at the end of the backward for parameters
+  that got none) they go to mp's gradient buffer, the unit's reduction
+  starts at once, overlapping the rest of the backward, and the unit is
+  released;
+- step() finishes mp's step: statistics, clipping, the skip decision and
+  the fused update. Several backwards before one step() are gradient
+  accumulation: the config's micro_batches says how many.
+Forwards without gradients (model.eval(), torch.no_grad()) gather, run and
+release. torch.utils.checkpoint inside a unit (transformers'
+gradient_checkpointing_enable) works as it does without mp; so does the
+config's activation_checkpointing, which runs the units it picks under
+torch.utils.checkpoint, gathering them again for the recomputation. Build the module with the same seed on every rank: the weights
+start from rank 0's.
+"""
+import contextlib
+import weakref
+
+import torch
+
+import mp as _mp
+
+__all__ = ["shard", "ShardedModel"]
+
+_IN_BUFFER = object()  # marks a saved tensor packed as a place in a gathered buffer
+
+
+def _default_units(model):
+    """The longest nn.ModuleList of the model (a transformer's blocks)."""
+    best = None
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList) and (best is None or len(m) > len(best)):
+            best = m
+    if best is None:
+        raise _mp.ConfigError("mp.torch.shard: the model has no nn.ModuleList of blocks; pass units=[...]")
+    return list(best)
+
+
+class _Guard(torch.overrides.TorchFunctionMode):
+    """During a forward: a parameter passed to a torch function while its
+    unit is not gathered (used outside its unit) is an error naming it."""
+
+    def __init__(self, sharded):
+        super().__init__()
+        self.sharded = sharded
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for a in args:
+            if isinstance(a, torch.nn.Parameter):
+                self.sharded._check_gathered(a, func)
+        for a in kwargs.values():
+            if isinstance(a, torch.nn.Parameter):
+                self.sharded._check_gathered(a, func)
+        return func(*args, **kwargs)
+
+
+class _Unit:
+    def __init__(self, index, name, module):
+        self.index = index
+        self.name = name
+        self.module = module
+        self.params = []      # [parameter, name, offset, numel, shape]
+        self.flat = None      # the gathered buffer while unsharded
+        self.depth = 0        # forwards of the unit under way (nested or re-entered)
+        self.in_backward = False
+        self.waiting = 0      # parameters whose gradients this backward has not accumulated yet
+        self.handed = True    # this backward's gradients went to the engine (or none are due)
+
+
+class ShardedModel:
+    """What shard() returns: the engine behind the module's hooks.
+
+    step()            finishes the step after the config's micro_batches
+                      backwards; returns mp.StepResult. Collective.
+    full_state_dict() the fp32 weights by parameter name, on every rank.
+    save_checkpoint(root), load_checkpoint(path): mp's sharded checkpoints.
+    """
+
+    def __init__(self, model, units=None, config="", device="cpu"):
+        if not _mp.initialized():
+            _mp.init()
+        self.model = model
+        blocks = list(units) if units is not None else _default_units(model)
+        self._units = self._place(model, blocks)
+        # Every unit but the root may have its activations recomputed
+        # (engine.activation_checkpointing picks which).
+        spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros") for (_, name, _, _, shape) in u.params],
+                         recomputable=u.module is not model)
+                for u in self._units]
+        # The root unit stays gathered around the whole forward: one more buffer
+        # (sharding.held_units), so the blocks still prefetch.
+        held = 1 if self._units[0].module is model else 0
+        self.engine = _mp.Engine(spec, config, device, held_units=held)
+        self.device = torch.device("cpu") if self.engine.device == "cpu" else torch.device(self.engine.device)
+        for u in self._units:
+            where = {d["name"]: d["offset"] for d in self.engine.params(u.index)}
+            for entry in u.params:
+                entry[2] = where[entry[1]]
+        self._load_weights()
+        self._owner = {id(e[0]): u for u in self._units for e in u.params}
+        self._hooks = []
+        self._install()
+        self._in_forward = False
+        self._pack_fn, self._unpack_fn = _packers(weakref.proxy(self))
+        self._losses = []         # the forwards' losses, noted at step()
+        self._scale = self.engine.loss_scale()
+        self._lr = None
+        self._stream = (torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
+                        if self.device.type == "cuda" else None)
+        self._backward = False    # a backward is under way (its end callback queued)
+
+    # ---- set-up --------------------------------------------------------------------
+
+    @staticmethod
+    def _place(model, blocks):
+        names = {}
+        for n, p in model.named_parameters():
+            names.setdefault(id(p), n)
+        module_names = {id(m): n for n, m in model.named_modules()}
+        owner = {}
+        units = []
+        for i, block in enumerate(blocks):
+            u = _Unit(i + 1, module_names.get(id(block), f"unit{i + 1}"), block)
+            for p in block.parameters():
+                if id(p) in owner:
+                    raise _mp.ConfigError(f"mp.torch.shard: parameter '{names.get(id(p))}' is in units "
+                                          f"'{owner[id(p)].name}' and '{u.name}': a parameter belongs to one unit")
+                owner[id(p)] = u
+                u.params.append([p, names[id(p)], 0, p.numel(), tuple(p.shape)])
+            if not u.params:
+                raise _mp.ConfigError(f"mp.torch.shard: unit {i + 1} ('{u.name}') has no parameters")
+            units.append(u)
+        root = _Unit(0, "root", model)
+        for n, p in model.named_parameters():
+            if id(p) not in owner:
+                owner[id(p)] = root
+                root.params.append([p, n, 0, p.numel(), tuple(p.shape)])
+        if root.params:
+            return [root] + units
+        for u in units:  # no root unit: the blocks are units 0..
+            u.index -= 1
+        return units
+
+    def _load_weights(self):
+        """The engine's weights := the module's, rank 0's on every rank."""
+        import numpy as np
+        for u in self._units:
+            flat = np.zeros(self.engine.unit_numel(u.index), dtype=np.float32)
+            for p, _, off, n, _ in u.params:
+                flat[off:off + n] = p.detach().float().cpu().reshape(-1).numpy()
+            self.engine.set_weights(u.index, flat, root=0)
+
+    def _install(self):
+        root = self._units[0] if self._units[0].module is self.model else None
+        me = weakref.proxy(self)  # the module's hooks do not keep the engine alive
+        self._recomputed = {}  # unit -> the module's own forward, where mp recomputes the unit
+        for u in self._units:
+            if u is root:
+                continue
+            self._hooks.append(u.module.register_forward_pre_hook(lambda m, a, u=u: me._pre_forward(u)))
+            self._hooks.append(u.module.register_forward_hook(lambda m, a, out, u=u: me._post_forward(u)))
+            if self.engine.recomputes(u.index):
+                self._recomputed[u] = u.module.forward
+                u.module.forward = _recomputing_forward(me, u, u.module.forward)
+        # The root's forward encloses the rest: wrapped, so that whatever it
+        # raises, the contexts it entered are left.
+        inner = self.model.forward
+
+        def forward(*args, **kwargs):
+            return me._root_forward(root, inner, args, kwargs)
+        self.model.forward = forward
+        self._inner_forward = inner
+        for u in self._units:
+            for p, *_ in u.params:
+                if p.requires_grad:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(lambda p, u=u: me._accumulated(u)))
+
+    # ---- the forward -----------------------------------------------------------------
+
+    def _root_forward(self, root, inner, args, kwargs):
+        if self._in_forward:  # the model calling itself
+            return inner(*args, **kwargs)
+        grad = torch.is_grad_enabled()
+        self._in_forward = True
+        try:
+            with contextlib.ExitStack() as stack:
+                if grad:
+                    stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack_fn, self._unpack_fn))
+                stack.enter_context(_Guard(self))
+                if root is not None:
+                    self._pre_forward(root)
+                    stack.callback(self._post_forward, root)
+                out = inner(*args, **kwargs)
+        finally:
+            self._in_forward = False
+        if grad:
+            for u in self._units:
+                if any(p.requires_grad for p, *_ in u.params):
+                    u.handed = False
+                    u.waiting = sum(1 for p, *_ in u.params if p.requires_grad)
+            loss = getattr(out, "loss", None) if not isinstance(out, dict) else out.get("loss")
+            if torch.is_tensor(loss) and loss.numel() == 1:
+                self._losses.append(loss.detach())
+        return out
+
+    def _pre_forward(self, u):
+        u.depth += 1
+        if u.flat is None:
+            # In the backward: the forward again (torch.utils.checkpoint's recomputation).
+            backward = torch._C._current_graph_task_id() != -1
+            self._unshard(u, backward=backward)
+            if backward:
+                u.in_backward = True
+                self._begin_backward()
+
+    def _gathered_for_recompute(self, u):
+        """The unit's parameters for its forward run again in the backward
+        (mp's activation recomputation: not through the module's hooks)."""
+        if u.flat is None:
+            self._unshard(u, backward=True)
+            u.in_backward = True
+            self._begin_backward()
+
+    def _post_forward(self, u):
+        u.depth -= 1
+        if u.depth == 0 and not u.in_backward:
+            self._reshard(u)
+
+    def _unshard(self, u, backward):
+        u.flat = torch.from_dlpack(self.engine.unshard(u.index, backward=backward))
+        self._after_engine()
+        for p, _, off, n, shape in u.params:
+            p.data = u.flat[off:off + n].view(shape)
+
+    def _reshard(self, u):
+        if u.flat is not None:
+            self._before_engine()
+            self.engine.reshard(u.index)
+            u.flat = None
+
+    # ---- streams (CUDA): mp's compute stream and torch's current one ---------------------
+
+    def _after_engine(self):
+        """torch's work from now on after what the engine enqueued."""
+        if self._stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+
+    def _before_engine(self):
+        """The engine's work from now on after what torch enqueued."""
+        if self._stream is not None:
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+
+    def _check_gathered(self, p, func):
+        u = self._owner.get(id(p))
+        if u is not None and u.flat is None:
+            name = next(e[1] for e in u.params if e[0] is p)
+            raise _mp.ConfigError(
+                f"mp.torch.shard: rank {self.engine.rank}: parameter '{name}' of unit {u.index} ('{u.name}') used "
+                f"by {getattr(func, '__name__', func)} outside the unit's forward (it is not gathered there): make "
+                "the module that uses it part of that unit (units=...)")
+
+    # ---- saved tensors -----------------------------------------------------------------
+
+    def _pack(self, t):
+        ptr = t.untyped_storage().data_ptr()
+        for u in self._units:
+            if u.flat is not None and ptr == u.flat.untyped_storage().data_ptr() and t.dtype == u.flat.dtype:
+                return (_IN_BUFFER, u, tuple(t.shape), t.stride(), t.storage_offset())
+        return t
+
+    def _unpack(self, saved):
+        if not (isinstance(saved, tuple) and len(saved) == 5 and saved[0] is _IN_BUFFER):
+            return saved
+        _, u, shape, stride, offset = saved
+        self._begin_backward()
+        if u.flat is None:
+            self._unshard(u, backward=True)
+            u.in_backward = True
+        return u.flat.as_strided(shape, stride, offset)
+
+    # ---- the backward ------------------------------------------------------------------
+
+    def _begin_backward(self):
+        if not self._backward:
+            self._backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _accumulated(self, u):
+        self._begin_backward()
+        u.waiting -= 1
+        if u.waiting == 0 and not u.handed:
+            self._hand_over(u)
+
+    def _end_backward(self):
+        """Units some of whose parameters got no gradient this backward."""
+        self._backward = False
+        for u in sorted(self._units, key=lambda u: -u.index):
+            if not u.handed:
+                self._hand_over(u)
+
+    def _hand_over(self, u):
+        g = torch.from_dlpack(self.engine.gradient_buffer(u.index))
+        self._after_engine()
+        unscale = 1.0 / self._scale if self._scale != 1.0 else None
+        for p, _, off, n, _ in u.params:
+            if p.grad is None:
+                g[off:off + n].zero_()
+            else:
+                g[off:off + n].copy_(p.grad.reshape(-1))
+                if unscale is not None:
+                    g[off:off + n].mul_(unscale)
+                p.grad = None
+        self._before_engine()
+        u.handed = True
+        if u.in_backward:  # first: the reduction prefetches the next unit, maybe into this buffer
+            u.in_backward = False
+            self._reshard(u)
+        self.engine.reduce_gradients(u.index)
+
+    # ---- the step and the state ---------------------------------------------------------
+
+    def step(self):
+        """mp's step after the config's micro_batches backwards. Collective."""
+        for loss in self._losses:  # one device read per loss, here rather than in the forward
+            self.engine.note_loss(float(loss))
+        self._losses = []
+        result = self.engine.finish_step()
+        self._scale = self.engine.loss_scale()
+        return result
+
+    def scale(self, loss):
+        """The loss times the loss scale of the fp16 recipe (dynamic or static
+        loss_scaling), as GradScaler.scale: `sharded.scale(loss).backward()`;
+        the gradients are unscaled as they are handed over. Without loss
+        scaling, the loss itself."""
+        return loss if self._scale == 1.0 else loss * self._scale
+
+    @property
+    def lr(self):
+        """The lr of the last step (StepResult.lr); set it to change the lr
+        of the steps from the next on, in place of the config's schedule."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        self.engine.set_lr(float(value))
+        self._lr = float(value)
+
+    def note_loss(self, loss):
+        """A micro-batch's loss for StepResult.loss, where the module's
+        output carries none (an output with a `loss` is noted by itself)."""
+        self._losses.append(loss.detach() if torch.is_tensor(loss) else float(loss))
+
+    def full_state_dict(self):
+        """Every parameter's fp32 weights by name (the module's own names),
+        on the CPU, on every rank; load it into a fresh module with
+        load_state_dict(strict=False) (buffers are the module's). Collective."""
+        out = {}
+        for u in self._units:
+            flat = torch.from_numpy(self.engine.gather_master(u.index))
+            for _, name, off, n, shape in u.params:
+                out[name] = flat[off:off + n].view(shape).clone()
+        return out
+
+    def save_checkpoint(self, root):
+        return self.engine.save_checkpoint(root)
+
+    def load_checkpoint(self, path):
+        """Loads a checkpoint (a directory, or a root's latest); returns its step."""
+        return self.engine.load_checkpoint(path)
+
+    def close(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.model.forward = self._inner_forward
+        for u, forward in self._recomputed.items():
+            u.module.forward = forward
+        self._recomputed = {}
+        self.engine.close()
+
+
+def _recomputing_forward(me, u, forward):
+    """engine.activation_checkpointing: the unit's forward under
+    torch.utils.checkpoint (keeping its inputs only), its recomputation in
+    the backward on the unit gathered again."""
+    import torch.utils.checkpoint
+
+    def run(*args, **kwargs):
+        if torch._C._current_graph_task_id() != -1:
+            me._gathered_for_recompute(u)
+        return forward(*args, **kwargs)
+
+    def checkpointed(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False, **kwargs)
+    return checkpointed
+
+
+def _packers(me):
+    return (lambda t: me._pack(t)), (lambda saved: me._unpack(saved))
+
+
+def shard(model, units=None, config="", device="cpu"):
+    """Shards `model` (an nn.Module, unmodified) over the ranks of mp.init()
+    and returns the ShardedModel that steps it; the user's own loop runs
+    model(...) and loss.backward() as before."""
+    return ShardedModel(model, units=units, config=config, device=device)

@@ -1,0 +1,245 @@
+"""mp.torch.shard on one rank (CTest python_torch_shard): unmodified
+transformers models (GPT-2 with its tied head; Llama: rotary, RMSNorm,
+grouped-query attention; Qwen2: biases in attention; ResNet: BatchNorm's
+buffers) trained in the test's own loop (model(...).loss, loss.backward(),
+step()) equal plain PyTorch + torch.optim.AdamW with mp's parameter groups
+and clipping within 1e-6 relative at every one of 20 steps (fp32,
+deterministic), with torch.utils.checkpoint inside the units too, and with
+the lr changed between steps; bf16_master ends within 1% of torch's
+autocast; forwards without gradients work; the full state dict loads into
+a fresh model with equal logits; a checkpoint resumes exactly; the fp16
+recipe scales the loss as GradScaler; order mistakes and a parameter used
+outside its unit are named."""
+import copy
+
+import pytest
+import torch
+import transformers
+
+import gpt2_case as case
+import mp
+import mp.torch
+
+mp.init()
+torch.set_num_threads(1)
+
+STEPS = 20
+
+
+def make(family, seed=0):
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        return case.make_model(seed)
+    if family == "resnet":
+        return transformers.ResNetForImageClassification(transformers.ResNetConfig(
+            num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
+            num_labels=10))
+    common = dict(vocab_size=case.VOCAB, hidden_size=case.CHANNELS, intermediate_size=2 * case.CHANNELS,
+                  num_hidden_layers=case.LAYERS, num_attention_heads=case.HEADS, num_key_value_heads=2,
+                  max_position_embeddings=case.CONTEXT)
+    if family == "llama":  # rotary, RMSNorm, grouped-query attention
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    if family == "qwen2":  # biases in the attention's projections
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    raise ValueError(family)
+
+
+def forward(model, s):
+    """Step s's loss: tokens for the language models, images for ResNet."""
+    if isinstance(model, transformers.ResNetForImageClassification):
+        g = torch.Generator().manual_seed(2000 + s)
+        labels = torch.randint(0, 10, (case.BATCH,), generator=g)
+        images = torch.randn(case.BATCH, 3, 16, 16, generator=g) + labels.view(-1, 1, 1, 1) * 0.3
+        return model(pixel_values=images, labels=labels).loss
+    tokens = case.batch(s)
+    return model(tokens, labels=tokens).loss
+
+
+def torch_adamw_losses(model, steps, lr_at=None, autocast=False):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": case.WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=case.LR, betas=(0.9, 0.999), eps=1e-8,
+                            foreach=False)
+    losses = []
+    for s in range(steps):
+        if lr_at is not None and lr_at(s) is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(s)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = forward(model, s)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), case.CLIP)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def shard_losses(model, steps, lr_at=None, recipe="RECIPE_FP32"):
+    sharded = mp.torch.shard(model, config=case.config_text(recipe=recipe))
+    out = []
+    for s in range(steps):
+        if lr_at is not None and lr_at(s) is not None:
+            sharded.lr = lr_at(s)
+        forward(model, s).backward()
+        out.append(sharded.step())
+    return sharded, out
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2", "resnet"])
+def test_the_users_loop_equals_plain_pytorch(family):
+    model = make(family)
+    reference = copy.deepcopy(model)
+    sharded, ours = shard_losses(model, STEPS)
+    theirs = torch_adamw_losses(reference, STEPS)
+    worst = 0.0
+    for s, (r, want) in enumerate(zip(ours, theirs), 1):
+        rel = abs(r.loss - want) / abs(want)
+        worst = max(worst, rel)
+        assert rel <= 1e-6, f"{family} step {s}: mp {r.loss!r}, torch {want!r}, relative difference {rel:.3g}"
+    assert ours[-1].loss < 0.9 * ours[0].loss, "it did not learn"
+    print(f"{family}: worst relative loss difference over {STEPS} steps: {worst:.3g}")
+
+    # No gradients: the forward gathers, runs and releases; the full state
+    # dict in a fresh model (buffers copied: they are the module's own)
+    # computes the same logits.
+    model.eval()
+    fresh = make(family, seed=5).eval()
+    fresh.load_state_dict(sharded.full_state_dict(), strict=False)
+    for name, b in model.named_buffers():
+        fresh.get_buffer(name).copy_(b)
+    with torch.no_grad():
+        assert torch.equal(forward(fresh, 1000), forward(model, 1000))
+    sharded.close()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointing_inside_the_units_changes_nothing(reentrant):
+    model = make("llama")
+    reference = copy.deepcopy(model)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    sharded, ours = shard_losses(model, 5)
+    theirs = torch_adamw_losses(reference, 5)
+    for r, want in zip(ours, theirs):
+        assert abs(r.loss - want) <= 1e-6 * abs(want)
+    sharded.close()
+
+
+def test_mps_own_recomputation_changes_no_bit():
+    def run(extra):
+        model = make("gpt2")
+        sharded = mp.torch.shard(model, config=case.config_text(recipe="BF16_MASTER", extra=extra))
+        losses = []
+        for s in range(4):
+            forward(model, s).backward()
+            losses.append(sharded.step().loss)
+        recomputed = [sharded.engine.recomputes(u) for u in range(sharded.engine.num_units)]
+        weights = sharded.full_state_dict()
+        sharded.close()
+        return losses, recomputed, weights
+    want, none, want_weights = run("")
+    got, picked, weights = run("activation_checkpointing { policy: EVERY_UNIT }")
+    assert none == [False] * (case.LAYERS + 1)
+    assert picked == [False] + [True] * case.LAYERS  # the blocks; never the root
+    assert got == want
+    for name, w in want_weights.items():
+        assert torch.equal(weights[name], w), name
+
+
+def test_the_lr_set_between_steps_is_used():
+    lr_at = {3: case.LR / 4, 6: case.LR * 2}.get
+    model = make("gpt2")
+    reference = copy.deepcopy(model)
+    sharded, ours = shard_losses(model, 8, lr_at=lr_at)
+    theirs = torch_adamw_losses(reference, 8, lr_at=lr_at)
+    assert [r.lr for r in ours] == pytest.approx([case.LR] * 3 + [case.LR / 4] * 3 + [case.LR * 2] * 2)
+    for r, want in zip(ours, theirs):
+        assert abs(r.loss - want) <= 1e-6 * abs(want)
+    sharded.close()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_bf16_master_ends_within_one_percent_of_autocast(family):
+    model = make(family)
+    reference = copy.deepcopy(model)
+    sharded, ours = shard_losses(model, STEPS, recipe="BF16_MASTER")
+    theirs = torch_adamw_losses(reference, STEPS, autocast=True)
+    rel = abs(ours[-1].loss - theirs[-1]) / theirs[-1]
+    print(f"{family} bf16_master: final loss {ours[-1].loss:.5f}, autocast {theirs[-1]:.5f}, relative {rel:.3g}")
+    assert rel <= 0.01
+    sharded.close()
+
+
+def test_the_fp16_recipe_scales_the_loss_as_grad_scaler():
+    model = make("gpt2")
+    sharded = mp.torch.shard(model, config=case.config_text(recipe="AMP_FP16"))
+    scale = sharded.scale(torch.tensor(1.0)).item()
+    assert scale > 1, "dynamic loss scaling starts above 1"
+    losses = []
+    for s in range(8):
+        sharded.scale(forward(model, s)).backward()
+        r = sharded.step()
+        losses.append(r.loss)
+        assert r.loss_scale > 1
+    assert losses[-1] < losses[0], losses
+    sharded.close()
+
+
+class _TwoBlocks(torch.nn.Module):
+    """A module whose root uses a block's weight outside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x @ self.blocks[0].weight
+
+
+def test_a_parameter_used_outside_its_unit_is_named():
+    model = _TwoBlocks()
+    sharded = mp.torch.shard(model, config=case.config_text())
+    with pytest.raises(mp.ConfigError, match=r"rank 0: parameter 'blocks.0.weight' of unit 0 \('blocks.0'\) used"):
+        model(torch.ones(2, 4))
+    with torch.no_grad():  # the failed forward left nothing behind: the units still work
+        assert model.blocks[1](model.blocks[0](torch.ones(2, 4))).shape == (2, 4)
+    sharded.close()
+
+
+def test_a_checkpoint_resumes_exactly(tmp_path):
+    def steps(model, sharded, first, count):
+        out = []
+        for s in range(first, first + count):
+            tokens = case.batch(s)
+            model(tokens, labels=tokens).loss.backward()
+            out.append(sharded.step().loss)
+        return out
+    model = make("gpt2")
+    sharded = mp.torch.shard(model, config=case.config_text())
+    steps(model, sharded, 0, 3)
+    sharded.save_checkpoint(str(tmp_path))
+    after = steps(model, sharded, 3, 3)
+    sharded.close()
+    other = make("gpt2", seed=7)  # other weights: the checkpoint replaces them
+    resumed = mp.torch.shard(other, config=case.config_text())
+    assert resumed.load_checkpoint(str(tmp_path)) == 3
+    assert steps(other, resumed, 3, 3) == after
+    resumed.close()
+
+
+def test_order_mistakes_are_named():
+    model = make("gpt2")
+    sharded = mp.torch.shard(model, config=case.config_text())
+    with pytest.raises(mp.ConfigError, match="finish_step without a backward"):
+        sharded.step()
+    sharded.close()
+    model = make("gpt2")
+    sharded = mp.torch.shard(model, config=case.config_text(micro_batches=2))
+    tokens = case.batch(0)
+    model(tokens, labels=tokens).loss.backward()
+    with pytest.raises(mp.ConfigError, match=r"unit 0 \('root'\) were reduced 1 times, engine.micro_batches is 2"):
+        sharded.step()
+    sharded.close()
