@@ -2,7 +2,10 @@
 
 - mp.torch.shard in the user's own loop, 2 ranks FULL_SHARD, one backward
   each, equal 1 rank with 2 backwards bit for bit: every step's loss and
-  gradient norm, and the final weights;
+  gradient norm, and the final weights, for each of gpt2_case.py's models
+  (GPT-2, Llama, Qwen2, ResNet);
+- a checkpoint the 2 ranks save mid-run, resumed on 1 rank, continues with
+  the same bits;
 - rank 1 skipping its backward fails the step on both ranks, each with an
   mp error naming the other, within the collective timeout (no hang).
 
@@ -31,27 +34,41 @@ def main():
     steps = sys.argv[sys.argv.index("--steps") + 1] if "--steps" in sys.argv else "10"
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        for api, flags in (("shard, own loop", []),):
+        for model in ("gpt2", "llama", "qwen2", "resnet"):
             out = {}
             for np, k in ((1, 2), (2, 1)):
-                path = os.path.join(tmp, f"np{np}.json")
-                p, seconds = run(mprun, np, "train", "--micro-batches", str(k), "--steps", steps, "--out", path,
-                                 *flags)
+                path = os.path.join(tmp, f"{model}_np{np}.json")
+                extra = ["--save-at", "5", "--checkpoint", os.path.join(tmp, "ckpt")] if model == "gpt2" and np == 2 \
+                    else []
+                p, seconds = run(mprun, np, "train", "--model", model, "--micro-batches", str(k), "--steps", steps,
+                                 "--out", path, *extra)
                 if p.returncode != 0:
                     print(p.stdout, p.stderr)
-                    sys.exit(f"{api}: {np} rank(s) x {k} micro-batches: exit {p.returncode}")
+                    sys.exit(f"{model}: {np} rank(s) x {k} micro-batches: exit {p.returncode}")
                 with open(path) as f:
                     out[np] = json.load(f)
-                print(f"{api}: {np} rank(s) x {k} micro-batch(es): {steps} steps in {seconds:.1f} s, "
+                print(f"{model}: {np} rank(s) x {k} backward(s) a step: {steps} steps in {seconds:.1f} s, "
                       f"final loss {float.fromhex(out[np]['losses'][-1]):.6f}")
             bad = [key for key in ("losses", "norms", "weights_sha256") if out[1][key] != out[2][key]]
             for key in bad:
-                print(f"FAIL ({api}): {key} differ between 1 rank x 2 micro-batches and 2 ranks x 1:\n"
+                print(f"FAIL ({model}): {key} differ between 1 rank x 2 backwards and 2 ranks x 1:\n"
                       f"  {out[1][key]}\n  {out[2][key]}")
             failed = failed or bool(bad)
             if not bad:
-                print(f"{api}: 2 ranks FULL_SHARD equal 1 rank with 2 micro-batches bit for bit "
+                print(f"{model}: 2 ranks FULL_SHARD equal 1 rank with 2 backwards bit for bit "
                       "(losses, norms, weights)")
+            if model == "gpt2":
+                path = os.path.join(tmp, "resumed.json")
+                p, _ = run(mprun, 1, "train", "--micro-batches", "2", "--steps", steps, "--out", path, "--resume",
+                           os.path.join(tmp, "ckpt"))
+                resumed = json.load(open(path)) if p.returncode == 0 else None
+                if resumed is None or resumed["first"] != 5 or resumed["losses"] != out[1]["losses"][5:] \
+                        or resumed["weights_sha256"] != out[1]["weights_sha256"]:
+                    print(p.stdout, p.stderr)
+                    print("FAIL: the 2 ranks' checkpoint of step 5, resumed on 1 rank, did not continue bit for bit")
+                    failed = True
+                else:
+                    print("gpt2: the 2 ranks' checkpoint of step 5 resumed on 1 rank continues bit for bit")
 
         p, seconds = run(mprun, 2, "skip", "--rank", "1", "--step", "2", timeout=120)
         # The ranks' lines may share a line of mpirun's output: find each.

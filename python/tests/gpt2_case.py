@@ -1,5 +1,5 @@
-"""The small transformers.GPT2LMHeadModel the Python tests train, its data
-and mp's config for it."""
+"""The small transformers models the Python tests train (GPT-2 first, then
+Llama, Qwen2 and a ResNet), their data and mp's config for them."""
 import torch
 import transformers
 
@@ -36,3 +36,35 @@ def batch(index):
     return tokens
 
 
+
+
+def make(family, seed=0):
+    """One of the test models, built from `seed`: "gpt2" (tied head),
+    "llama" (rotary, RMSNorm, grouped-query attention), "qwen2" (biases in
+    attention) or "resnet" (BatchNorm and its buffers)."""
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        return make_model(seed)
+    if family == "resnet":
+        return transformers.ResNetForImageClassification(transformers.ResNetConfig(
+            num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
+            num_labels=10))
+    common = dict(vocab_size=VOCAB, hidden_size=CHANNELS, intermediate_size=2 * CHANNELS, num_hidden_layers=LAYERS,
+                  num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=CONTEXT)
+    if family == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    if family == "qwen2":
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    raise ValueError(family)
+
+
+def forward(model, index):
+    """The loss of micro-batch `index`: tokens for the language models,
+    images (labels shifting their mean) for ResNet."""
+    if isinstance(model, transformers.ResNetForImageClassification):
+        g = torch.Generator().manual_seed(2000 + index)
+        labels = torch.randint(0, 10, (BATCH,), generator=g)
+        images = torch.randn(BATCH, 3, 16, 16, generator=g) + labels.view(-1, 1, 1, 1) * 0.3
+        return model(pixel_values=images, labels=labels).loss
+    tokens = batch(index)
+    return model(tokens, labels=tokens).loss

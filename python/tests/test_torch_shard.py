@@ -26,33 +26,8 @@ torch.set_num_threads(1)
 STEPS = 20
 
 
-def make(family, seed=0):
-    torch.manual_seed(seed)
-    if family == "gpt2":
-        return case.make_model(seed)
-    if family == "resnet":
-        return transformers.ResNetForImageClassification(transformers.ResNetConfig(
-            num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
-            num_labels=10))
-    common = dict(vocab_size=case.VOCAB, hidden_size=case.CHANNELS, intermediate_size=2 * case.CHANNELS,
-                  num_hidden_layers=case.LAYERS, num_attention_heads=case.HEADS, num_key_value_heads=2,
-                  max_position_embeddings=case.CONTEXT)
-    if family == "llama":  # rotary, RMSNorm, grouped-query attention
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
-    if family == "qwen2":  # biases in the attention's projections
-        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
-    raise ValueError(family)
-
-
-def forward(model, s):
-    """Step s's loss: tokens for the language models, images for ResNet."""
-    if isinstance(model, transformers.ResNetForImageClassification):
-        g = torch.Generator().manual_seed(2000 + s)
-        labels = torch.randint(0, 10, (case.BATCH,), generator=g)
-        images = torch.randn(case.BATCH, 3, 16, 16, generator=g) + labels.view(-1, 1, 1, 1) * 0.3
-        return model(pixel_values=images, labels=labels).loss
-    tokens = case.batch(s)
-    return model(tokens, labels=tokens).loss
+make = case.make
+forward = case.forward
 
 
 def torch_adamw_losses(model, steps, lr_at=None, autocast=False):

@@ -1,11 +1,14 @@
 """One rank's part of the multi-rank mp.torch checks (python/tests/check_ranks.py
 runs it under launch/mprun):
 
-  torch_ranks.py train --micro-batches K --steps N --out FILE
-      the small GPT-2 of gpt2_case.py through mp.torch.shard in this
-      script's own loop (rank r's backward m of step s on batch
+  torch_ranks.py train --model M --micro-batches K --steps N --out FILE
+                       [--save-at S --checkpoint DIR | --resume DIR]
+      one of gpt2_case.py's models through mp.torch.shard in this script's
+      own loop (rank r's backward m of step s on micro-batch
       s * W * K + m * W + r), FULL_SHARD, fp32, deterministic; rank 0 writes
-      every step's loss and norm and a hash of the final weights.
+      every step's loss and norm and a hash of the final weights. --save-at
+      saves a checkpoint after step S; --resume starts from one (saved on
+      any world size) and runs the steps after it.
   torch_ranks.py skip --rank R --step S
       rank R runs step S's forward but not its backward, then step(): its
       peers wait for reductions it never issues. Every rank must get an
@@ -27,21 +30,23 @@ import mp.torch
 
 
 def train(args):
-    model = case.make_model()
+    model = case.make(args.model)
     sharded = mp.torch.shard(model, config=case.config_text(micro_batches=args.micro_batches))
     W, r, k = mp.world_size(), mp.rank(), args.micro_batches
+    first = sharded.load_checkpoint(args.resume) if args.resume else 0
     results = []
-    for s in range(args.steps):
+    for s in range(first, args.steps):
         for m in range(k):
-            tokens = case.batch(s * W * k + m * W + r)
-            model(tokens, labels=tokens).loss.backward()
+            case.forward(model, s * W * k + m * W + r).backward()
         results.append(sharded.step())
+        if args.save_at == s + 1:
+            sharded.save_checkpoint(args.checkpoint)
     digest = hashlib.sha256()
     for u in range(sharded.engine.num_units):
         digest.update(sharded.engine.gather_master(u).tobytes())
     if mp.rank() == 0:
         with open(args.out, "w") as f:
-            json.dump({"world_size": W, "micro_batches": k,
+            json.dump({"world_size": W, "micro_batches": k, "first": first,
                        "losses": [x.loss.hex() for x in results], "norms": [x.grad_norm.hex() for x in results],
                        "weights_sha256": digest.hexdigest()}, f)
     sharded.close()
@@ -54,8 +59,7 @@ def skip_a_backward(args):
     for s in range(1, args.step + 1):
         t0 = time.monotonic()
         try:
-            tokens = case.batch(s)
-            loss = model(tokens, labels=tokens).loss
+            loss = case.forward(model, s)
             if not (mp.rank() == args.rank and s == args.step):
                 loss.backward()
             sharded.step()
@@ -81,6 +85,10 @@ def main():
     t.add_argument("--micro-batches", type=int, default=1)
     t.add_argument("--steps", type=int, default=10)
     t.add_argument("--out", required=True)
+    t.add_argument("--model", default="gpt2")
+    t.add_argument("--save-at", type=int, default=0)
+    t.add_argument("--checkpoint", default="")
+    t.add_argument("--resume", default="")
     r = sub.add_parser("skip")
     r.add_argument("--rank", type=int, default=1)
     r.add_argument("--step", type=int, default=2)
