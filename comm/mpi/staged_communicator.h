@@ -215,7 +215,7 @@ class StagedMpiCommunicator final : public Communicator {
   Buffer staging_;                         // pinned while held (cudaHostRegister)
   std::shared_ptr<FirstFailure> failure_;  // shared with the communication thread's tasks
   std::shared_ptr<HostWord> word_;         // step 3's word; null when the host waits
-  uint32_t issued_ = 0;                    // collectives staged so far: the last one's number
+  [[maybe_unused]] uint32_t issued_ = 0;   // collectives staged so far: the last one's number (CUDA builds)
   WorkPtr last_work_;                      // the last collective issued here
   WorkPtr last_inner_;                     // its inner collective (a fence's diagnosis)
   std::unique_ptr<Stream> stream_;         // a CudaStream on device_

@@ -236,7 +236,9 @@ void attention_forward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, int64_
       std::fill(o, o + hd, T(0));
       for (int64_t t2 = 0; t2 <= t; ++t2) axpy(att[t2], base + t2 * l.stride + 2 * l.offset, o, hd);
       if constexpr (std::is_same_v<T, float>) {
-        if (rounded) store_bf16_row(o, a.out16 != nullptr ? a.out16 + at : nullptr, a.out + at, hd);
+        if (rounded) {
+          store_bf16_row(o, a.out16 != nullptr ? a.out16 + at : nullptr, a.out != nullptr ? a.out + at : nullptr, hd);
+        }
       }
     }
   }
@@ -323,7 +325,7 @@ void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const
           for (int64_t third = 0; third < 3; ++third) {
             const int64_t at = (b * seq + t) * stride + third * channels + h * hd;
             store_bf16_row(dbase + t * dstride + third * dch, a.dqkv16 != nullptr ? a.dqkv16 + at : nullptr,
-                           a.dqkv + at, hd);
+                           a.dqkv != nullptr ? a.dqkv + at : nullptr, hd);
           }
         }
       }
