@@ -69,7 +69,7 @@ Tensor GatherRing::acquire(int u, int direction, Stream& compute) {
     for (const Slot& s : slots_) held += (held.empty() ? "'" : ", '") + layout_.unit(s.unit).name + "'";
     MP_THROW(ConfigError, "unit '", layout_.unit(u).name, "': every one of the ", slots_.size(),
              " gather buffers holds a unit that is unsharded (", held,
-             "): reshard one first, or raise sharding.prefetch_depth (buffers = prefetch_depth + 1)");
+             "): reshard one first, or raise sharding.held_units (buffers = prefetch_depth + 1 + held_units)");
   }
   Slot* slot = find(u);
   slot->last_use = ++tick_;

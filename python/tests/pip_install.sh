@@ -21,6 +21,6 @@ want=$(sed -n 's/^project(mp VERSION \([0-9.]*\).*/\1/p' "$source/CMakeLists.txt
 echo "import mp: version $version"
 [[ $version == "$want" ]] || { echo "FAIL: mp.version() is '$version', CMakeLists.txt says '$want'"; exit 1; }
 location=$("$venv_python" -c "import mp, os; print(os.path.dirname(mp.__file__))")
-for f in __init__.py torch.py; do [[ -f $location/$f ]] || { echo "FAIL: $location/$f missing"; exit 1; }; done
+for f in __init__.py _shard.py torch.py; do [[ -f $location/$f ]] || { echo "FAIL: $location/$f missing"; exit 1; }; done
 compgen -G "$location/_mp*.so" > /dev/null || { echo "FAIL: no extension in $location"; exit 1; }
 echo "pip install . in a fresh venv: OK ($location)"

@@ -148,7 +148,8 @@ TEST_F(EngineDrivenTest, OrderMistakesAreNamedAtTheCall) {
     (void)alone.unshard(0, Pass::kForward);
     expect_config_error([&] { (void)alone.unshard(1, Pass::kForward); }, "raise sharding.held_units");
   }
-  expect_config_error([&] { engine.reduce_gradients(0); }, "reduce_gradients of " + u0 + " without its gradient_buffer");
+  expect_config_error([&] { engine.reduce_gradients(0); },
+                      "reduce_gradients of " + u0 + " without its gradient_buffer");
   expect_config_error([&] { (void)engine.unshard(7, Pass::kForward); }, "unshard: unit 7 does not exist");
   (void)engine.gradient_buffer(1);
   expect_config_error([&] { (void)engine.gradient_buffer(0); }, "are taken and not reduced");
