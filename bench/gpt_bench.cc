@@ -221,6 +221,7 @@ void run_gpt_suite(const BenchContext& ctx) {
       j["seq"] = g.context;
       j["matmul_dtype"] = std::string(dtype_name(g.matmul_dtype));
       j["native_bf16"] = gemm_native_bf16();
+      j["bf16_gemm"] = gemm_bf16_reason();
       j["loss"] = round_to(loss, 4);
       j["ranks"] = ranks;
       j["threads_per_rank"] = threads;

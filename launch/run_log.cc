@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "kernels/cpu/gemm.h"
 
 namespace mp {
 
@@ -66,6 +67,7 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
+  if (allocator_.device().is_cpu()) std::printf("cpu GEMMs: %s\n", gemm_describe());  // Note [bf16 GEMMs on the CPU]
   MemoryPlan plan = engine_.plan();
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] = static_cast<size_t>(model_.activation_bytes);
   if (settings_.checkpoint_saves && settings_.config.checkpoint().async_save()) {

@@ -244,6 +244,71 @@ TEST(Gemm, CallerScratchIsUsedForWidenedInputs) {
   EXPECT_EQ(gemm_bf16_storage(), gemm_native_bf16() ? DType::kBF16 : DType::kF32);
 }
 
+// Note [bf16 GEMMs on the CPU]: bf16 operands forced widened to fp32 and
+// forced native (where oneDNN has a bf16 kernel) on the same inputs. Each
+// is bitwise the same for 1 and 2 threads; both are within fp32 summation
+// rounding of the exact (float64) product of the bf16 values, so within
+// twice that of each other: the products are exact in fp32 either way and
+// only the order of the k additions differs, each sum within
+// (k - 1) u sum_l |a_il b_lj| of the exact one (u = 2^-24).
+TEST(Gemm, Bf16WidenedAndNativeAgreeWithinFp32SummationAndNeitherDependsOnThreads) {
+  const int64_t m = 70, n = 90, k = 300;
+  const Stored a(m, k, 1, DType::kBF16, 11), b(k, n, 3, DType::kBF16, 12);
+  std::vector<Bf16Gemm> paths = {Bf16Gemm::kWidened};
+  if (gemm_bf16_kernel_available()) paths.push_back(Bf16Gemm::kNative);
+  std::vector<std::vector<float>> out;
+  for (Bf16Gemm path : paths) {
+    std::vector<float> by_threads[2];
+    for (int t = 0; t < 2; ++t) {
+      by_threads[t].assign(static_cast<size_t>(m * n), 0.0f);
+      GemmProblem p;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      p.a = a.input(false);
+      p.b = b.input(false);
+      p.c = by_threads[t].data();
+      p.ldc = n;
+      GemmOptions o;
+      o.threads = t + 1;
+      o.bf16 = path;
+      gemm_cpu(p, o);
+    }
+    EXPECT_EQ(0, std::memcmp(by_threads[0].data(), by_threads[1].data(), by_threads[0].size() * sizeof(float)))
+        << (path == Bf16Gemm::kNative ? "native" : "widened") << ": 1 and 2 threads differ";
+    out.push_back(by_threads[0]);
+  }
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, magnitude = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        exact += a.at(i, l) * b.at(l, j);
+        magnitude += std::abs(a.at(i, l) * b.at(l, j));
+      }
+      const double bound = static_cast<double>(k - 1) * u * magnitude;
+      for (size_t q = 0; q < out.size(); ++q) {
+        ASSERT_LE(std::abs(out[q][static_cast<size_t>(i * n + j)] - exact), bound) << "path " << q << " at " << i
+                                                                                    << ", " << j;
+      }
+    }
+  }
+  if (!gemm_bf16_kernel_available()) {
+    GemmProblem p;
+    p.m = p.n = p.k = 1;
+    float x = 0;
+    const bf16 one = math::from_f32<bf16>(1.0f);
+    p.a = GemmInput{&one, DType::kBF16, 1, false};
+    p.b = p.a;
+    p.c = &x;
+    p.ldc = 1;
+    GemmOptions o;
+    o.bf16 = Bf16Gemm::kNative;
+    EXPECT_THROW(gemm_cpu(p, o), EnforceError);
+  }
+  RecordProperty("bf16_gemm", gemm_bf16_reason());
+}
+
 TEST(Gemm, AliasedLeadingDimensionIsStagedWithTheSameBits) {
   // B's rows 4 KiB apart (ld 1024 floats) are re-laid with a padded leading
   // dimension first; the product is the one oneDNN computes for that layout.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <functional>
@@ -22,6 +23,9 @@
 #include <omp.h>
 #elif DNNL_CPU_RUNTIME != DNNL_RUNTIME_SEQ
 #error "gemm.cc pins oneDNN to one thread per call: it supports oneDNN's OpenMP and sequential runtimes"
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>  // the CPU's bf16 instructions (Note [bf16 GEMMs on the CPU])
 #endif
 
 namespace mp {
@@ -269,8 +273,18 @@ struct ProblemStaging {
   Staging a, b;
 };
 
-ProblemStaging staging_of(const GemmProblem& p) {
-  const bool widen = !(p.a.dtype == DType::kBF16 && p.b.dtype == DType::kBF16 && gemm_native_bf16());
+bool native_for(Bf16Gemm choice) {
+  if (choice == Bf16Gemm::kAuto) return gemm_native_bf16();
+  if (choice == Bf16Gemm::kNative) {
+    MP_ENFORCE(gemm_bf16_kernel_available(), "gemm: bf16 operands forced native, but oneDNN has no bf16 matmul "
+               "kernel on this CPU");
+    return true;
+  }
+  return false;
+}
+
+ProblemStaging staging_of(const GemmProblem& p, Bf16Gemm choice) {
+  const bool widen = !(p.a.dtype == DType::kBF16 && p.b.dtype == DType::kBF16 && native_for(choice));
   const bool no_copy = no_copy_tile(gemm_tiling(p.m, p.n, p.k));
   return ProblemStaging{staging_of(p.a, p.m, p.k, widen, false, no_copy),
                         staging_of(p.b, p.k, p.n, widen, true, no_copy)};
@@ -365,18 +379,74 @@ std::string gemm_kernel(DType dtype) {
   return dtype == DType::kBF16 ? bf : f32;
 }
 
-bool gemm_native_bf16() {
-  static const bool native = probe_native_bf16();
-  return native;
+namespace {
+
+// bf16 dot-product instructions: AVX512_BF16 (CPUID.(7,1):EAX bit 5) or
+// AMX-BF16 (CPUID.(7,0):EDX bit 22).
+bool cpu_has_bf16_dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool amx = (d >> 22) & 1u;
+  const unsigned max_subleaf = a;
+  bool avx512_bf16 = false;
+  if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0) avx512_bf16 = (a >> 5) & 1u;
+  return amx || avx512_bf16;
+#else
+  return false;
+#endif
 }
+
+struct Bf16Decision {
+  bool native = false;
+  std::string reason;
+};
+
+Bf16Decision decide_bf16() {
+  const bool kernel = gemm_bf16_kernel_available(), dot = cpu_has_bf16_dot();
+  const char* env = std::getenv("MP_CPU_BF16_GEMM");
+  const std::string forced = env != nullptr ? env : "";
+  if (forced == "native") {
+    if (!kernel) {
+      MP_THROW(ConfigError, "MP_CPU_BF16_GEMM=native, but oneDNN has no bf16 matmul kernel on this CPU: use widen "
+               "or auto");
+    }
+    return {true, "bf16 native (MP_CPU_BF16_GEMM=native)"};
+  }
+  if (forced == "widen") return {false, "bf16 widened to fp32 (MP_CPU_BF16_GEMM=widen)"};
+  if (!forced.empty() && forced != "auto") {
+    MP_THROW(ConfigError, "MP_CPU_BF16_GEMM = '", forced, "': use native, widen or auto");
+  }
+  if (!kernel) return {false, "bf16 widened to fp32: oneDNN has no bf16 matmul on this CPU"};
+  if (!dot) {
+    return {false, "bf16 widened to fp32: this CPU has no bf16 dot-product instructions (avx512_bf16, AMX), "
+                   "where oneDNN's bf16 matmul is emulated and slower than fp32"};
+  }
+  return {true, "bf16 native: the CPU has bf16 dot-product instructions"};
+}
+
+const Bf16Decision& bf16_decision() {
+  static const Bf16Decision d = decide_bf16();
+  return d;
+}
+
+}  // namespace
+
+bool gemm_bf16_kernel_available() {
+  static const bool kernel = probe_native_bf16();
+  return kernel;
+}
+
+bool gemm_native_bf16() { return bf16_decision().native; }
+
+const char* gemm_bf16_reason() { return bf16_decision().reason.c_str(); }
 
 DType gemm_bf16_storage() { return gemm_native_bf16() ? DType::kBF16 : DType::kF32; }
 
 const char* gemm_describe() {
   static const std::string text = [] {
     const dnnl_version_t* v = dnnl_version();
-    return detail::str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " matmul, ",
-                       gemm_native_bf16() ? "bf16 native" : "bf16 widened to fp32");
+    return detail::str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " matmul, ", gemm_bf16_reason());
   }();
   return text.c_str();
 }
@@ -391,7 +461,7 @@ GemmTiling gemm_tiling(int64_t m, int64_t n, int64_t /*k*/) {
 
 int64_t gemm_scratch_elements(const GemmProblem& p) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return 0;
-  const ProblemStaging s = staging_of(p);
+  const ProblemStaging s = staging_of(p, Bf16Gemm::kAuto);
   return s.a.elements() + s.b.elements();
 }
 
@@ -466,7 +536,7 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
 
   // bf16 inputs without a native bf16 matmul are widened (exactly) to fp32;
   // a B with a 4K-aliased leading dimension is re-laid (Note [4K aliasing]).
-  const ProblemStaging staging = staging_of(p);
+  const ProblemStaging staging = staging_of(p, options.bf16);
   if (const int64_t need = staging.a.elements() + staging.b.elements(); need > 0) {
     float* scratch = options.scratch != nullptr && options.scratch_elements >= need ? options.scratch
                                                                                      : thread_staging(need);

@@ -6,11 +6,18 @@
 // between the starts of consecutive stored rows). A transposed operand is
 // described by strides, never copied: op(A) = A^T reads A stored [k, m].
 //
-// bf16: where oneDNN multiplies bf16 x bf16 -> fp32 natively on this CPU
-// (gemm_native_bf16(): avx512_bf16 or AMX machines) the bf16 operands go to
-// it as they are. Elsewhere (AVX2 machines: oneDNN 2.6 has no bf16 matmul
-// there) they are widened to fp32 scratch, which is exact, and the fp32 GEMM
-// runs: the same products of the same bf16 values, accumulated in fp32.
+// Note [bf16 GEMMs on the CPU]
+// A bf16 x bf16 product is exact in fp32, so a bf16 GEMM accumulated in fp32
+// is an fp32 GEMM of the operands widened exactly. Where the CPU has bf16
+// dot-product instructions (avx512_bf16 or AMX) and oneDNN a kernel for
+// them, the bf16 operands go to oneDNN as they are (gemm_native_bf16()).
+// Elsewhere they are widened to fp32 scratch and the fp32 GEMM runs: on
+// AVX2 machines oneDNN 2.6 has no bf16 matmul at all, and on AVX-512
+// machines without avx512_bf16 (Skylake, Cascade Lake) it emulates one at
+// about 0.4x its fp32 speed, so the widened fp32 GEMM is faster there. The
+// choice is made once, from the CPU's features; MP_CPU_BF16_GEMM=native or
+// widen forces it for the process (native: ConfigError where oneDNN has no
+// bf16 kernel), and GemmOptions::bf16 for one call (tests).
 //
 // Note [CPU GEMM threads]
 // oneDNN (Debian's build) would run its own parallel regions on OpenMP
@@ -37,8 +44,14 @@
 
 namespace mp {
 
+// How gemm_cpu multiplies two bf16 operands (Note [bf16 GEMMs on the CPU]).
+enum class Bf16Gemm { kAuto, kNative, kWidened };
+
 struct GemmOptions {
   int threads = 0;  // Note [CPU GEMM threads]; 0: default_cpu_threads()
+  // kAuto: the process's choice (gemm_native_bf16()); kNative: EnforceError
+  // where oneDNN has no bf16 kernel.
+  Bf16Gemm bf16 = Bf16Gemm::kAuto;
   // fp32 scratch for inputs gemm_cpu copies first (bf16 widened where oneDNN
   // has no bf16 matmul; a B whose rows are a multiple of 4 KiB apart,
   // re-laid: Note [4K aliasing] in gemm.cc), at least
@@ -61,9 +74,16 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options = {});
 // few allocates or faults in pages.
 int64_t gemm_scratch_elements(const GemmProblem& problem);
 
-// Whether oneDNN multiplies bf16 x bf16 -> fp32 natively (not a reference
-// loop) on this CPU. Probed once.
+// Whether gemm_cpu hands bf16 operands to oneDNN as they are (Note [bf16
+// GEMMs on the CPU]): the CPU has bf16 dot-product instructions and oneDNN a
+// kernel for them (not a reference loop), or MP_CPU_BF16_GEMM=native.
+// Decided once per process.
 bool gemm_native_bf16();
+// Whether oneDNN has a bf16 matmul kernel on this CPU (native or emulated).
+bool gemm_bf16_kernel_available();
+// Why bf16 GEMMs run as they do here, for the run log: e.g. "bf16 widened to
+// fp32: this CPU has no bf16 dot-product instructions (avx512_bf16, AMX)".
+const char* gemm_bf16_reason();
 
 // The dtype gemm_cpu multiplies bf16 values in on this CPU: kBF16 where
 // native, else kF32. A caller that holds bf16 values as fp32 (exactly) can
@@ -77,7 +97,7 @@ struct GemmTiling {
 };
 GemmTiling gemm_tiling(int64_t m, int64_t n, int64_t k);
 
-// "oneDNN 2.6.3 (gemm:jit; bf16: widened to fp32)": for logs and benchmarks.
+// "oneDNN 2.6.3 matmul, bf16 widened to fp32: ...": for logs and benchmarks.
 const char* gemm_describe();
 
 // The kernel family oneDNN runs the GPT's matmuls with in `dtype` (fp32 or
