@@ -1,7 +1,8 @@
 // runtime/engine_impl.h: the engine's state and its owners. Internal.
 //
-// Engine::Impl runs the schedule (Note [Engine schedule] in engine.h) over
-// parts that each own one concern:
+// Engine::Impl runs the schedule (Note [Engine schedule] in engine.h; the
+// step and its parts in engine.cc, evaluation and weights in and out between
+// steps in engine_between_steps.cc) over parts that each own one concern:
 //   set-up          options, layout, optimizer, communicators: fixed once
 //                   constructed (the optimizer's counters and loss scaler
 //                   change with each step's decision)
