@@ -19,10 +19,13 @@
 // llm.c's MFU estimate: 6 N + 12 L C T FLOPs per token, N the parameters
 // without wpe and without the vocabulary padding (gpt_train_flops_per_token
 // in models/gpt.h, as in mp_worker). value = model GFLOP/s,
-// ref = the GEMM peak of the whole job in the case's GEMM dtype: every rank
-// times a 2048^3 gemm_cpu (fp32, or bf16 in with fp32 accumulation for the
-// bf16 cases) on its threads at the same time, best of a few, summed over
-// ranks; ratio = the fraction of that peak the training achieves.
+// ref = the GEMM peak of the whole job in the case's GEMM dtype (Note [GEMM
+// peak reference] in bench/gemm_peak.h): every rank times the same GEMMs
+// through gemm_cpu (fp32, or bf16 in with fp32 accumulation for the bf16
+// cases) on its threads at the same time, large squares and each GEMM of
+// a GPT-2 124M step, best of a few each, summed over ranks, the best
+// shape; ratio = the fraction of that peak the training achieves. Beside
+// it, fma_peak: the theoretical peak of the job's cores (bench/cpu_peak.h).
 //
 // Profile (rank 0, mean per timed step; Note [Op profile] in
 // kernels/op_profile.h): the model's compute by op family (gemm,
@@ -49,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_peak.h"
 #include "bench/gemm_peak.h"
 #include "bench/suites.h"
 #include "bench/timing.h"
@@ -73,12 +77,26 @@ int threads_per_rank(const MpiWorld& world) {
   return std::max(1, default_cpu_threads() / std::max(1, world.local_size()));
 }
 
-// This rank's best 2048^3 gemm_cpu GFLOP/s in `dtype`, all ranks at once; the sum.
-double job_gemm_peak(int threads, DType dtype) {
-  const double mine = gemm_cpu_square_gflops(2048, threads, 3, MPI_COMM_WORLD, dtype);
-  double sum = 0;
-  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return sum;
+// The job's GEMM peak in `dtype` (Note [GEMM peak reference]), and the
+// theoretical FMA peak of all ranks' cores beside it.
+struct JobPeak {
+  GemmPeak measured;
+  double fma_gflops = 0;
+  std::string fma_basis;  // rank 0's
+};
+
+JobPeak job_gemm_peak(int threads, DType dtype, int ranks) {
+  JobPeak p;
+  p.measured = gemm_cpu_peak(threads, 3, MPI_COMM_WORLD, dtype);
+  const CpuPeak fma = cpu_fma_peak(threads, dtype);
+  p.fma_gflops = fma.gflops * ranks;
+  p.fma_basis = detail::str(ranks, " rank(s) x ", fma.basis);
+  return p;
+}
+
+std::string describe(const JobPeak& p, DType dtype) {
+  return detail::str(dtype_name(dtype), " ", p.measured.gflops, " GFLOP/s (", p.measured.best, ", ",
+                     gemm_kernel(dtype), "; theoretical ", p.fma_gflops, ": ", p.fma_basis, ")");
 }
 
 // Bytes one AdamW step moves over n parameters of a recipe's shard.
@@ -128,12 +146,32 @@ void run_gpt_suite(const BenchContext& ctx) {
   const int64_t given = batch_given ? ctx.options.sizes_bytes.front() : 0;
   std::vector<Model> models = {{"gpt2_124m", big, batch_given ? given : 4, 5, 2},
                                {"small", small, batch_given ? given : 8, 20, 1000}};
-  const double peak_fp32 = job_gemm_peak(threads, DType::kF32);
-  const double peak_bf16 = job_gemm_peak(threads, DType::kBF16);
-  ctx.reporter.note(detail::str(ranks, " rank(s) x ", threads, " thread(s); GEMM peak of the job (2048^3, ",
-                                "summed over ranks): fp32 ", peak_fp32, " GFLOP/s (", gemm_kernel(DType::kF32),
-                                "), bf16 ", peak_bf16, " GFLOP/s (", gemm_kernel(DType::kBF16), "); ",
+  const JobPeak job_fp32 = job_gemm_peak(threads, DType::kF32, ranks);
+  const JobPeak job_bf16 = job_gemm_peak(threads, DType::kBF16, ranks);
+  const double peak_fp32 = job_fp32.measured.gflops, peak_bf16 = job_bf16.measured.gflops;
+  ctx.reporter.note(detail::str(ranks, " rank(s) x ", threads, " thread(s); GEMM peak of the job (best of ",
+                                job_fp32.measured.all.size(), " GEMMs, summed over ranks): ",
+                                describe(job_fp32, DType::kF32), "; ", describe(job_bf16, DType::kBF16), "; ",
                                 gemm_describe()));
+  for (const JobPeak* p : {&job_fp32, &job_bf16}) {
+    nlohmann::ordered_json j;
+    const DType dt = p == &job_fp32 ? DType::kF32 : DType::kBF16;
+    j["case"] = "gemm_peak_" + std::string(dtype_name(dt));
+    j["value"] = round_to(p->measured.gflops, 2);
+    j["unit"] = "GFLOP/s";
+    j["ref"] = "fma_peak";
+    j["ref_value"] = round_to(p->fma_gflops, 2);
+    j["ratio"] = round_to(p->measured.gflops / p->fma_gflops, 4);
+    j["better"] = "higher";
+    j["best_shape"] = p->measured.best;
+    nlohmann::ordered_json shapes;
+    for (const auto& [name, g] : p->measured.all) shapes[name] = round_to(g, 2);
+    j["shapes"] = shapes;
+    j["fma_basis"] = p->fma_basis;
+    j["ranks"] = ranks;
+    j["threads_per_rank"] = threads;
+    ctx.reporter.emit(j);
+  }
   // The update's reference: this rank's STREAM triad, all ranks at once.
   const double triad_gbps = stream_triad_gbps(int64_t{1} << 25, threads, 1, 5, MPI_COMM_WORLD);
   op_profile_enable(true);
@@ -180,7 +218,7 @@ void run_gpt_suite(const BenchContext& ctx) {
       j["case"] = m.name + "_" + r.name;
       j["value"] = round_to(model_gflops, 2);
       j["unit"] = "GFLOP/s";
-      j["ref"] = r.matmul == DType::kBF16 ? "gemm_peak_2048_bf16" : "gemm_peak_2048_fp32";
+      j["ref"] = r.matmul == DType::kBF16 ? "gemm_peak_bf16" : "gemm_peak_fp32";
       j["ref_value"] = round_to(peak, 2);
       j["ratio"] = round_to(model_gflops / peak, 4);
       j["better"] = "higher";
@@ -215,6 +253,9 @@ void run_gpt_suite(const BenchContext& ctx) {
       j["gemm_kernel"] = gemm_kernel(r.matmul);
       j["fp32_peak"] = round_to(peak_fp32, 2);
       j["bf16_peak"] = round_to(peak_bf16, 2);
+      const JobPeak& job = r.matmul == DType::kBF16 ? job_bf16 : job_fp32;
+      j["fma_peak"] = round_to(job.fma_gflops, 2);
+      j["over_fma_peak"] = round_to(model_gflops / job.fma_gflops, 4);
       j["params"] = model.spec().numel();
       j["flops_per_token"] = gpt_train_flops_per_token(g);
       j["global_batch"] = m.global_batch;

@@ -2,8 +2,9 @@
 """bench/torch_gpt.py: the reference for `mp_bench gpt`: the same GPT-2 124M
 (vocab 50257 padded to 50304 as llm.c pads it, context = T = 64, 12 layers,
 12 heads, 768 channels, tied head, GELU tanh, pre-LN) trained with AdamW in
-PyTorch on the CPU, batch 4 x 64 tokens, in fp32 and under
-torch.autocast("cpu", dtype=torch.bfloat16), on the same number of threads.
+PyTorch on the CPU, batch 4 x 64 tokens, in fp32, under
+torch.autocast("cpu", dtype=torch.bfloat16), and in explicit bf16
+(model.to(torch.bfloat16)), on the same number of threads.
 Prints one JSON line per case, mp_bench style:
 
   {"suite": "torch_gpt", "case": "gpt2_124m_amp_bf16", "value": 151.2,
@@ -12,9 +13,9 @@ Prints one JSON line per case, mp_bench style:
 and, given mp_bench's output (--ours FILE: the JSON lines of
 `launch/mprun -np N --bind-to none build/mp_bench gpt`, one or several N),
 one line per GPT-2 row of ours: its tokens/s over the better of PyTorch's
-fp32 and autocast bf16 (the CPU target: >= 1.5 for bf16_master), and
-over PyTorch's same-precision case (bf16_master against autocast bf16, fp32
-against fp32).
+fp32, autocast bf16 and explicit bf16 (the whole model and AdamW in bf16:
+mode bf16), and over PyTorch's same-precision case (bf16_master against
+autocast bf16, fp32 against fp32).
 
 On a GPU (--device cuda; scripts/gpu_check runs it so): the same model at
 --seq 1024, modes amp_bf16 (eager torch.autocast("cuda", bfloat16), fused
@@ -104,6 +105,8 @@ def run(mode, batch, args):
     torch.manual_seed(0)
     dev = torch.device(args.device)
     model = Gpt(context=args.seq).to(dev)
+    if mode == "bf16":  # explicit bf16: weights, gradients and AdamW's states all bf16
+        model = model.to(torch.bfloat16)
     fused = {"fused": True} if dev.type == "cuda" else {}
     # mp's AdamW (optim/optimizer.cc): 1-D parameters (biases, LayerNorm) are not decayed.
     groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
@@ -162,7 +165,8 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--modes", default="fp32,amp_bf16")
+    ap.add_argument("--modes", default="fp32,amp_bf16,bf16",
+                    help="fp32; amp_bf16 (autocast); bf16 (the model in bf16, AdamW on bf16 states); _compile suffix")
     ap.add_argument("--ours", help="mp_bench gpt output (JSON lines) to compare with")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()

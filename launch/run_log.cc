@@ -67,7 +67,14 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
-  if (allocator_.device().is_cpu()) std::printf("cpu GEMMs: %s\n", gemm_describe());  // Note [bf16 GEMMs on the CPU]
+  if (allocator_.device().is_cpu()) {
+    std::printf("cpu GEMMs: %s\n", gemm_describe());  // Note [bf16 GEMMs on the CPU]
+    const bool bf16_recipe = o.precision.param_dtype == DType::kBF16 || settings_.gpt_matmul_dtype() == DType::kBF16;
+    if (bf16_recipe && !gemm_native_bf16()) {
+      std::printf("note: a bf16 recipe on a CPU whose GEMMs widen bf16 to fp32: it runs at about fp32's speed, "
+                  "and precision fp32 is as fast with fp32 weights and activations (docs/precision.md)\n");
+    }
+  }
   MemoryPlan plan = engine_.plan();
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] = static_cast<size_t>(model_.activation_bytes);
   if (settings_.checkpoint_saves && settings_.config.checkpoint().async_save()) {
