@@ -1,8 +1,8 @@
-// tests/muon_reference.h: a float64 reference for Muon's Newton-Schulz
-// iteration (kernels/cpu/newton_schulz.h), a rounding-error model of the
-// iteration that gives the tests their tolerances, and singular values by
-// Jacobi's method. Plain loops, written from torch's formulas, not from the
-// library's code.
+// tests/muon_reference.h: float64 references for Muon (optim/muon.h) and its
+// Newton-Schulz iteration (kernels/cpu/newton_schulz.h), a rounding-error
+// model of the iteration that gives the tests their tolerances, and singular
+// values by Jacobi's method. Plain loops, written from torch's formulas, not
+// from the library's code.
 //
 // Note [Newton-Schulz tolerances]
 // What is compared: rho = ||X - Y||_F / ||Y||_F, X the library's result, Y
@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "kernels/cpu/newton_schulz.h"
+#include "optim/muon.h"
 
 namespace mp::testing {
 
@@ -97,8 +98,8 @@ inline double ref_distance(const std::vector<double>& x, const std::vector<doubl
 struct NsNoise {
   int bits = 24;
   std::mt19937_64 rng{12345};
-  // Optional: a bound on each input element's own error (from the
-  // arithmetic that produced it), drawn uniform within it.
+  // Optional: a bound on each input element's own error (the momentum's
+  // fp32 arithmetic, Note [Muon step tolerances]), drawn uniform within it.
   std::vector<double> input_error;
 
   // v plus a uniform error within half an ulp of v at p bits.
@@ -215,6 +216,78 @@ inline std::vector<double> ref_singular_values(const std::vector<double>& x, int
   std::vector<double> eig = ref_symmetric_eigenvalues(std::move(gram), m);
   for (double& e : eig) e = std::sqrt(std::max(e, 0.0));
   return eig;
+}
+
+// Note [Muon step tolerances]
+// muon_reference_run runs Note [Muon step] in float64 and bounds how far the
+// library's fp32 step may be from it, per step t, with u = 2^-24:
+// - momentum: each lerp(s, e, w) rounds e - s, the fma and the weight, which
+//   costs at most u (|e| + |s| + |result|) per element and carries the
+//   error of s with factor 1 - w <= 1 (both of torch's branches), so
+//   ||dM_t|| <= ||dM_t-1|| + u (||G_t|| + ||M_t-1|| + ||M_t||) (Frobenius);
+//   the same per element bounds what the Newton-Schulz input U_t carries
+//   (plus the Nesterov lerp's own u (|G| + |M| + |U|)), which enters the
+//   iteration's noise model as an input error (NsNoise::input_error);
+// - NS: ||dO_t|| <= tol_t ||O_t||, tol_t = ns_tolerance on the reference U_t
+//   (Note [Newton-Schulz tolerances]);
+// - param: P_t = fma(O_t, -adjusted, P_t-1 (1 - lr wd)) rounds the decay
+//   factor, the product and the fma, and alpha: ||dP_t|| <= ||dP_t-1|| +
+//   adjusted ||dO_t|| + u (2 ||P_t-1|| + ||P_t|| + adjusted ||O_t||).
+struct MuonReferenceRun {
+  std::vector<double> param, momentum;
+  double param_bound = 0.0, momentum_bound = 0.0;  // Frobenius
+};
+
+inline double ref_adjusted_ratio(MuonAdjustLr fn, int64_t lr_a, int64_t lr_b) {
+  const double a = static_cast<double>(lr_a), b = static_cast<double>(lr_b);
+  switch (fn) {
+    case MuonAdjustLr::kOriginal: return std::sqrt(std::max(1.0, a / b));
+    case MuonAdjustLr::kMatchRmsAdamW: return 0.2 * std::sqrt(std::max(a, b));
+    case MuonAdjustLr::kSpectralUnclamped: return std::sqrt(a / b);
+  }
+  return 0.0;
+}
+
+// grads.size() steps from param (momentum zeros), (lr_a, lr_b) the shape
+// adjust_lr_fn reads.
+inline MuonReferenceRun muon_reference_run(const MuonHyper& h, int64_t rows, int64_t cols, int64_t lr_a, int64_t lr_b,
+                                           const std::vector<double>& param,
+                                           const std::vector<std::vector<double>>& grads, double lr,
+                                           double weight_decay) {
+  const double u = std::ldexp(1.0, -24);
+  MuonReferenceRun r;
+  r.param = param;
+  r.momentum.assign(param.size(), 0.0);
+  std::vector<double> carried(param.size(), 0.0);  // per element: the momentum's error bound
+  NewtonSchulzOptions o;
+  o.a = h.ns_a;
+  o.b = h.ns_b;
+  o.c = h.ns_c;
+  o.steps = h.ns_steps;
+  o.eps = h.eps;
+  o.dtype = h.iteration_dtype;
+  const double adjusted = lr * ref_adjusted_ratio(h.adjust_lr, lr_a, lr_b);
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const std::vector<double>& g = grads[t];
+    const std::vector<double> m_before = r.momentum;
+    std::vector<double> x(g.size()), input_error(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double m = m_before[i] + (1.0 - h.momentum) * (g[i] - m_before[i]);
+      carried[i] += u * (std::fabs(g[i]) + std::fabs(m_before[i]) + std::fabs(m));
+      r.momentum[i] = m;
+      x[i] = h.nesterov ? g[i] + h.momentum * (m - g[i]) : m;
+      input_error[i] = h.nesterov ? h.momentum * carried[i] + u * (std::fabs(g[i]) + std::fabs(m) + std::fabs(x[i]))
+                                  : carried[i];
+    }
+    r.momentum_bound += u * (ref_norm(g) + ref_norm(m_before) + ref_norm(r.momentum));
+    const std::vector<double> update = ns_reference(x, rows, cols, o);
+    const double tol = ns_tolerance(x, rows, cols, o, t + 1, input_error);
+    const double p_before = ref_norm(r.param);
+    for (size_t i = 0; i < r.param.size(); ++i) r.param[i] = r.param[i] * (1.0 - lr * weight_decay) - adjusted * update[i];
+    const double o_norm = ref_norm(update);
+    r.param_bound += adjusted * tol * o_norm + u * (2.0 * p_before + ref_norm(r.param) + adjusted * o_norm);
+  }
+  return r;
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
