@@ -1,11 +1,17 @@
 // optim/muon.h: the Muon step on one matrix against a float64 reference of
 // the whole step over three steps (Note [Muon step tolerances] in
-// tests/muon_reference.h), torch's adjusted learning rates, the same bits
-// for any thread count, and which GPT parameters Muon takes.
+// tests/muon_reference.h), against torch.optim.Muon itself
+// (tests/golden/muon_torch.json, written by tests/muon_torch_reference.py),
+// torch's adjusted learning rates, the same bits for any thread count, and
+// which GPT parameters Muon takes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +19,10 @@
 #include "optim/muon.h"
 #include "tests/muon_reference.h"
 #include "tests/test_util.h"
+
+#ifndef MP_TEST_GOLDEN_DIR
+#error "MP_TEST_GOLDEN_DIR (tests/golden) must be defined by the build"
+#endif
 
 namespace mp {
 namespace {
@@ -177,6 +187,148 @@ TEST(Muon, BadArgumentsAreRefused) {
   x.lr_a = 0;
   x.grad = nullptr;
   EXPECT_TRUE(testing::contains(testing::error_of<EnforceError>([&] { muon_step_cpu(h, x, s); }), "null"));
+}
+
+// ---- against torch.optim.Muon ------------------------------------------------------
+
+struct GoldenMatrix {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  std::vector<double> param;
+  std::vector<std::vector<double>> grads;
+};
+
+struct GoldenRun {
+  std::string setting;
+  std::string iteration;  // "bfloat16" or "float64"
+  MuonHyper hyper;
+  double lr = 0, wd = 0;
+  std::vector<std::vector<double>> param, momentum;  // per matrix
+};
+
+struct Golden {
+  std::vector<GoldenMatrix> matrices;
+  std::vector<GoldenRun> runs;
+};
+
+MuonAdjustLr adjust_of(const std::string& s) {
+  if (s == "original") return MuonAdjustLr::kOriginal;
+  if (s == "match_rms_adamw") return MuonAdjustLr::kMatchRmsAdamW;
+  if (s == "spectral_unclamped") return MuonAdjustLr::kSpectralUnclamped;
+  throw std::runtime_error("unknown adjust_lr_fn " + s);
+}
+
+const Golden& golden() {
+  static const Golden g = [] {
+    const std::string path = std::string(MP_TEST_GOLDEN_DIR) + "/muon_torch.json";
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    Golden out;
+    for (const nlohmann::json& m : j.at("matrices")) {
+      GoldenMatrix gm;
+      gm.name = m.at("name").get<std::string>();
+      const auto shape = m.at("shape").get<std::vector<int64_t>>();
+      gm.rows = shape.at(0);
+      gm.cols = shape.at(1);
+      gm.param = m.at("param").get<std::vector<double>>();
+      gm.grads = m.at("grads").get<std::vector<std::vector<double>>>();
+      out.matrices.push_back(std::move(gm));
+    }
+    for (const nlohmann::json& r : j.at("runs")) {
+      GoldenRun gr;
+      const nlohmann::json& s = r.at("setting");
+      gr.setting = s.at("name").get<std::string>();
+      gr.iteration = r.at("iteration").get<std::string>();
+      gr.lr = s.at("lr").get<double>();
+      gr.wd = s.at("weight_decay").get<double>();
+      gr.hyper.momentum = s.at("momentum").get<double>();
+      gr.hyper.nesterov = s.at("nesterov").get<bool>();
+      const auto coefficients = s.at("ns_coefficients").get<std::vector<double>>();
+      gr.hyper.ns_a = coefficients.at(0);
+      gr.hyper.ns_b = coefficients.at(1);
+      gr.hyper.ns_c = coefficients.at(2);
+      gr.hyper.ns_steps = s.at("ns_steps").get<int>();
+      gr.hyper.eps = s.at("eps").get<double>();
+      gr.hyper.adjust_lr = adjust_of(s.at("adjust_lr_fn").get<std::string>());
+      gr.hyper.iteration_dtype = gr.iteration == "bfloat16" ? DType::kBF16 : DType::kF32;
+      for (const nlohmann::json& res : r.at("results")) {
+        gr.param.push_back(res.at("param").get<std::vector<double>>());
+        gr.momentum.push_back(res.at("momentum_buffer").get<std::vector<double>>());
+      }
+      out.runs.push_back(std::move(gr));
+    }
+    return out;
+  }();
+  return g;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// torch's float64 run (its own step, its Newton-Schulz in float64) is the
+// float64 reference of tests/muon_reference.h to rounding: the reference's
+// formulas are torch's. The library's fp32 iteration is within the bound of
+// Note [Muon step tolerances] of it.
+TEST(MuonTorch, Float64RunsAgreeWithTheReferenceAndTheFp32Iteration) {
+  int checked = 0;
+  for (const GoldenRun& run : golden().runs) {
+    if (run.iteration != "float64") continue;
+    for (size_t k = 0; k < golden().matrices.size(); ++k) {
+      const GoldenMatrix& gm = golden().matrices[k];
+      const std::string what = run.setting + " " + gm.name;
+      const testing::MuonReferenceRun ref = testing::muon_reference_run(
+          run.hyper, gm.rows, gm.cols, gm.rows, gm.cols, gm.param, gm.grads, run.lr, run.wd);
+      EXPECT_LE(ref_distance(ref.param, run.param[k]), 1e-12 * testing::ref_norm(ref.param)) << what;
+      EXPECT_LE(ref_distance(ref.momentum, run.momentum[k]), 1e-12 * testing::ref_norm(ref.momentum)) << what;
+
+      std::vector<std::vector<float>> grads;
+      for (const auto& g : gm.grads) grads.push_back(to_float(g));
+      const StepsResult mp = run_steps(run.hyper, gm.rows, gm.cols, to_float(gm.param), grads, run.lr, run.wd);
+      const double dp = ref_distance(testing::to_double(mp.param), run.param[k]);
+      EXPECT_LE(dp, ref.param_bound) << what;
+      EXPECT_LE(ref_distance(testing::to_double(mp.momentum), run.momentum[k]), ref.momentum_bound) << what;
+      RecordProperty("fp32 vs torch float64 " + what, sci(dp) + " (bound " + sci(ref.param_bound) + ")");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);
+}
+
+// torch.optim.Muon as it is (bf16 Newton-Schulz): the momentum buffers
+// (fp32 lerps, no Newton-Schulz in them) are torch's bits; torch's
+// parameters and the library's are each within the bf16 bound of the float64
+// reference (Note [Muon step tolerances]), so within twice it of each other.
+TEST(MuonTorch, Bf16RunsGiveTorchsMomentumBitsAndItsParameters) {
+  int checked = 0;
+  for (const GoldenRun& run : golden().runs) {
+    if (run.iteration != "bfloat16") continue;
+    for (size_t k = 0; k < golden().matrices.size(); ++k) {
+      const GoldenMatrix& gm = golden().matrices[k];
+      const std::string what = run.setting + " " + gm.name;
+      std::vector<std::vector<float>> grads;
+      for (const auto& g : gm.grads) grads.push_back(to_float(g));
+      const StepsResult mp = run_steps(run.hyper, gm.rows, gm.cols, to_float(gm.param), grads, run.lr, run.wd);
+      EXPECT_TRUE(testing::same_bits(mp.momentum, to_float(run.momentum[k]))) << what;
+
+      const testing::MuonReferenceRun ref = testing::muon_reference_run(
+          run.hyper, gm.rows, gm.cols, gm.rows, gm.cols, gm.param, gm.grads, run.lr, run.wd);
+      const std::vector<float> torch_param = to_float(run.param[k]);  // the JSON holds fp32 values
+      const double torch_err = ref_distance(testing::to_double(torch_param), ref.param);
+      const double mp_err = ref_distance(testing::to_double(mp.param), ref.param);
+      const double between = ref_distance(testing::to_double(mp.param), testing::to_double(torch_param));
+      EXPECT_LE(torch_err, ref.param_bound) << what << ": torch itself outside the model's bound";
+      EXPECT_LE(mp_err, ref.param_bound) << what;
+      EXPECT_LE(between, 2 * ref.param_bound) << what;
+      size_t same = 0;
+      for (size_t i = 0; i < torch_param.size(); ++i) same += std::memcmp(&mp.param[i], &torch_param[i], 4) == 0;
+      RecordProperty("bf16 vs torch " + what,
+                     sci(between) + " (" + std::to_string(same) + " of " + std::to_string(torch_param.size()) +
+                         " elements the same bits; torch " + sci(torch_err) + ", mp " + sci(mp_err) +
+                         " from float64; bound " + sci(ref.param_bound) + ")");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);
 }
 
 }  // namespace
