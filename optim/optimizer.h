@@ -16,6 +16,10 @@
 //      (kernels/ops.h) with the plan's scalars in device memory.
 // Skipped steps (found_inf) do not advance the step counter, the bias
 // correction or the learning-rate schedule, as in DeepSpeed.
+//
+// Kind MUON: hyper() is the AdamW of the parameters Muon does not take
+// (muon()->adamw), and muon() holds the matrices' settings for
+// muon_step_cpu (optim/muon.h); the engine does not run it yet.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,7 @@
 
 #include "kernels/update_args.h"
 #include "optim/loss_scaler.h"
+#include "optim/muon.h"
 #include "optim/schedule.h"
 #include "proto/mp.pb.h"
 
@@ -59,12 +64,20 @@ class Optimizer {
   // Throws ConfigError naming the field ("optimizer.beta2 = 1.5: ...").
   explicit Optimizer(const proto::OptimizerConfig& config);
 
+  // The fused update's hyperparameters; for MUON those of its AdamW.
   const OptimizerHyper& hyper() const { return hyper_; }
+  // Kind MUON: its settings; otherwise null.
+  const MuonSettings* muon() const { return muon_ ? &*muon_ : nullptr; }
+  // Kind MUON: the AdamW parameters' lr for a step whose (Muon) lr is
+  // scheduled_lr: adamw_lr x scheduled_lr / lr, the schedule's factor (1
+  // when lr is 0).
+  double adamw_lr(double scheduled_lr) const;
   const LrSchedule& schedule() const { return schedule_; }
   double grad_clip() const { return grad_clip_; }
   bool loss_scaling() const { return scaler_.has_value(); }
   const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
-  // Moment arrays per parameter: AdamW 2, Lion 1, SGD 1 with momentum else 0.
+  // Moment arrays per parameter: AdamW 2, Lion 1, SGD 1 with momentum else 0;
+  // MUON 2 (its AdamW's; a Muon matrix has 1, its momentum buffer).
   int state_count() const;
 
   // Completed (not skipped) steps.
@@ -102,6 +115,7 @@ class Optimizer {
 
  private:
   OptimizerHyper hyper_;
+  std::optional<MuonSettings> muon_;
   LrSchedule schedule_;
   double grad_clip_ = 0.0;
   std::optional<LossScaler> scaler_;

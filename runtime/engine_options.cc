@@ -154,6 +154,10 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   o.accumulate_chunk_bytes = comm_options_from_config(config.comm()).accumulate_chunk_bytes;
 
   const Optimizer optimizer(config.optimizer());  // validates the optimizer fields
+  if (optimizer.muon() != nullptr) {
+    MP_THROW(ConfigError, "optimizer.kind = MUON: the engine does not run Muon yet (optim/muon.h has its step ",
+             "on one whole matrix; the sharded engine does not yet bring each matrix to one rank)");
+  }
   o.state_count = optimizer.state_count();
   o.precision = resolve_precision(config.precision(), config.optimizer().has_loss_scaling());
   const Precision& p = o.precision;

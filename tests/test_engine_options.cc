@@ -101,6 +101,10 @@ TEST(EngineOptions, BadConfigsNameTheField) {
   proto::EngineConfig opt;
   opt.mutable_optimizer()->set_beta2(1.5);
   EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(opt, 2); }), "optimizer.beta2 = 1.5"));
+  proto::EngineConfig muon;
+  muon.mutable_optimizer()->set_kind(proto::OptimizerConfig::MUON);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(muon, 2); }),
+                       "optimizer.kind = MUON: the engine does not run Muon yet"));
 }
 
 }  // namespace

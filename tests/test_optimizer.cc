@@ -67,6 +67,75 @@ TEST(Optimizer, BadConfigsNameTheField) {
   expect_config_error("param_groups { name_regex: \"x\" lr_scale: -1 }", "optimizer.param_groups[0].lr_scale = -1");
 }
 
+TEST(Optimizer, MuonDefaultsAreTorchs) {
+  const Optimizer opt(parse("kind: MUON"));
+  ASSERT_NE(opt.muon(), nullptr);
+  const MuonSettings& m = *opt.muon();
+  EXPECT_EQ(opt.schedule().lr, 1e-3);  // torch.optim.Muon
+  EXPECT_EQ(m.weight_decay, 0.1);
+  EXPECT_EQ(m.hyper.momentum, 0.95);
+  EXPECT_TRUE(m.hyper.nesterov);
+  EXPECT_EQ(m.hyper.ns_a, 3.4445);
+  EXPECT_EQ(m.hyper.ns_b, -4.7750);
+  EXPECT_EQ(m.hyper.ns_c, 2.0315);
+  EXPECT_EQ(m.hyper.ns_steps, 5);
+  EXPECT_EQ(m.hyper.eps, 1e-7);
+  EXPECT_EQ(m.hyper.adjust_lr, MuonAdjustLr::kOriginal);
+  EXPECT_EQ(m.hyper.iteration_dtype, DType::kBF16);
+  // The other parameters' AdamW: torch.optim.AdamW's defaults, and the fused update's hyper.
+  EXPECT_EQ(m.adamw_lr, 1e-3);
+  EXPECT_EQ(opt.hyper().kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(opt.hyper().beta1, 0.9f);
+  EXPECT_EQ(opt.hyper().beta2, 0.999f);
+  EXPECT_EQ(opt.hyper().eps, 1e-8f);
+  EXPECT_EQ(opt.hyper().weight_decay, 0.01f);
+  EXPECT_EQ(Optimizer(parse("")).muon(), nullptr);
+
+  const Optimizer set(parse("kind: MUON lr: 0.02 weight_decay: 0 schedule { warmup_steps: 4 } muon { momentum: 0.9 "
+                            "nesterov: false ns_coefficients: [3, -3.2, 1.2] ns_steps: 3 eps: 1e-6 "
+                            "adjust_lr_fn: MATCH_RMS_ADAMW iteration_dtype: FP32 adamw_lr: 0.004 adamw_beta1: 0.8 "
+                            "adamw_beta2: 0.95 adamw_eps: 1e-10 adamw_weight_decay: 0 }"));
+  const MuonSettings& s = *set.muon();
+  EXPECT_EQ(s.weight_decay, 0.0);
+  EXPECT_EQ(s.hyper.momentum, 0.9);
+  EXPECT_FALSE(s.hyper.nesterov);
+  EXPECT_EQ(s.hyper.ns_a, 3.0);
+  EXPECT_EQ(s.hyper.ns_b, -3.2);
+  EXPECT_EQ(s.hyper.ns_c, 1.2);
+  EXPECT_EQ(s.hyper.ns_steps, 3);
+  EXPECT_EQ(s.hyper.eps, 1e-6);
+  EXPECT_EQ(s.hyper.adjust_lr, MuonAdjustLr::kMatchRmsAdamW);
+  EXPECT_EQ(s.hyper.iteration_dtype, DType::kF32);
+  EXPECT_EQ(set.hyper().beta1, 0.8f);
+  EXPECT_EQ(set.hyper().eps, 1e-10f);
+  EXPECT_EQ(set.hyper().weight_decay, 0.0f);
+  // The schedule scales the AdamW lr as it scales the Muon lr.
+  EXPECT_DOUBLE_EQ(set.adamw_lr(set.schedule().at(0)), 0.004 / 4);
+  EXPECT_DOUBLE_EQ(set.adamw_lr(set.schedule().at(10)), 0.004);
+}
+
+TEST(Optimizer, BadMuonConfigsNameTheField) {
+  expect_config_error("kind: MUON muon { ns_steps: 0 }", "optimizer.muon.ns_steps = 0: must be in [1, 100)");
+  expect_config_error("kind: MUON muon { ns_steps: 100 }", "optimizer.muon.ns_steps = 100");
+  expect_config_error("kind: MUON muon { ns_coefficients: [1, 2] }",
+                      "optimizer.muon.ns_coefficients: 2 values; need exactly 3");
+  expect_config_error("kind: MUON muon { ns_coefficients: [1, 2, 3, 4] }", "optimizer.muon.ns_coefficients: 4 values");
+  expect_config_error("kind: MUON muon { ns_coefficients: [1, nan, 3] }", "optimizer.muon.ns_coefficients[1] = nan");
+  expect_config_error("kind: MUON muon { momentum: 1 }", "optimizer.muon.momentum = 1: must be in [0, 1)");
+  expect_config_error("kind: MUON muon { momentum: -0.1 }", "optimizer.muon.momentum = -0.1");
+  expect_config_error("kind: MUON muon { eps: 0 }", "optimizer.muon.eps = 0: must be > 0");
+  expect_config_error("kind: MUON muon { iteration_dtype: FP16 }",
+                      "optimizer.muon.iteration_dtype = FP16: must be FP32 or BF16");
+  expect_config_error("kind: MUON muon { adamw_beta2: 1 }", "optimizer.muon.adamw_beta2 = 1: must be in [0, 1)");
+  expect_config_error("kind: MUON muon { adamw_lr: -1 }", "optimizer.muon.adamw_lr = -1");
+  expect_config_error("kind: MUON muon { adamw_weight_decay: -1 }", "optimizer.muon.adamw_weight_decay = -1");
+  expect_config_error("muon { momentum: 0.9 }", "optimizer.muon: only for kind MUON (kind is ADAMW)");
+  expect_config_error("kind: SGD muon { }", "optimizer.muon: only for kind MUON (kind is SGD)");
+  expect_config_error("kind: MUON beta2: 0.95", "not Muon options (its AdamW's are muon.adamw_beta1");
+  expect_config_error("kind: MUON momentum: 0.9", "Muon's are muon.momentum and muon.nesterov");
+  expect_config_error("kind: MUON weight_decay: -1", "optimizer.weight_decay = -1");
+}
+
 TEST(Optimizer, StepPlanClipsScalesAndSkips) {
   Optimizer opt(parse("grad_clip: 1.0 loss_scaling { init_scale: 1024 growth_interval: 2 } "
                       "schedule { warmup_steps: 2 }"));

@@ -1,0 +1,224 @@
+#include "kernels/cpu/newton_schulz.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/grad_stats.h"
+#include "kernels/gemm_problem.h"
+
+namespace mp {
+namespace {
+
+// Each part of the scratch starts a multiple of 16 floats (64 bytes) after
+// the scratch's start.
+constexpr int64_t kAlignFloats = 16;
+
+int64_t aligned_floats(int64_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+// The iteration dtype's storage: float, or bf16 bits.
+inline float widen(float v) { return v; }
+inline float widen(bf16 v) { return math::bf16_bits_to_f32(v.bits); }
+
+template <class T>
+T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return bf16{math::f32_to_bf16_bits(v)};
+  }
+}
+
+// Where the parts of the scratch lie, for X [m, n] (m <= n).
+struct Layout {
+  int64_t m = 0, n = 0;
+  int64_t x = 0, a = 0, b = 0, p = 0, gemm = 0;  // offsets in floats
+  int64_t gemm_elements = 0, total = 0;
+};
+
+// The three products (Note [Newton-Schulz iteration]), with the data
+// pointers left to the caller.
+GemmProblem gram_problem(int64_t m, int64_t n, DType s) {  // A = X X^T
+  return gemm_problem(m, m, n, GemmInput{nullptr, s, n, false}, GemmInput{nullptr, s, n, true}, nullptr, s,
+                      s == DType::kBF16);
+}
+GemmProblem square_problem(int64_t m, DType s) {  // P = A A
+  return gemm_problem(m, m, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, m, false}, nullptr);
+}
+GemmProblem apply_problem(int64_t m, int64_t n, DType s) {  // P = B X
+  return gemm_problem(m, n, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, n, false}, nullptr);
+}
+
+Layout layout_of(int64_t rows, int64_t cols, DType s) {
+  Layout l;
+  l.m = std::min(rows, cols);
+  l.n = std::max(rows, cols);
+  const int64_t per_float = s == DType::kBF16 ? 2 : 1;  // elements of s per float
+  auto floats = [&](int64_t elements) { return aligned_floats((elements + per_float - 1) / per_float); };
+  l.x = 0;
+  l.a = l.x + floats(l.m * l.n);
+  l.b = l.a + floats(l.m * l.m);
+  l.p = l.b + floats(l.m * l.m);
+  l.gemm = l.p + aligned_floats(l.m * l.n);
+  l.gemm_elements = std::max({gemm_scratch_elements(gram_problem(l.m, l.n, s)),
+                              gemm_scratch_elements(square_problem(l.m, s)),
+                              gemm_scratch_elements(apply_problem(l.m, l.n, s))});
+  l.total = l.gemm + l.gemm_elements;
+  return l;
+}
+
+void check_options(int64_t rows, int64_t cols, const NewtonSchulzOptions& o) {
+  MP_ENFORCE(rows > 0 && cols > 0, "newton_schulz: a [", rows, ", ", cols, "] matrix");
+  MP_ENFORCE(o.dtype == DType::kF32 || o.dtype == DType::kBF16, "newton_schulz in ", dtype_name(o.dtype),
+             ": need fp32 or bf16");
+  MP_ENFORCE(o.steps >= 0, "newton_schulz: ", o.steps, " steps");
+  MP_ENFORCE(std::isfinite(o.a) && std::isfinite(o.b) && std::isfinite(o.c) && std::isfinite(o.eps),
+             "newton_schulz: coefficients (", o.a, ", ", o.b, ", ", o.c, ") and eps ", o.eps, " must be finite");
+}
+
+// Rows [r0, r1) of a parallel_for over `rows` rows, with a grain of whole
+// rows: every element is written by one thread, by the same formula, so the
+// split does not change any bit.
+template <class Body>
+void for_rows(int64_t rows, int threads, const Body& body) {
+  parallel_for(rows, threads, 1, [&](int64_t r0, int64_t r1) { body(r0, r1); });
+}
+
+// X [m, n] = round_s(G) (G [m, n]), or round_s(G^T) (G [n, m]) when transposed.
+template <class T>
+void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
+  const int64_t m = l.m, n = l.n;
+  if (!transposed) {
+    for_rows(m, threads, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(g[i]);
+    });
+    return;
+  }
+  // x[i][j] = g[j][i]: blocks of 32 columns of g, so that both sides stay in cache.
+  constexpr int64_t kTile = 32;
+  for_rows((m + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t i0 = t0 * kTile; i0 < std::min(m, t1 * kTile); i0 += kTile) {
+      const int64_t i1 = std::min(m, i0 + kTile);
+      for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+        const int64_t j1 = std::min(n, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = j0; j < j1; ++j) x[i * n + j] = narrow<T>(g[j * m + i]);
+        }
+      }
+    }
+  });
+}
+
+// out = X (out [m, n]) or X^T (out [n, m]).
+template <class T>
+void store(const T* x, float* out, const Layout& l, bool transposed, int threads) {
+  const int64_t m = l.m, n = l.n;
+  if (!transposed) {
+    for_rows(m, threads, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * n; i < r1 * n; ++i) out[i] = widen(x[i]);
+    });
+    return;
+  }
+  constexpr int64_t kTile = 32;
+  for_rows((n + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t j0 = t0 * kTile; j0 < std::min(n, t1 * kTile); j0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile);
+      for (int64_t i0 = 0; i0 < m; i0 += kTile) {
+        const int64_t i1 = std::min(m, i0 + kTile);
+        for (int64_t j = j0; j < j1; ++j) {
+          for (int64_t i = i0; i < i1; ++i) out[j * m + i] = widen(x[i * n + j]);
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void iterate(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulzOptions& o, const Layout& l,
+             float* scratch) {
+  constexpr DType s = dtype_of_v<T>;
+  const int64_t m = l.m, n = l.n;
+  const bool transposed = rows > cols;
+  T* x = reinterpret_cast<T*>(scratch + l.x);
+  T* a = reinterpret_cast<T*>(scratch + l.a);
+  T* b = reinterpret_cast<T*>(scratch + l.b);
+  float* p = scratch + l.p;
+  GemmOptions gopt;
+  gopt.threads = o.threads;
+  gopt.scratch = l.gemm_elements > 0 ? scratch + l.gemm : nullptr;
+  gopt.scratch_elements = l.gemm_elements;
+
+  load(g, x, l, transposed, o.threads);
+
+  // X /= max(||X||_F, eps), the norm and eps rounded to s as torch's are.
+  const GradStats stats = grad_stats_cpu(x, s, m * n, 1.0f);
+  const float norm = stats.non_finite ? std::numeric_limits<float>::quiet_NaN()
+                                      : widen(narrow<T>(static_cast<float>(std::sqrt(stats.sum_sq))));
+  const float floor = widen(narrow<T>(static_cast<float>(o.eps)));
+  const float d = std::isnan(norm) ? norm : std::max(norm, floor);
+  for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(widen(x[i]) / d);
+  });
+
+  const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
+  GemmProblem gram = gram_problem(m, n, s);
+  gram.a.data = x;
+  gram.b.data = x;
+  gram.c = a;
+  GemmProblem square = square_problem(m, s);
+  square.a.data = a;
+  square.b.data = a;
+  square.c = p;
+  GemmProblem apply = apply_problem(m, n, s);
+  apply.a.data = b;
+  apply.b.data = x;
+  apply.c = p;
+  for (int step = 0; step < o.steps; ++step) {
+    gemm_cpu(gram, gopt);    // A = round_s(X X^T)
+    gemm_cpu(square, gopt);  // P = A A (fp32)
+    for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * m; i < r1 * m; ++i) b[i] = narrow<T>(cb * widen(a[i]) + cc * p[i]);
+    });
+    gemm_cpu(apply, gopt);   // P = B X (fp32)
+    for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(ca * widen(x[i]) + p[i]);
+    });
+  }
+
+  store(x, out, l, transposed, o.threads);
+}
+
+}  // namespace
+
+int64_t newton_schulz_scratch_elements(int64_t rows, int64_t cols, const NewtonSchulzOptions& options) {
+  check_options(rows, cols, options);
+  return layout_of(rows, cols, options.dtype).total;
+}
+
+void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulzOptions& options,
+                       float* scratch, int64_t scratch_elements) {
+  check_options(rows, cols, options);
+  MP_ENFORCE(g != nullptr && out != nullptr, "newton_schulz: null matrix");
+  const Layout l = layout_of(rows, cols, options.dtype);
+  if (scratch == nullptr) {
+    thread_local std::vector<float> buffer;
+    if (static_cast<int64_t>(buffer.size()) < l.total) buffer.resize(static_cast<size_t>(l.total));
+    scratch = buffer.data();
+  } else {
+    MP_ENFORCE(scratch_elements >= l.total, "newton_schulz: scratch of ", scratch_elements, " floats for a [", rows,
+               ", ", cols, "] matrix in ", dtype_name(options.dtype), ", needs ", l.total);
+  }
+  if (options.dtype == DType::kBF16) {
+    iterate<bf16>(g, out, rows, cols, options, l, scratch);
+  } else {
+    iterate<float>(g, out, rows, cols, options, l, scratch);
+  }
+}
+
+}  // namespace mp
