@@ -90,28 +90,32 @@ void for_rows(int64_t rows, int threads, const Body& body) {
   parallel_for(rows, threads, 1, [&](int64_t r0, int64_t r1) { body(r0, r1); });
 }
 
+// dst [rows, cols] = convert(src^T), src stored [cols, rows]: blocks of 32
+// x 32, so that both sides stay in cache; split over dst's rows.
+template <class Src, class Dst, class Convert>
+void transpose_into(const Src* src, Dst* dst, int64_t rows, int64_t cols, int threads, const Convert& convert) {
+  constexpr int64_t kTile = 32;
+  for_rows((rows + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t i0 = t0 * kTile; i0 < std::min(rows, t1 * kTile); i0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile);
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = std::min(cols, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = j0; j < j1; ++j) dst[i * cols + j] = convert(src[j * rows + i]);
+        }
+      }
+    }
+  });
+}
+
 // X [m, n] = round_s(G) (G [m, n]), or round_s(G^T) (G [n, m]) when transposed.
 template <class T>
 void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
   const int64_t m = l.m, n = l.n;
-  if (!transposed) {
-    for_rows(m, threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(g[i]);
-    });
-    return;
-  }
-  // x[i][j] = g[j][i]: blocks of 32 columns of g, so that both sides stay in cache.
-  constexpr int64_t kTile = 32;
-  for_rows((m + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
-    for (int64_t i0 = t0 * kTile; i0 < std::min(m, t1 * kTile); i0 += kTile) {
-      const int64_t i1 = std::min(m, i0 + kTile);
-      for (int64_t j0 = 0; j0 < n; j0 += kTile) {
-        const int64_t j1 = std::min(n, j0 + kTile);
-        for (int64_t i = i0; i < i1; ++i) {
-          for (int64_t j = j0; j < j1; ++j) x[i * n + j] = narrow<T>(g[j * m + i]);
-        }
-      }
-    }
+  const auto round = [](float v) { return narrow<T>(v); };
+  if (transposed) return transpose_into(g, x, m, n, threads, round);
+  for_rows(m, threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = round(g[i]);
   });
 }
 
@@ -119,23 +123,10 @@ void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
 template <class T>
 void store(const T* x, float* out, const Layout& l, bool transposed, int threads) {
   const int64_t m = l.m, n = l.n;
-  if (!transposed) {
-    for_rows(m, threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * n; i < r1 * n; ++i) out[i] = widen(x[i]);
-    });
-    return;
-  }
-  constexpr int64_t kTile = 32;
-  for_rows((n + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
-    for (int64_t j0 = t0 * kTile; j0 < std::min(n, t1 * kTile); j0 += kTile) {
-      const int64_t j1 = std::min(n, j0 + kTile);
-      for (int64_t i0 = 0; i0 < m; i0 += kTile) {
-        const int64_t i1 = std::min(m, i0 + kTile);
-        for (int64_t j = j0; j < j1; ++j) {
-          for (int64_t i = i0; i < i1; ++i) out[j * m + i] = widen(x[i * n + j]);
-        }
-      }
-    }
+  const auto to_f32 = [](T v) { return widen(v); };
+  if (transposed) return transpose_into(x, out, n, m, threads, to_f32);
+  for_rows(m, threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * n; i < r1 * n; ++i) out[i] = to_f32(x[i]);
   });
 }
 
