@@ -340,7 +340,17 @@ void lower_thread_priority() { (void)::setpriority(PRIO_PROCESS, static_cast<id_
 
 // ---- public ---------------------------------------------------------------------
 
+// Kind MUON keeps each matrix's momentum on its owner rank
+// (runtime/muon_exchange.h), which checkpoints do not carry yet.
+static void refuse_muon(const Engine& engine, const char* what) {
+  if (engine.optimizer().muon() != nullptr) {
+    MP_THROW(ConfigError, what, ": optimizer.kind = MUON cannot be checkpointed yet (its matrices' momentum buffers ",
+             "are not saved); turn checkpoints off or use another optimizer");
+  }
+}
+
 CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const CheckpointSaveOptions& options) {
+  refuse_muon(engine, "checkpoint save");
   const ShardStateView state = engine.shard_state();
   const auto t0 = Clock::now();
   MP_ENFORCE_GE(options.keep_last, 1);
@@ -412,6 +422,7 @@ bool CheckpointWriter::written() const {
 size_t CheckpointWriter::snapshot_bytes() const { return snapshot_.size_bytes(); }
 
 CheckpointInfo CheckpointWriter::save_async() {
+  refuse_muon(engine_, "checkpoint save");
   wait();  // at most one save in flight; its commit precedes this prepare
   join_prune();  // which removes stale .tmp-* directories: never this save's
   const ShardStateView state = engine_.shard_state();
@@ -502,6 +513,7 @@ std::optional<CheckpointInfo> CheckpointWriter::wait() {
 }
 
 proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir, CheckpointInfo* info) {
+  refuse_muon(engine, "checkpoint load");
   ShardStateView state = engine.shard_state();
   Optimizer& opt = state.optimizer();
   const auto t0 = Clock::now();

@@ -1,0 +1,248 @@
+#include "runtime/muon_exchange.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "kernels/convert.h"
+#include "kernels/remainder_math.h"
+
+namespace mp {
+namespace {
+
+struct Tables {
+  std::vector<MuonMatrixInfo> matrices;
+  std::vector<std::vector<int>> unit_matrices;  // per unit: its matrices, by offset
+  std::vector<int64_t> blocks;                  // per unit: elements per all-to-all block
+};
+
+// The pieces of every matrix of unit u, rank by rank; fills each piece's
+// slot in its (rank, owner) block and returns the largest block.
+template <class F>
+int64_t walk_pieces(const FlatLayout& layout, const Tables& t, int u, int shard_size, F&& piece) {
+  const int64_t n = layout.unit(u).shard_numel;
+  std::vector<int64_t> used(static_cast<size_t>(shard_size) * static_cast<size_t>(shard_size), 0);
+  int64_t block = 0;
+  for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
+    const MuonMatrixInfo& m = t.matrices[static_cast<size_t>(i)];
+    const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
+    for (int r = 0; r < shard_size; ++r) {
+      const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
+      if (b >= e) continue;
+      int64_t& at = used[static_cast<size_t>(r) * static_cast<size_t>(shard_size) + static_cast<size_t>(m.owner)];
+      piece(i, r, b, e, at);
+      at += e - b;
+      block = std::max(block, at);
+    }
+  }
+  return block;
+}
+
+Tables make_tables(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
+  Tables t;
+  t.matrices = muon_matrices(layout, hyper, shard_size);
+  t.unit_matrices.resize(static_cast<size_t>(layout.num_units()));
+  for (size_t i = 0; i < t.matrices.size(); ++i) {
+    t.unit_matrices[static_cast<size_t>(t.matrices[i].unit)].push_back(static_cast<int>(i));
+  }
+  for (int u = 0; u < layout.num_units(); ++u) {
+    t.blocks.push_back(walk_pieces(layout, t, u, shard_size, [](int, int, int64_t, int64_t, int64_t) {}));
+  }
+  return t;
+}
+
+struct Sizes {
+  int64_t exchange = 0;  // elements of send and of recv
+  int64_t matrix = 0;    // the largest owned matrix
+  int64_t scratch = 0;   // the largest owned matrix's NS scratch
+  int64_t momentum = 0;  // elements of every owned matrix's momentum
+};
+
+Sizes sizes(const Tables& t, const MuonHyper& hyper, int shard_size, int rank) {
+  Sizes s;
+  for (const int64_t b : t.blocks) s.exchange = std::max(s.exchange, b * shard_size);
+  for (const MuonMatrixInfo& m : t.matrices) {
+    if (m.owner != rank) continue;
+    s.matrix = std::max(s.matrix, m.rows * m.cols);
+    s.scratch = std::max(s.scratch, muon_owner_scratch_elements(m.rows, m.cols, hyper));
+    s.momentum += m.rows * m.cols;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
+  std::vector<MuonMatrixInfo> out;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    for (const ParamPlacement& p : layout.unit(u).params) {
+      if (!p.muon) continue;
+      if (p.shape.size() != 2) {
+        MP_THROW(ConfigError, "parameter '", p.name, "' of shape ", shape_string(p.shape),
+                 " is marked for Muon (ParamSpec::muon), which takes 2-D matrices only");
+      }
+      MuonMatrixInfo m;
+      m.name = p.name;
+      m.unit = u;
+      m.offset = p.offset;
+      m.rows = p.shape[0];
+      m.cols = p.shape[1];
+      m.lr_a = p.muon_lr_a > 0 ? p.muon_lr_a : m.rows;
+      m.lr_b = p.muon_lr_b > 0 ? p.muon_lr_b : m.cols;
+      m.flops = muon_ns_flops(m.rows, m.cols, hyper.ns_steps);
+      out.push_back(std::move(m));
+    }
+  }
+  std::vector<double> flops;
+  for (const MuonMatrixInfo& m : out) flops.push_back(m.flops);
+  const std::vector<int> owners = assign_muon_owners(flops, shard_size);
+  for (size_t i = 0; i < out.size(); ++i) out[i].owner = owners[i];
+  return out;
+}
+
+std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size) {
+  double total = 0;
+  for (const MuonMatrixInfo& m : matrices) total += m.flops;
+  std::string s;
+  char line[160];
+  std::snprintf(line, sizeof(line), "muon: %zu matrices, %.4g Newton-Schulz flops a step, over %d owner ranks\n",
+                matrices.size(), total, shard_size);
+  s += line;
+  for (int r = 0; r < shard_size; ++r) {
+    int count = 0;
+    double f = 0;
+    for (const MuonMatrixInfo& m : matrices) {
+      if (m.owner != r) continue;
+      ++count;
+      f += m.flops;
+    }
+    std::snprintf(line, sizeof(line), "muon: shard rank %d owns %d matrices, %.1f%% of the flops\n", r, count,
+                  total > 0 ? 100.0 * f / total : 0.0);
+    s += line;
+  }
+  return s;
+}
+
+MuonMemory muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size, int rank) {
+  const Tables t = make_tables(layout, hyper, shard_size);
+  const Sizes s = sizes(t, hyper, shard_size, rank);
+  MuonMemory m;
+  m.momentum_bytes = s.momentum * 4;
+  if (!t.matrices.empty()) m.scratch_bytes = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
+  return m;
+}
+
+MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings,
+                           Communicator& shard, CommWatch& comm, Allocator& alloc)
+    : o_(o), settings_(settings), shard_(shard), comm_(comm), rank_(shard.rank()), size_(shard.size()) {
+  const Tables t = make_tables(layout, settings.hyper, size_);
+  matrices_ = t.matrices;
+  units_.resize(static_cast<size_t>(layout.num_units()));
+  for (int u = 0; u < layout.num_units(); ++u) {
+    Unit& unit = units_[static_cast<size_t>(u)];
+    unit.block = walk_pieces(layout, t, u, size_, [&](int i, int r, int64_t b, int64_t e, int64_t slot) {
+      unit.pieces.push_back(Piece{i, r, b, e, slot});
+    });
+    for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
+      if (t.matrices[static_cast<size_t>(i)].owner == rank_) unit.owned.push_back(i);
+    }
+  }
+  momentum_.resize(matrices_.size());
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    const MuonMatrixInfo& m = matrices_[i];
+    if (m.owner == rank_) momentum_[i] = Tensor::zeros(alloc, DType::kF32, {m.rows * m.cols}, MemCategory::kOptimizerState);
+  }
+  if (matrices_.empty()) return;
+  const Sizes s = sizes(t, settings.hyper, size_, rank_);
+  auto buffer = [&](int64_t count) {
+    return count > 0 ? Tensor::zeros(alloc, DType::kF32, {count}, MemCategory::kCommScratch) : Tensor();
+  };
+  send_ = buffer(s.exchange);
+  recv_ = buffer(s.exchange);
+  grad_ = buffer(s.matrix);
+  update_ = buffer(s.matrix);
+  scratch_ = buffer(s.scratch);
+}
+
+void MuonExchange::update(int u, const UnitState& unit, double lr, float grad_multiplier, Stream& compute) {
+  const Unit& table = units_[static_cast<size_t>(u)];
+  if (table.pieces.empty()) return;
+  const int64_t B = table.block, count = B * size_;
+  const int64_t offset = unit.offset();
+  const UpdateArgs args = unit.update_args(o_);
+  float* send = send_.data_as<float>();
+  float* recv = recv_.data_as<float>();
+  const float* in = size_ > 1 ? recv : send;  // a group of one sends to itself
+
+  // 1. This rank's gradient slices, as fp32, into the owners' blocks.
+  compute.host_task([this, &table, args, send, B, offset] {
+    for (const Piece& p : table.pieces) {
+      if (p.rank != rank_) continue;
+      const int64_t len = p.end - p.begin;
+      const char* g = static_cast<const char*>(args.grad) + (p.begin - offset) * static_cast<int64_t>(dtype_size(args.grad_dtype));
+      float* dst = send + matrices_[static_cast<size_t>(p.matrix)].owner * B + p.slot;
+      convert(Tensor::wrap(const_cast<char*>(g), Device::cpu(), args.grad_dtype, {len}),
+              Tensor::wrap(dst, Device::cpu(), DType::kF32, {len}));
+    }
+  });
+  auto exchange = [&] {
+    if (size_ == 1) return;
+    shard_.stream().wait(compute.record());
+    WorkPtr w = shard_.all_to_all(send_.flat(0, count), recv_.flat(0, count));
+    comm_.track(w);
+    comm_.wait_on(compute, w);
+  };
+  exchange();
+
+  // 3. The owner part of each matrix this rank owns; O's slices back into
+  // the blocks, at the same slots.
+  compute.host_task([this, &table, in, send, B, grad_multiplier] {
+    float* grad = grad_.data_as<float>();
+    float* o = update_.data_as<float>();
+    for (const int i : table.owned) {
+      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
+      for (const Piece& p : table.pieces) {
+        if (p.matrix != i) continue;
+        std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, grad + (p.begin - m.offset));
+      }
+      muon_orthogonalize_cpu(settings_.hyper, momentum_[static_cast<size_t>(i)].data_as<float>(), grad, m.rows,
+                             m.cols, grad_multiplier, o, 0, scratch_.data_as<float>(), scratch_.numel());
+      for (const Piece& p : table.pieces) {
+        if (p.matrix != i) continue;
+        std::copy_n(o + (p.begin - m.offset), p.end - p.begin, send + p.rank * B + p.slot);
+      }
+    }
+  });
+  exchange();
+
+  // 5. The element part on this rank's master slices, and the copy.
+  compute.host_task([this, &table, in, args, B, offset, lr] {
+    for (const Piece& p : table.pieces) {
+      if (p.rank != rank_) continue;
+      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
+      const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
+      const float* o = in + m.owner * B + p.slot;
+      const int64_t at = p.begin - offset, len = p.end - p.begin;
+      if (args.master_mode == MasterMode::kFp32) {
+        float* w = args.master + at;
+        for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
+        if (args.param_out != nullptr) {
+          char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
+          convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
+                  Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
+        }
+      } else {  // kBf16Remainder (the engine refuses kNone with MUON)
+        uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
+        int16_t* r = args.master_remainder + at;
+        for (int64_t k = 0; k < len; ++k) {
+          const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
+          const math::Bf16Remainder split = math::split_bf16_remainder(w);
+          h[k] = split.h;
+          r[k] = split.r;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace mp

@@ -1,0 +1,110 @@
+// runtime/muon_exchange.h: optimizer kind MUON in the sharded engine: each
+// Muon matrix whole on one rank of the shard group. Internal to the engine.
+//
+// Note [Muon in the engine]
+// The Muon matrices are the parameters the model spec marks (ParamSpec::
+// muon; the GPT's blocks' 2-D weights). The fused update leaves their
+// elements alone (UpdateRange::skip) and runs the optimizer's AdamW, at
+// Optimizer::adamw_lr, on the rest. Each matrix has one owner in the shard
+// group (Note [Muon owners] in optim/muon.h), which keeps its fp32 momentum
+// buffer. Per unit, after its gradients are reduced and the step's decision
+// is taken (a skipped step changes nothing, momentum included), on the
+// compute stream:
+//   1. every rank copies the slices of its gradient shard that lie in Muon
+//      matrices, as fp32, into one block per owner (padded to the unit's
+//      largest block; each piece at a fixed slot from the layout);
+//   2. an all-to-all over the shard group brings every owner its blocks;
+//   3. the owner assembles each matrix's whole gradient and runs the owner
+//      part (momentum, O = NS(U): muon_orthogonalize_cpu), then writes O's
+//      slices into the same slots of its blocks to each rank;
+//   4. a second all-to-all brings every rank O for its slices;
+//   5. every rank applies the element part to its master slice
+//      (muon_apply_element: decay, then the fma of O at -adjusted_lr) and
+//      writes its parameter copy, as the fused update does for the rest.
+// The gradient seen by Muon is the reduced one times the StepPlan's
+// multiplier, computed as the fused update does, and NS runs on the whole
+// matrix, so the result does not depend on the strategy, the world size or
+// the owner: with deterministic reductions every layout gives the same bits
+// as one rank. NO_SHARD (a shard group of one) keeps every matrix on every
+// rank, each its own owner. Host tasks on the compute stream: CPU devices
+// only for now.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "models/flat_layout.h"
+#include "optim/muon.h"
+#include "runtime/comm_watch.h"
+#include "runtime/engine_options.h"
+#include "runtime/unit_state.h"
+
+namespace mp {
+
+struct MuonMatrixInfo {
+  std::string name;
+  int unit = 0;
+  int64_t offset = 0;          // in the unit's flat buffer
+  int64_t rows = 0, cols = 0;
+  int64_t lr_a = 0, lr_b = 0;  // adjust_lr_fn's shape
+  double flops = 0;            // muon_ns_flops
+  int owner = 0;               // in the shard group
+};
+
+// The Muon matrices of a layout (ParamSpec::muon) and their owners in a
+// shard group of `shard_size`. ConfigError for a marked parameter that is
+// not 2-D.
+std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
+
+// One line per rank of the shard group: matrices owned and share of flops.
+std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size);
+
+// Bytes the exchange allocates on shard rank `rank` (momentum, exchange
+// blocks, owner scratch), for the memory plan.
+struct MuonMemory {
+  int64_t momentum_bytes = 0;  // MemCategory::kOptimizerState
+  int64_t scratch_bytes = 0;   // MemCategory::kCommScratch
+};
+MuonMemory muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size, int rank);
+
+class MuonExchange {
+ public:
+  MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings, Communicator& shard,
+               CommWatch& comm, Allocator& alloc);
+
+  const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
+  bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
+  // Enqueues unit u's Muon step (Note [Muon in the engine]) on `compute`,
+  // which must already be ordered after u's reduced gradients.
+  void update(int u, const UnitState& unit, double lr, float grad_multiplier, Stream& compute);
+
+ private:
+  struct Piece {
+    int matrix = 0;
+    int rank = 0;        // the shard rank holding it
+    int64_t begin = 0;   // in the unit's flat buffer
+    int64_t end = 0;
+    int64_t slot = 0;    // in the block between rank and the matrix's owner
+  };
+  struct Unit {
+    std::vector<Piece> pieces;
+    int64_t block = 0;   // elements per block of the all-to-alls
+    std::vector<int> owned;  // its matrices this rank owns
+  };
+  const EngineOptions& o_;
+  const MuonSettings& settings_;
+  Communicator& shard_;
+  CommWatch& comm_;
+  int rank_ = 0, size_ = 1;
+  std::vector<MuonMatrixInfo> matrices_;
+  std::vector<Unit> units_;
+  std::vector<Tensor> momentum_;  // per matrix: defined on its owner
+  Tensor send_, recv_, grad_, update_, scratch_;
+};
+
+}  // namespace mp

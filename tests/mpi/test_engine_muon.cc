@@ -1,0 +1,145 @@
+// tests/mpi/test_engine_muon.cc: optimizer kind MUON in the sharded engine
+// (Note [Muon in the engine] in runtime/muon_exchange.h): every strategy on
+// N ranks gives the bits of one rank, with matrices that straddle shard
+// boundaries and ranks that own no matrix; the AdamW part is the AdamW
+// optimizer's; bad configs are refused, naming what is wrong.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/muon_exchange.h"
+#include "tests/mpi/engine_test_util.h"
+#include "tests/mpi/mpi_test.h"
+#include "tests/test_util.h"
+
+namespace mp::testing {
+namespace {
+
+using SC = proto::ShardingConfig;
+
+class MuonEngineTest : public EngineWorldTest {
+ protected:
+  MuonEngineTest() : EngineWorldTest("muon engine") {}
+};
+
+constexpr int kGlobalMicroBatches = 12;  // divisible by 1, 2, 3 and 4
+constexpr int kSteps = 3;
+
+proto::EngineConfig muon_config(Strategy s, int world, int micro_batches) {
+  proto::EngineConfig c = engine_config(s, "fp32", world, micro_batches);
+  c.mutable_optimizer()->set_kind(proto::OptimizerConfig::MUON);
+  c.mutable_optimizer()->set_lr(2e-2);
+  c.mutable_optimizer()->mutable_muon()->set_adamw_lr(1e-2);
+  return c;
+}
+
+TrainRun train_spec(Communicator& world, const proto::EngineConfig& config, Model& model, const ModelSpec& spec,
+                    int steps) {
+  Engine engine(spec, config, world);
+  TrainRun run;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult r = engine.step(model);
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+  }
+  run.weights = all_weights(engine);
+  return run;
+}
+
+// The MLP with Muon on its first layer's weight only: one matrix, so every
+// rank but its owner owns nothing.
+ModelSpec mlp_spec_one_matrix(const Model& model) {
+  ModelSpec spec = model.spec();
+  spec.units[0].params[0].muon = true;
+  return spec;
+}
+
+void expect_config_error(const std::function<void()>& f, const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one saying: " << what;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+// Deterministic mode: every strategy on N ranks gives the bits of one rank
+// running all 12 micro-batches, with clipping on (the multiplier reaches
+// Muon's gradient). The GPT's matrices straddle the shard boundaries.
+TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
+  const int n = size();
+  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
+    const std::unique_ptr<Model> model = make_model(m);
+    const ModelSpec spec = m == TestModel::kMlp ? mlp_spec_one_matrix(*model) : model->spec();
+    proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
+    ref_config.set_deterministic(true);
+    ref_config.mutable_optimizer()->set_grad_clip(0.5);
+    const TrainRun ref = train_spec(*self_, ref_config, *model, spec, kSteps);
+    EXPECT_LT(ref.losses.back(), ref.losses.front()) << test_model_name(m) << ": Muon did not train";
+    for (Strategy s : all_strategies()) {
+      SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
+                   std::to_string(n) + " ranks");
+      proto::EngineConfig config = muon_config(s, n, kGlobalMicroBatches / n);
+      config.set_deterministic(true);
+      config.mutable_optimizer()->set_grad_clip(0.5);
+      const std::unique_ptr<Model> local = make_model(m);
+      const TrainRun run = train_spec(*world_, config, *local, spec, kSteps);
+      for (int i = 0; i < kSteps; ++i) {
+        EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
+        EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
+      }
+      EXPECT_TRUE(same_bits(run.weights, ref.weights));
+    }
+  }
+}
+
+// Without Muon matrices, kind MUON is its AdamW at adamw_lr: bitwise the
+// AdamW optimizer with the same settings. With them, the other parameters
+// still are (Muon changes only its matrices' elements).
+TEST_F(MuonEngineTest, TheOtherParametersGetItsAdamW) {
+  const int n = size();
+  Mlp model(small_mlp());
+  proto::EngineConfig adamw = engine_config(SC::FULL_SHARD, "fp32", n, 1);  // lr 1e-2, weight decay 0.1
+  proto::EngineConfig muon = muon_config(SC::FULL_SHARD, n, 1);
+  muon.mutable_optimizer()->mutable_muon()->set_adamw_weight_decay(0.1);
+  const TrainRun a = train_spec(*world_, adamw, model, model.spec(), kSteps);
+  const TrainRun b = train_spec(*world_, muon, model, model.spec(), kSteps);  // the MLP marks no matrix
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_TRUE(same_bits(a.weights, b.weights));
+
+  // One step with the first layer's weight under Muon: the rest of the
+  // weights are those of the AdamW run's first step.
+  const TrainRun a1 = train_spec(*world_, adamw, model, model.spec(), 1);
+  const TrainRun m1 = train_spec(*world_, muon, model, mlp_spec_one_matrix(model), 1);
+  const FlatLayout layout(model.spec(), 1);
+  const ParamPlacement& w0 = layout.unit(0).params[0];
+  for (size_t u = 0; u < a1.weights.size(); ++u) {
+    for (size_t i = 0; i < a1.weights[u].size(); ++i) {
+      const bool in_matrix = u == 0 && static_cast<int64_t>(i) >= w0.offset && static_cast<int64_t>(i) < w0.offset + w0.numel;
+      if (in_matrix) continue;
+      ASSERT_EQ(a1.weights[u][i], m1.weights[u][i]) << "unit " << u << " element " << i;
+    }
+  }
+}
+
+TEST_F(MuonEngineTest, BadConfigsAreRefusedNamingTheField) {
+  const int n = size();
+  Mlp model(small_mlp());
+  // Accepted now (the engine used to refuse kind MUON).
+  EXPECT_NO_THROW(Engine(model.spec(), muon_config(SC::FULL_SHARD, n, 1), *world_));
+  ModelSpec bias = model.spec();
+  bias.units[0].params[1].muon = true;  // layer0.bias: 1-D
+  expect_config_error([&] { Engine(bias, muon_config(SC::FULL_SHARD, n, 1), *world_); },
+                      "parameter 'layer0.bias' of shape [24] is marked for Muon");
+  proto::EngineConfig in_backward = muon_config(SC::FULL_SHARD, n, 1);
+  in_backward.mutable_sharding()->set_optimizer_in_backward(true);
+  expect_config_error([&] { Engine(model.spec(), in_backward, *world_); }, "sharding.optimizer_in_backward");
+}
+
+}  // namespace
+}  // namespace mp::testing
