@@ -569,7 +569,9 @@ const std::vector<bool>& Engine::recomputed() const { return impl_->recomputed()
 const Optimizer& Engine::optimizer() const { return impl_->optimizer(); }
 int Engine::shard_rank() const { return impl_->mesh().shard->rank(); }
 MemStats Engine::memory() const { return impl_->allocator().stats(); }
-MemoryPlan Engine::plan() const { return plan_memory(impl_->spec(), impl_->options()); }
+MemoryPlan Engine::plan() const {
+  return plan_memory(impl_->spec(), impl_->options(), impl_->mesh().shard->rank());
+}
 // Where this rank was when a step failed: its device, the step and the last
 // data-plane collective it issued, on whichever of its communicators.
 std::string Engine::Impl::failure_context() const {

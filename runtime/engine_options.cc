@@ -155,6 +155,10 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
 
   const Optimizer optimizer(config.optimizer());  // validates the optimizer fields
   o.state_count = optimizer.state_count();
+  if (const MuonSettings* muon = optimizer.muon(); muon != nullptr) {
+    o.muon = true;
+    o.muon_hyper = muon->hyper;
+  }
   o.precision = resolve_precision(config.precision(), config.optimizer().has_loss_scaling());
   const Precision& p = o.precision;
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/convert.h"
@@ -21,15 +23,15 @@ struct Tables {
 template <class F>
 int64_t walk_pieces(const FlatLayout& layout, const Tables& t, int u, int shard_size, F&& piece) {
   const int64_t n = layout.unit(u).shard_numel;
-  std::vector<int64_t> used(static_cast<size_t>(shard_size) * static_cast<size_t>(shard_size), 0);
+  std::map<std::pair<int, int>, int64_t> used;  // (rank, owner): elements so far
   int64_t block = 0;
   for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
     const MuonMatrixInfo& m = t.matrices[static_cast<size_t>(i)];
     const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
-    for (int r = 0; r < shard_size; ++r) {
+    for (int r = static_cast<int>(b0 / n); r < shard_size && r * n < e0; ++r) {
       const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
       if (b >= e) continue;
-      int64_t& at = used[static_cast<size_t>(r) * static_cast<size_t>(shard_size) + static_cast<size_t>(m.owner)];
+      int64_t& at = used[{r, m.owner}];
       piece(i, r, b, e, at);
       at += e - b;
       block = std::max(block, at);
@@ -123,13 +125,17 @@ std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, in
   return s;
 }
 
-MuonMemory muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size, int rank) {
+std::vector<MuonMemory> muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
   const Tables t = make_tables(layout, hyper, shard_size);
-  const Sizes s = sizes(t, hyper, shard_size, rank);
-  MuonMemory m;
-  m.momentum_bytes = s.momentum * 4;
-  if (!t.matrices.empty()) m.scratch_bytes = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
-  return m;
+  std::vector<MuonMemory> out(static_cast<size_t>(shard_size));
+  if (t.matrices.empty()) return out;
+  for (int r = 0; r < shard_size; ++r) {
+    const Sizes s = sizes(t, hyper, shard_size, r);
+    MuonMemory& m = out[static_cast<size_t>(r)];
+    m.momentum_bytes = s.momentum * 4;
+    m.scratch_bytes = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
+  }
+  return out;
 }
 
 MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings,

@@ -64,13 +64,15 @@ std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHy
 // One line per rank of the shard group: matrices owned and share of flops.
 std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size);
 
-// Bytes the exchange allocates on shard rank `rank` (momentum, exchange
-// blocks, owner scratch), for the memory plan.
+// Bytes the exchange allocates on each rank of the shard group (momentum of
+// the matrices it owns; the two exchange buffers, its largest matrix's
+// gradient and update, and that matrix's Newton-Schulz scratch), for the
+// memory plan: [shard rank].
 struct MuonMemory {
   int64_t momentum_bytes = 0;  // MemCategory::kOptimizerState
   int64_t scratch_bytes = 0;   // MemCategory::kCommScratch
 };
-MuonMemory muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size, int rank);
+std::vector<MuonMemory> muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
 
 class MuonExchange {
  public:

@@ -53,7 +53,20 @@ TrainRun train_spec(Communicator& world, const proto::EngineConfig& config, Mode
     run.norms.push_back(r.grad_norm);
   }
   run.weights = all_weights(engine);
+  run.memory = engine.memory();
+  run.plan = engine.plan();
   return run;
+}
+
+// Measured bytes per category equal the plan (momentum at its owner, the
+// exchange's buffers), and nothing is allocated after construction.
+void expect_memory_is_the_plan(const TrainRun& r) {
+  for (int k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+    EXPECT_EQ(r.memory.current(cat), r.plan.at(cat)) << mem_category_name(cat);
+    EXPECT_EQ(r.memory.peak(cat), r.plan.at(cat)) << mem_category_name(cat) << " peak";
+  }
 }
 
 // The MLP with Muon on its first layer's weight only: one matrix, so every
@@ -94,6 +107,7 @@ TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
       config.mutable_optimizer()->set_grad_clip(0.5);
       const std::unique_ptr<Model> local = make_model(m);
       const TrainRun run = train_spec(*world_, config, *local, spec, kSteps);
+      expect_memory_is_the_plan(run);
       for (int i = 0; i < kSteps; ++i) {
         EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
         EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
@@ -190,6 +204,26 @@ TEST_F(MuonEngineTest, TheOtherParametersGetItsAdamW) {
       const bool in_matrix = u == 0 && static_cast<int64_t>(i) >= w0.offset && static_cast<int64_t>(i) < w0.offset + w0.numel;
       if (in_matrix) continue;
       ASSERT_EQ(a1.weights[u][i], m1.weights[u][i]) << "unit " << u << " element " << i;
+    }
+  }
+}
+
+// The bf16 recipes (master as bf16 + remainder, and fp32) train every
+// strategy with the memory the plan predicts on each rank; owners differ,
+// so ranks' plans differ, and the largest is what --plan prints.
+TEST_F(MuonEngineTest, MeasuredMemoryEqualsThePlanOnEveryRank) {
+  const int n = size();
+  for (const std::string recipe : {"bf16_master", "amp_bf16", "bf16_remainder"}) {
+    for (Strategy s : all_strategies()) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(s)));
+      proto::EngineConfig config = muon_config(s, n, 1);
+      *config.mutable_precision() = engine_config(s, recipe, n, 1).precision();
+      Gpt model(small_gpt());
+      const TrainRun r = train_spec(*world_, config, model, model.spec(), 2);
+      expect_memory_is_the_plan(r);
+      EXPECT_TRUE(std::isfinite(r.losses.back()));
+      const MemoryPlan largest = plan_memory(model.spec(), resolve_engine_options(config, n));
+      EXPECT_LE(r.plan.total(), largest.total());
     }
   }
 }
