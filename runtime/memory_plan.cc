@@ -157,7 +157,19 @@ size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& o) 
     if (first_part == 0) continue;
     for (const int64_t b : field_bytes) chunks.push_back(first_part * b);
   }
-  return static_cast<size_t>(checkpoint_image_bytes(chunks));
+  if (!o.muon) return static_cast<size_t>(checkpoint_image_bytes(chunks));
+  // Kind MUON: the owner's matrices' momentum follows, whole; the rank with
+  // the largest image.
+  const std::vector<MuonMatrixInfo> matrices = muon_matrices(layout, o.muon_hyper, o.shard_size);
+  int64_t largest = 0;
+  for (int r = 0; r < o.shard_size; ++r) {
+    std::vector<int64_t> mine = chunks;
+    for (const MuonMatrixInfo& m : matrices) {
+      if (m.owner == r) mine.push_back(m.rows * m.cols * 4);
+    }
+    largest = std::max(largest, checkpoint_image_bytes(mine));
+  }
+  return static_cast<size_t>(largest);
 }
 
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {

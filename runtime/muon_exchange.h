@@ -80,6 +80,9 @@ class MuonExchange {
                CommWatch& comm, Allocator& alloc);
 
   const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
+  // Matrix i's momentum, rows x cols fp32 in the engine's (CPU) memory, on
+  // its owner; nullptr on the other ranks. Checkpoints save and load it.
+  float* momentum(int i) const { return static_cast<float*>(momentum_[static_cast<size_t>(i)].data()); }
   bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
   // Enqueues unit u's Muon step (Note [Muon in the engine]) on `compute`,
   // which must already be ordered after u's reduced gradients.
