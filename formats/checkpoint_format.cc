@@ -453,19 +453,6 @@ int64_t verify_checkpoint(const std::string& dir) {
         }
       }
       std::sort(ranges.begin(), ranges.end());
-      if (m.units(u).fields(f).name() == kCheckpointMuonField) {
-        // Each Muon matrix's range once, nothing else.
-        std::vector<std::pair<int64_t, int64_t>> want;
-        for (const proto::CheckpointParam& p : m.units(u).params()) {
-          if (p.muon()) want.emplace_back(p.offset(), p.offset() + p.numel());
-        }
-        std::sort(want.begin(), want.end());
-        if (ranges != want) {
-          MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", m.units(u).name(), " field ", kCheckpointMuonField,
-                   ": its chunks are not its ", want.size(), " Muon matrices, each once (", ranges.size(), " chunks)");
-        }
-        continue;
-      }
       int64_t at = 0;
       for (const auto& [b, en] : ranges) {
         if (b != at) break;

@@ -29,10 +29,6 @@ inline constexpr int64_t kCheckpointManifestHeaderBytes = 32;
 inline constexpr int64_t kCheckpointShardHeaderBytes = 64;
 inline constexpr int64_t kCheckpointChunkAlign = 64;
 inline constexpr char kCheckpointManifestName[] = "manifest.pb";
-// The field of optimizer kind MUON's momentum: it holds the ranges of the
-// unit's parameters marked `muon` (each matrix whole, from its owner's
-// file) and nothing else.
-inline constexpr char kCheckpointMuonField[] = "muon_momentum";
 
 std::string checkpoint_step_dir_name(int64_t step);  // step_00000100
 std::string checkpoint_shard_file_name(int rank);    // shard_00003.bin

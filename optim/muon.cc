@@ -16,14 +16,6 @@ namespace {
 // Every element is computed alone, so the split changes no bit.
 constexpr int64_t kAlign = 16;
 
-// ATen's lerp on the CPU (aten/src/ATen/native/Lerp.h, lerp_vec):
-// start + w (end - start) for |w| < 0.5, else end - (1 - w)(end - start),
-// each as one fma.
-inline float torch_lerp(float start, float end, float w) {
-  const float diff = end - start;
-  return std::fabs(w) < 0.5f ? std::fma(w, diff, start) : std::fma(w - 1.0f, diff, end);
-}
-
 NewtonSchulzOptions ns_options(const MuonHyper& h, int threads) {
   NewtonSchulzOptions o;
   o.a = h.ns_a;
@@ -59,27 +51,17 @@ int64_t muon_owner_scratch_elements(int64_t rows, int64_t cols, const MuonHyper&
   return newton_schulz_scratch_elements(rows, cols, ns_options(hyper, 0));
 }
 
-void muon_orthogonalize_cpu(const MuonHyper& h, float* momentum, const float* grad, int64_t rows, int64_t cols,
-                            float grad_multiplier, float* update, int threads, float* scratch,
-                            int64_t scratch_elements) {
-  MP_ENFORCE(rows > 0 && cols > 0, "muon step: a [", rows, ", ", cols, "] matrix");
-  MP_ENFORCE(momentum != nullptr && grad != nullptr && update != nullptr, "muon step: null array");
-  const int64_t n = rows * cols;
-  // The momentum buffer, and U (Nesterov: into `update`).
-  const float w_buf = static_cast<float>(1.0 - h.momentum);
-  const float w_nesterov = static_cast<float>(h.momentum);
-  const float mult = grad_multiplier;
-  parallel_for(n, threads, kAlign, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float g = mult == 1.0f ? grad[i] : grad[i] * mult;
-      const float m = torch_lerp(momentum[i], g, w_buf);
-      momentum[i] = m;
-      if (h.nesterov) update[i] = torch_lerp(g, m, w_nesterov);
-    }
-  });
-  // O = NS(U), in `update`.
-  newton_schulz_cpu(h.nesterov ? update : momentum, update, rows, cols, ns_options(h, threads), scratch,
-                    scratch_elements);
+MuonMomentum muon_momentum_constants(const MuonHyper& h) {
+  MuonMomentum c;
+  c.w_buf = static_cast<float>(1.0 - h.momentum);
+  c.w_nesterov = static_cast<float>(h.momentum);
+  c.nesterov = h.nesterov;
+  return c;
+}
+
+void muon_orthogonalize_cpu(const MuonHyper& h, const float* u, int64_t rows, int64_t cols, float* o, int threads,
+                            float* scratch, int64_t scratch_elements) {
+  newton_schulz_cpu(u, o, rows, cols, ns_options(h, threads), scratch, scratch_elements);
 }
 
 MuonApply muon_apply_constants(const MuonHyper& h, double lr, double weight_decay, int64_t lr_a, int64_t lr_b) {
@@ -112,8 +94,16 @@ void muon_step_cpu(const MuonHyper& h, const MuonMatrix& x, const MuonStep& s) {
   float* update = scratch;
   float* ns_scratch = scratch + update_floats(x.rows, x.cols);
   const int64_t ns_elements = need - update_floats(x.rows, x.cols);
-  muon_orthogonalize_cpu(h, x.momentum, x.grad, x.rows, x.cols, s.grad_multiplier, update, s.threads, ns_scratch,
-                         ns_elements);
+  // U, into `update`.
+  const MuonMomentum mc = muon_momentum_constants(h);
+  const float mult = s.grad_multiplier;
+  parallel_for(x.rows * x.cols, s.threads, kAlign, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      update[i] = muon_momentum_element(x.momentum[i], mult == 1.0f ? x.grad[i] : x.grad[i] * mult, mc);
+    }
+  });
+  // O = NS(U), in `update`.
+  muon_orthogonalize_cpu(h, update, x.rows, x.cols, update, s.threads, ns_scratch, ns_elements);
   const MuonApply c = muon_apply_constants(h, s.lr, s.weight_decay, x.lr_a > 0 ? x.lr_a : x.rows,
                                            x.lr_b > 0 ? x.lr_b : x.cols);
   muon_apply_cpu(x.param, update, x.rows * x.cols, c, s.threads);

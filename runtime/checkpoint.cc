@@ -59,21 +59,9 @@ std::pair<int64_t, int64_t> my_write_range(const ShardStateView& state, int u) {
 struct ChunkPlan {
   int unit = 0, field = 0;
   int64_t begin = 0, end = 0, bytes = 0;
-  const float* muon = nullptr;  // a Muon matrix's momentum (host memory), else a shard field
 };
 
-// Optimizer kind MUON: unit u's momentum field follows its shard fields
-// (kCheckpointMuonField), where u has Muon matrices.
-bool has_muon_field(const ShardStateView& state, int u) {
-  if (state.optimizer().muon() == nullptr) return false;
-  for (const ParamPlacement& p : state.layout().unit(u).params) {
-    if (p.muon) return true;
-  }
-  return false;
-}
-
-// This rank's chunks, in file order: its part of every unit's shard fields,
-// then (replica rank 0) the momentum of each Muon matrix it owns, whole.
+// This rank's chunks, in file order.
 std::vector<ChunkPlan> plan_chunks(const ShardStateView& state) {
   std::vector<ChunkPlan> chunks;
   for (int u = 0; u < state.layout().num_units(); ++u) {
@@ -84,20 +72,7 @@ std::vector<ChunkPlan> plan_chunks(const ShardStateView& state) {
       chunks.push_back(ChunkPlan{u, static_cast<int>(f), b, end, (end - b) * fields[f].element_bytes});
     }
   }
-  if (state.replicate_rank() != 0) return chunks;
-  for (const ShardStateView::MuonMatrixState& m : state.muon_matrices()) {
-    if (m.momentum == nullptr) continue;
-    chunks.push_back(ChunkPlan{m.unit, static_cast<int>(state.fields(m.unit).size()), m.offset, m.offset + m.numel,
-                               m.numel * 4, m.momentum});
-  }
   return chunks;
-}
-
-// The host bytes of chunk k: a Muon momentum as it is, a shard field
-// through the view.
-const char* chunk_bytes(const ShardStateView& state, const ChunkPlan& k, std::vector<char>& staging) {
-  if (k.muon != nullptr) return reinterpret_cast<const char*>(k.muon);
-  return state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, staging);
 }
 
 // This rank's shard file described (Note [Checkpoint format]): its name and
@@ -165,30 +140,6 @@ std::string shape_text(const Shape& s) {
   return t + "]";
 }
 
-// Optimizer kind MUON on both sides or neither, on the same matrices.
-void check_muon_compatible(const ShardStateView& state, const proto::CheckpointManifest& m, const std::string& dir,
-                           int u) {
-  const proto::CheckpointUnit& cu = m.units(u);
-  const bool want = has_muon_field(state, u);
-  bool have = false;
-  for (const proto::CheckpointField& f : cu.fields()) have = have || f.name() == kCheckpointMuonField;
-  if (want != have) {
-    MP_THROW(ConfigError, "checkpoint '", dir, "' was saved ", have ? "with" : "without",
-             " optimizer.kind = MUON (unit ", cu.name(), (have ? " stores" : " has no"),
-             " Muon momentum); this run's optimizer is ", have ? "another kind" : "MUON",
-             ": load with the checkpoint's optimizer kind");
-  }
-  if (!want) return;
-  const UnitLayout& ul = state.layout().unit(u);
-  for (size_t k = 0; k < ul.params.size(); ++k) {
-    if (cu.params(static_cast<int>(k)).muon() != ul.params[k].muon) {
-      MP_THROW(ConfigError, "checkpoint '", dir, "': parameter ", ul.params[k].name, " is ",
-               cu.params(static_cast<int>(k)).muon() ? "" : "not ", "a Muon matrix there, and ",
-               ul.params[k].muon ? "is" : "is not", " one in this run's model");
-    }
-  }
-}
-
 // The checkpoint must describe this model and keep the fields this
 // policy needs.
 void check_compatible(const ShardStateView& state, const proto::CheckpointManifest& m, const std::string& dir) {
@@ -219,9 +170,7 @@ void check_compatible(const ShardStateView& state, const proto::CheckpointManife
       MP_THROW(ConfigError, "checkpoint '", dir, "': unit ", ul.name, " has ", cu.numel(), " elements, the model's ",
                ul.numel);
     }
-    check_muon_compatible(state, m, dir, u);
-    std::vector<ShardField> fields = state.fields(u);
-    if (has_muon_field(state, u)) fields.push_back(ShardField{kCheckpointMuonField, "fp32", 4, nullptr});
+    const std::vector<ShardField> fields = state.fields(u);
     bool same = cu.fields_size() == static_cast<int>(fields.size());
     for (size_t f = 0; same && f < fields.size(); ++f) {
       same = cu.fields(static_cast<int>(f)).name() == fields[f].name && cu.fields(static_cast<int>(f)).dtype() == fields[f].dtype;
@@ -251,7 +200,19 @@ bool prepare_save(const std::string& root, const std::string& final_dir, const s
   return false;
 }
 
+// OptimizerConfig.kind's name of `opt`.
+std::string optimizer_kind_name(const Optimizer& opt) {
+  if (opt.muon() != nullptr) return "MUON";
+  switch (opt.hyper().kind) {
+    case OptimizerKind::kAdamW: return "ADAMW";
+    case OptimizerKind::kSgd: return "SGD";
+    case OptimizerKind::kLion: return "LION";
+  }
+  return "?";
+}
+
 void describe_optimizer(const Optimizer& opt, proto::OptimizerCheckpoint* oc) {
+  oc->set_kind(optimizer_kind_name(opt));
   oc->set_steps_done(opt.steps_done());
   oc->set_steps_skipped(opt.steps_skipped());
   if (const LossScaler* s = opt.loss_scaler()) {
@@ -264,7 +225,7 @@ void describe_optimizer(const Optimizer& opt, proto::OptimizerCheckpoint* oc) {
   }
 }
 
-void describe_unit(const UnitLayout& ul, const std::vector<ShardField>& fields, bool muon, proto::CheckpointUnit* cu) {
+void describe_unit(const UnitLayout& ul, const std::vector<ShardField>& fields, proto::CheckpointUnit* cu) {
   cu->set_name(ul.name);
   cu->set_numel(ul.numel);
   cu->set_padded_numel(ul.padded_numel);
@@ -274,17 +235,11 @@ void describe_unit(const UnitLayout& ul, const std::vector<ShardField>& fields, 
     for (const int64_t d : pp.shape) cp->add_shape(d);
     cp->set_offset(pp.offset);
     cp->set_numel(pp.numel);
-    if (muon && pp.muon) cp->set_muon(true);
   }
   for (const ShardField& f : fields) {
     proto::CheckpointField* cf = cu->add_fields();
     cf->set_name(f.name);
     cf->set_dtype(f.dtype);
-  }
-  if (muon) {
-    proto::CheckpointField* cf = cu->add_fields();
-    cf->set_name(kCheckpointMuonField);
-    cf->set_dtype("fp32");
   }
 }
 
@@ -303,7 +258,7 @@ proto::CheckpointManifest make_manifest(const ShardStateView& state, int64_t ste
   m.set_data_step(step);
   describe_optimizer(state.optimizer(), m.mutable_optimizer());
   for (int u = 0; u < state.layout().num_units(); ++u) {
-    describe_unit(state.layout().unit(u), state.fields(u), has_muon_field(state, u), m.add_units());
+    describe_unit(state.layout().unit(u), state.fields(u), m.add_units());
   }
   m.set_block_bytes(kCheckpointBlockBytes);
   m.set_config(config_text);
@@ -416,7 +371,11 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
   world.agree("checkpoint save", [&] {
     const std::vector<ChunkPlan> chunks = plan_chunks(state);
     mine = write_shard_file(tmp_dir, world.rank(), world.size(), step, chunks,
-                            [&](size_t i, std::vector<char>& staging) { return chunk_bytes(state, chunks[i], staging); });
+                            [&](size_t i, std::vector<char>& staging) {
+                              const ChunkPlan& k = chunks[i];
+                              return state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin,
+                                                staging);
+                            });
   });
   info.bytes = finish_save(world, mine, [&] { return make_manifest(state, step, options.config_text); }, root, name,
                            tmp_dir, options.keep_last);
@@ -500,12 +459,8 @@ CheckpointInfo CheckpointWriter::save_async() {
     std::memcpy(snapshot_.data(), header.data(), header.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
       const ChunkPlan& k = chunks[i];
-      const int64_t at = p->file.chunks(static_cast<int>(i)).file_offset();
-      if (k.muon != nullptr) {
-        std::memcpy(static_cast<char*>(snapshot_.data()) + at, k.muon, static_cast<size_t>(k.bytes));
-      } else {
-        state.read_into(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, snapshot_, at);
-      }
+      state.read_into(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, snapshot_,
+                      p->file.chunks(static_cast<int>(i)).file_offset());
     }
     if (world.rank() == 0) p->manifest = make_manifest(state, p->step, options_.config_text);
   });
@@ -566,6 +521,10 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
   int64_t bytes_read = 0;
   state.world().agree("checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
+    if (const std::string& kind = m.optimizer().kind(); !kind.empty() && kind != optimizer_kind_name(opt)) {
+      MP_THROW(ConfigError, "checkpoint '", dir, "' was saved with optimizer.kind = ", kind, ", whose state this run's ",
+               optimizer_kind_name(opt), " does not read: load with the checkpoint's optimizer kind");
+    }
     check_compatible(state, m, dir);
     CheckpointReader reader(dir, m);
     for (int u = 0; u < state.layout().num_units(); ++u) {
@@ -578,12 +537,6 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
         reader.read(u, field, lo, hi, need_hi, state.write_target(u, field, 0, hi - lo, staging));
         state.commit_write(u, field, 0, staging);
       }
-    }
-    for (const ShardStateView::MuonMatrixState& mm : state.muon_matrices()) {  // the owner's, whole
-      if (mm.momentum == nullptr) continue;
-      const int field = static_cast<int>(state.fields(mm.unit).size());
-      reader.read(mm.unit, field, mm.offset, mm.offset + mm.numel, mm.offset + mm.numel,
-                  reinterpret_cast<char*>(mm.momentum));
     }
     bytes_read = reader.bytes_read();
     const proto::OptimizerCheckpoint& oc = m.optimizer();

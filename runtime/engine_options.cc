@@ -194,6 +194,10 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
       MP_THROW(ConfigError, "optimizer.kind = MUON writes its matrices' parameters rounded to nearest: ",
                "precision.rounding must be NEAREST");
     }
+    if (p.state_dtype != DType::kF32) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON keeps its matrices' momentum in the fp32 optimizer state: ",
+               "precision.state_dtype must be FP32");
+    }
   }
   if (o.optimizer_in_backward) {
     if (config.optimizer().grad_clip() != 0) {

@@ -52,22 +52,14 @@ std::string MemoryPlan::to_string() const {
 
 namespace {
 
-// Kind MUON (Note [Muon in the engine]): the momentum of the matrices a
-// rank owns, and the exchange's buffers, on `shard_rank`, or on the rank
-// with the most of them.
+// Kind MUON (Note [Muon in the engine]): the exchange's buffers on
+// `shard_rank`, or on the rank with the most. (Its momentum is state0.)
 void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o, int shard_rank) {
-  const std::vector<MuonMemory> ranks = muon_memory(layout, o.muon_hyper, o.shard_size);
+  const std::vector<int64_t> ranks = muon_scratch_bytes(layout, o.muon_hyper, o.shard_size);
   MP_ENFORCE(shard_rank < o.shard_size, "shard rank ", shard_rank, " of ", o.shard_size);
-  size_t pick = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (shard_rank >= 0 ? r == static_cast<size_t>(shard_rank)
-                        : ranks[r].momentum_bytes + ranks[r].scratch_bytes >
-                              ranks[pick].momentum_bytes + ranks[pick].scratch_bytes) {
-      pick = r;
-    }
-  }
-  plan.bytes[static_cast<size_t>(MemCategory::kOptimizerState)] += static_cast<size_t>(ranks[pick].momentum_bytes);
-  plan.bytes[static_cast<size_t>(MemCategory::kCommScratch)] += static_cast<size_t>(ranks[pick].scratch_bytes);
+  const int64_t bytes = shard_rank >= 0 ? ranks[static_cast<size_t>(shard_rank)]
+                                        : *std::max_element(ranks.begin(), ranks.end());
+  plan.bytes[static_cast<size_t>(MemCategory::kCommScratch)] += static_cast<size_t>(bytes);
 }
 
 }  // namespace
@@ -157,19 +149,7 @@ size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& o) 
     if (first_part == 0) continue;
     for (const int64_t b : field_bytes) chunks.push_back(first_part * b);
   }
-  if (!o.muon) return static_cast<size_t>(checkpoint_image_bytes(chunks));
-  // Kind MUON: the owner's matrices' momentum follows, whole; the rank with
-  // the largest image.
-  const std::vector<MuonMatrixInfo> matrices = muon_matrices(layout, o.muon_hyper, o.shard_size);
-  int64_t largest = 0;
-  for (int r = 0; r < o.shard_size; ++r) {
-    std::vector<int64_t> mine = chunks;
-    for (const MuonMatrixInfo& m : matrices) {
-      if (m.owner == r) mine.push_back(m.rows * m.cols * 4);
-    }
-    largest = std::max(largest, checkpoint_image_bytes(mine));
-  }
-  return static_cast<size_t>(largest);
+  return static_cast<size_t>(checkpoint_image_bytes(chunks));
 }
 
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size) {

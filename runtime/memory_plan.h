@@ -55,8 +55,7 @@ MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config
 // extra element): the image of its shard file (checkpoint_image_bytes:
 // master, param, remainder and moments of its part of each unit's shard,
 // the header and alignment), as CheckpointWriter::snapshot_bytes()
-// measures it. With optimizer kind MUON, the momentum of the matrices a
-// rank owns follows: the largest rank's image.
+// measures it.
 size_t plan_checkpoint_snapshot(const ModelSpec& model, const EngineOptions& options);
 
 }  // namespace mp

@@ -57,7 +57,6 @@ struct Sizes {
   int64_t exchange = 0;  // elements of send and of recv
   int64_t matrix = 0;    // the largest owned matrix
   int64_t scratch = 0;   // the largest owned matrix's NS scratch
-  int64_t momentum = 0;  // elements of every owned matrix's momentum
 };
 
 Sizes sizes(const Tables& t, const MuonHyper& hyper, int shard_size, int rank) {
@@ -67,7 +66,6 @@ Sizes sizes(const Tables& t, const MuonHyper& hyper, int shard_size, int rank) {
     if (m.owner != rank) continue;
     s.matrix = std::max(s.matrix, m.rows * m.cols);
     s.scratch = std::max(s.scratch, muon_owner_scratch_elements(m.rows, m.cols, hyper));
-    s.momentum += m.rows * m.cols;
   }
   return s;
 }
@@ -107,8 +105,18 @@ std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, in
   for (const MuonMatrixInfo& m : matrices) total += m.flops;
   std::string s;
   char line[160];
-  std::snprintf(line, sizeof(line), "muon: %zu matrices, %.4g Newton-Schulz flops a step, over %d owner ranks\n",
-                matrices.size(), total, shard_size);
+  int64_t elements = 0;
+  std::string names;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    elements += matrices[i].rows * matrices[i].cols;
+    if (i < 4) names += (i ? ", " : "") + matrices[i].name;
+  }
+  if (matrices.size() > 4) names += ", ...";
+  std::snprintf(line, sizeof(line), "muon: %zu matrices of %lld elements (", matrices.size(),
+                static_cast<long long>(elements));
+  s += line + names + "), AdamW on the other parameters\n";
+  std::snprintf(line, sizeof(line), "muon: %.4g Newton-Schulz flops a step, over %d owner rank(s)\n", total,
+                shard_size);
   s += line;
   for (int r = 0; r < shard_size; ++r) {
     int count = 0;
@@ -125,15 +133,13 @@ std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, in
   return s;
 }
 
-std::vector<MuonMemory> muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
+std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
   const Tables t = make_tables(layout, hyper, shard_size);
-  std::vector<MuonMemory> out(static_cast<size_t>(shard_size));
+  std::vector<int64_t> out(static_cast<size_t>(shard_size), 0);
   if (t.matrices.empty()) return out;
   for (int r = 0; r < shard_size; ++r) {
     const Sizes s = sizes(t, hyper, shard_size, r);
-    MuonMemory& m = out[static_cast<size_t>(r)];
-    m.momentum_bytes = s.momentum * 4;
-    m.scratch_bytes = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
+    out[static_cast<size_t>(r)] = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
   }
   return out;
 }
@@ -153,11 +159,6 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
       if (t.matrices[static_cast<size_t>(i)].owner == rank_) unit.owned.push_back(i);
     }
   }
-  momentum_.resize(matrices_.size());
-  for (size_t i = 0; i < matrices_.size(); ++i) {
-    const MuonMatrixInfo& m = matrices_[i];
-    if (m.owner == rank_) momentum_[i] = Tensor::zeros(alloc, DType::kF32, {m.rows * m.cols}, MemCategory::kOptimizerState);
-  }
   if (matrices_.empty()) return;
   const Sizes s = sizes(t, settings.hyper, size_, rank_);
   auto buffer = [&](int64_t count) {
@@ -165,8 +166,8 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
   };
   send_ = buffer(s.exchange);
   recv_ = buffer(s.exchange);
-  grad_ = buffer(s.matrix);
-  update_ = buffer(s.matrix);
+  u_ = buffer(s.matrix);
+  o_mat_ = buffer(s.matrix);
   scratch_ = buffer(s.scratch);
 }
 
@@ -180,15 +181,21 @@ void MuonExchange::update(int u, const UnitState& unit, double lr, float grad_mu
   float* recv = recv_.data_as<float>();
   const float* in = size_ > 1 ? recv : send;  // a group of one sends to itself
 
-  // 1. This rank's gradient slices, as fp32, into the owners' blocks.
-  compute.host_task([this, &table, args, send, B, offset] {
+  // 1. The momentum of this rank's Muon elements (state0), and U, into the
+  // owners' blocks.
+  compute.host_task([this, &table, args, send, B, offset, grad_multiplier] {
+    const MuonMomentum mc = muon_momentum_constants(settings_.hyper);
     for (const Piece& p : table.pieces) {
       if (p.rank != rank_) continue;
-      const int64_t len = p.end - p.begin;
-      const char* g = static_cast<const char*>(args.grad) + (p.begin - offset) * static_cast<int64_t>(dtype_size(args.grad_dtype));
+      const int64_t at = p.begin - offset, len = p.end - p.begin;
+      const char* g = static_cast<const char*>(args.grad) + at * static_cast<int64_t>(dtype_size(args.grad_dtype));
       float* dst = send + matrices_[static_cast<size_t>(p.matrix)].owner * B + p.slot;
       convert(Tensor::wrap(const_cast<char*>(g), Device::cpu(), args.grad_dtype, {len}),
               Tensor::wrap(dst, Device::cpu(), DType::kF32, {len}));
+      float* buf = static_cast<float*>(args.state0) + at;
+      for (int64_t k = 0; k < len; ++k) {
+        dst[k] = muon_momentum_element(buf[k], grad_multiplier == 1.0f ? dst[k] : dst[k] * grad_multiplier, mc);
+      }
     }
   });
   auto exchange = [&] {
@@ -202,17 +209,16 @@ void MuonExchange::update(int u, const UnitState& unit, double lr, float grad_mu
 
   // 3. The owner part of each matrix this rank owns; O's slices back into
   // the blocks, at the same slots.
-  compute.host_task([this, &table, in, send, B, grad_multiplier] {
-    float* grad = grad_.data_as<float>();
-    float* o = update_.data_as<float>();
+  compute.host_task([this, &table, in, send, B] {
+    float* whole = u_.data_as<float>();
+    float* o = o_mat_.data_as<float>();
     for (const int i : table.owned) {
       const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
       for (const Piece& p : table.pieces) {
         if (p.matrix != i) continue;
-        std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, grad + (p.begin - m.offset));
+        std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, whole + (p.begin - m.offset));
       }
-      muon_orthogonalize_cpu(settings_.hyper, momentum_[static_cast<size_t>(i)].data_as<float>(), grad, m.rows,
-                             m.cols, grad_multiplier, o, 0, scratch_.data_as<float>(), scratch_.numel());
+      muon_orthogonalize_cpu(settings_.hyper, whole, m.rows, m.cols, o, 0, scratch_.data_as<float>(), scratch_.numel());
       for (const Piece& p : table.pieces) {
         if (p.matrix != i) continue;
         std::copy_n(o + (p.begin - m.offset), p.end - p.begin, send + p.rank * B + p.slot);

@@ -5,18 +5,22 @@
 // The Muon matrices are the parameters the model spec marks (ParamSpec::
 // muon; the GPT's blocks' 2-D weights). The fused update leaves their
 // elements alone (UpdateRange::skip) and runs the optimizer's AdamW, at
-// Optimizer::adamw_lr, on the rest. Each matrix has one owner in the shard
-// group (Note [Muon owners] in optim/muon.h), which keeps its fp32 momentum
-// buffer. Per unit, after its gradients are reduced and the step's decision
-// is taken (a skipped step changes nothing, momentum included), on the
-// compute stream:
-//   1. every rank copies the slices of its gradient shard that lie in Muon
-//      matrices, as fp32, into one block per owner (padded to the unit's
-//      largest block; each piece at a fixed slot from the layout);
+// Optimizer::adamw_lr, on the rest. Muon's momentum is element-wise, so it
+// stays sharded like every other optimizer state: in the first moment's
+// slot (state0) of the matrices' elements, saved, loaded and resharded by
+// checkpoints as state0 is. Only Newton-Schulz needs a matrix whole: each
+// has one owner in the shard group (Note [Muon owners] in optim/muon.h).
+// Per unit, after its gradients are reduced and the step's decision is
+// taken (a skipped step changes nothing, momentum included), on the compute
+// stream:
+//   1. every rank updates the momentum of its shard's Muon elements and
+//      forms U there (muon_momentum_element), as fp32, into one block per
+//      owner (padded to the unit's largest block; each piece at a fixed
+//      slot from the layout);
 //   2. an all-to-all over the shard group brings every owner its blocks;
-//   3. the owner assembles each matrix's whole gradient and runs the owner
-//      part (momentum, O = NS(U): muon_orthogonalize_cpu), then writes O's
-//      slices into the same slots of its blocks to each rank;
+//   3. the owner assembles each matrix's U and computes O = NS(U)
+//      (muon_orthogonalize_cpu), then writes O's slices into the same slots
+//      of its blocks to each rank;
 //   4. a second all-to-all brings every rank O for its slices;
 //   5. every rank applies the element part to its master slice
 //      (muon_apply_element: decay, then the fma of O at -adjusted_lr) and
@@ -26,8 +30,9 @@
 // matrix, so the result does not depend on the strategy, the world size or
 // the owner: with deterministic reductions every layout gives the same bits
 // as one rank. NO_SHARD (a shard group of one) keeps every matrix on every
-// rank, each its own owner. Host tasks on the compute stream: CPU devices
-// only for now.
+// rank, each its own owner. The AdamW second moment (state1) of Muon's
+// elements is allocated and unused. Host tasks on the compute stream: CPU
+// devices only for now.
 #pragma once
 
 #include <cstdint>
@@ -61,18 +66,16 @@ struct MuonMatrixInfo {
 // not 2-D.
 std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
 
-// One line per rank of the shard group: matrices owned and share of flops.
+// Which parameters Muon takes (the model's marks: their count, elements and
+// the first names) and, one line per rank of the shard group, the matrices
+// it owns and its share of the Newton-Schulz flops: the run log and --plan.
 std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size);
 
-// Bytes the exchange allocates on each rank of the shard group (momentum of
-// the matrices it owns; the two exchange buffers, its largest matrix's
-// gradient and update, and that matrix's Newton-Schulz scratch), for the
-// memory plan: [shard rank].
-struct MuonMemory {
-  int64_t momentum_bytes = 0;  // MemCategory::kOptimizerState
-  int64_t scratch_bytes = 0;   // MemCategory::kCommScratch
-};
-std::vector<MuonMemory> muon_memory(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
+// The bytes the exchange allocates on each rank of the shard group, all
+// MemCategory::kCommScratch, for the memory plan: the two exchange buffers,
+// its largest owned matrix's U and O, and that matrix's Newton-Schulz
+// scratch. [shard rank].
+std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
 
 class MuonExchange {
  public:
@@ -80,9 +83,6 @@ class MuonExchange {
                CommWatch& comm, Allocator& alloc);
 
   const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
-  // Matrix i's momentum, rows x cols fp32 in the engine's (CPU) memory, on
-  // its owner; nullptr on the other ranks. Checkpoints save and load it.
-  float* momentum(int i) const { return static_cast<float*>(momentum_[static_cast<size_t>(i)].data()); }
   bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
   // Enqueues unit u's Muon step (Note [Muon in the engine]) on `compute`,
   // which must already be ordered after u's reduced gradients.
@@ -108,8 +108,7 @@ class MuonExchange {
   int rank_ = 0, size_ = 1;
   std::vector<MuonMatrixInfo> matrices_;
   std::vector<Unit> units_;
-  std::vector<Tensor> momentum_;  // per matrix: defined on its owner
-  Tensor send_, recv_, grad_, update_, scratch_;
+  Tensor send_, recv_, u_, o_mat_, scratch_;
 };
 
 }  // namespace mp

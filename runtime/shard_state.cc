@@ -59,17 +59,6 @@ void ShardStateView::commit_write(int unit, int field, int64_t begin, std::vecto
   commit_host_write(r.data, impl_->allocator().device(), staging, impl_->compute());
 }
 
-std::vector<ShardStateView::MuonMatrixState> ShardStateView::muon_matrices() const {
-  std::vector<MuonMatrixState> out;
-  const MuonExchange* muon = impl_->muon();
-  if (muon == nullptr) return out;
-  for (size_t i = 0; i < muon->matrices().size(); ++i) {
-    const MuonMatrixInfo& m = muon->matrices()[i];
-    out.push_back(MuonMatrixState{m.unit, m.offset, m.rows * m.cols, muon->momentum(static_cast<int>(i))});
-  }
-  return out;
-}
-
 int64_t ShardStateView::steps_run() const { return impl_->steps_run(); }
 void ShardStateView::set_steps_run(int64_t steps) { impl_->set_steps_run(steps); }
 void ShardStateView::replaced() { impl_->state_replaced(); }

@@ -62,17 +62,6 @@ class ShardStateView {
   char* write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging);
   void commit_write(int unit, int field, int64_t begin, std::vector<char>& staging);
 
-  // Optimizer kind MUON (Note [Muon in the engine] in runtime/muon_exchange.h):
-  // every Muon matrix of the model, and the momentum of those this rank
-  // owns, whole (rows x cols fp32, host memory: MUON runs on CPU devices),
-  // nullptr for the others. Empty for other kinds.
-  struct MuonMatrixState {
-    int unit = 0;
-    int64_t offset = 0, numel = 0;  // in the unit's flat buffer
-    float* momentum = nullptr;      // this rank's, if it owns the matrix
-  };
-  std::vector<MuonMatrixState> muon_matrices() const;
-
   int64_t steps_run() const;
   void set_steps_run(int64_t steps);
   // After the fields were written: drops and redoes gathered copies. Collective.

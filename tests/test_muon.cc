@@ -188,9 +188,9 @@ void monolithic_step(const MuonHyper& h, float* param, float* momentum, const fl
   for (int64_t i = 0; i < n; ++i) param[i] = std::fma(update[static_cast<size_t>(i)], alpha, param[i] * decay);
 }
 
-// The owner part then the element part, applied in slices as shards are,
-// is bitwise the step as one function, and muon_step_cpu is their
-// composition.
+// The momentum part in slices, the owner's Newton-Schulz on the whole U,
+// then the element part in slices, as the engine runs them on shards, is
+// bitwise the step as one function, and so is muon_step_cpu.
 TEST(Muon, OwnerAndElementPartsComposeToTheStep) {
   for (const bool nesterov : {true, false}) {
     MuonHyper h;
@@ -208,9 +208,17 @@ TEST(Muon, OwnerAndElementPartsComposeToTheStep) {
       s.weight_decay = 0.1;
       s.grad_multiplier = 0.75f;
       muon_step_cpu(h, x, s);
-      muon_orthogonalize_cpu(h, m_parts.data(), g.data(), rows, cols, 0.75f, o.data(), 2);
-      const MuonApply c = muon_apply_constants(h, 0.02, 0.1, rows, cols);
+      const MuonMomentum mc = muon_momentum_constants(h);
+      std::vector<float> u(static_cast<size_t>(n));
       for (int64_t b = 0; b < n; b += 333) {  // shard-like slices
+        for (int64_t i = b; i < std::min<int64_t>(b + 333, n); ++i) {
+          const auto k = static_cast<size_t>(i);
+          u[k] = muon_momentum_element(m_parts[k], g[k] * 0.75f, mc);
+        }
+      }
+      muon_orthogonalize_cpu(h, u.data(), rows, cols, o.data(), 2);
+      const MuonApply c = muon_apply_constants(h, 0.02, 0.1, rows, cols);
+      for (int64_t b = 0; b < n; b += 333) {
         muon_apply_cpu(p_parts.data() + b, o.data() + b, std::min<int64_t>(333, n - b), c, 1);
       }
     }

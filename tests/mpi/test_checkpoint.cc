@@ -180,12 +180,12 @@ TEST_F(CheckpointTest, ReshardToAnyWorldSizeAndStrategyContinuesExactly) {
   }
 }
 
-// Optimizer kind MUON keeps each matrix's momentum whole on its owner; a
-// checkpoint stores it by matrix (field muon_momentum), so a run resumed on
-// another world size and strategy, where other ranks own the matrices,
-// continues with exactly one rank's losses and weights. Saved in the
-// background or not, with the snapshot the plan predicts; a checkpoint of
-// another optimizer kind is refused, naming it.
+// Optimizer kind MUON keeps its matrices' momentum sharded in state0 (Note
+// [Muon in the engine]), so a run resumed on another world size and
+// strategy, where other ranks own the matrices, continues with exactly one
+// rank's losses and weights. Saved in the background or not, with the
+// snapshot the plan predicts; a checkpoint of another optimizer kind is
+// refused, naming it.
 TEST_F(CheckpointTest, MuonMomentumReshardsAndResumesExactly) {
   const std::vector<Reshard> cases = {
       {2, SC::FULL_SHARD, 3, SC::FULL_SHARD},  {3, SC::SHARD_GRAD_OP, 2, SC::NO_SHARD},
@@ -261,8 +261,8 @@ TEST_F(CheckpointTest, MuonMomentumReshardsAndResumesExactly) {
       load_checkpoint(e, resolve_checkpoint(into_muon ? adamw_root : muon_root));
       ADD_FAILURE() << "loaded a checkpoint of another optimizer kind";
     } catch (const ConfigError& err) {
-      EXPECT_NE(std::string(err.what()).find(into_muon ? "saved without optimizer.kind = MUON"
-                                                       : "saved with optimizer.kind = MUON"),
+      EXPECT_NE(std::string(err.what()).find(into_muon ? "saved with optimizer.kind = ADAMW, whose state this run's MUON"
+                                                       : "saved with optimizer.kind = MUON, whose state this run's ADAMW"),
                 std::string::npos)
           << err.what();
     }
