@@ -118,6 +118,7 @@ void run_muon_suite(const BenchContext& ctx) {
   auto world = MpiCommunicator::create_world("bench", CommOptions{});
   const int ranks = world->size();
   const int threads = threads_per_rank(ctx.world);
+  set_default_cpu_threads(threads);  // the engine's Newton-Schulz and loops, as mp_worker does
   GptConfig big;
   big.vocab = 50257;
   big.context = 64;

@@ -414,11 +414,16 @@ void Engine::Impl::update(const StepPlan& plan) {
   if (!plan.skip) {
     gathers_->drop_ring();  // gathered before the update: stale now
     if (!o_.optimizer_in_backward) write_scalars(plan);
+    if (muon_) {  // Note [Muon in the engine]: its exchange covers every unit at once
+      for (int u = 0; u < layout_.num_units(); ++u) {
+        update_unit(u, *compute_);
+        muon_->begin(u, units_[static_cast<size_t>(u)], plan.scalars.grad_multiplier, *compute_);
+      }
+      muon_->finish(units_, plan.lr, *compute_);
+    }
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!o_.optimizer_in_backward) {
-        update_unit(u, *compute_);
-        if (muon_ && muon_->has(u)) muon_->update(u, units_[static_cast<size_t>(u)], plan.lr,
-                                                  plan.scalars.grad_multiplier, *compute_);
+        if (!muon_) update_unit(u, *compute_);
         gathers_->updated(u, compute_->record());
       }
       gathers_->prefetch_next_step(u);  // the next step's first units

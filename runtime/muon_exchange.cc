@@ -12,29 +12,33 @@
 namespace mp {
 namespace {
 
+// Every Muon matrix of the model, and its pieces: the part of it each shard
+// rank holds, each at a slot of the one block that rank sends the matrix's
+// owner (the pieces of all units, in unit and offset order).
 struct Tables {
   std::vector<MuonMatrixInfo> matrices;
   std::vector<std::vector<int>> unit_matrices;  // per unit: its matrices, by offset
-  std::vector<int64_t> blocks;                  // per unit: elements per all-to-all block
+  int64_t block = 0;                            // elements per all-to-all block: the largest
 };
 
-// The pieces of every matrix of unit u, rank by rank; fills each piece's
-// slot in its (rank, owner) block and returns the largest block.
+// Calls piece(matrix, rank, begin, end, slot) for every piece, unit by unit.
 template <class F>
-int64_t walk_pieces(const FlatLayout& layout, const Tables& t, int u, int shard_size, F&& piece) {
-  const int64_t n = layout.unit(u).shard_numel;
+int64_t walk_pieces(const FlatLayout& layout, const Tables& t, int shard_size, F&& piece) {
   std::map<std::pair<int, int>, int64_t> used;  // (rank, owner): elements so far
   int64_t block = 0;
-  for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
-    const MuonMatrixInfo& m = t.matrices[static_cast<size_t>(i)];
-    const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
-    for (int r = static_cast<int>(b0 / n); r < shard_size && r * n < e0; ++r) {
-      const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
-      if (b >= e) continue;
-      int64_t& at = used[{r, m.owner}];
-      piece(i, r, b, e, at);
-      at += e - b;
-      block = std::max(block, at);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t n = layout.unit(u).shard_numel;
+    for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
+      const MuonMatrixInfo& m = t.matrices[static_cast<size_t>(i)];
+      const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
+      for (int r = static_cast<int>(b0 / n); r < shard_size && r * n < e0; ++r) {
+        const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
+        if (b >= e) continue;
+        int64_t& at = used[{r, m.owner}];
+        piece(i, r, b, e, at);
+        at += e - b;
+        block = std::max(block, at);
+      }
     }
   }
   return block;
@@ -47,9 +51,7 @@ Tables make_tables(const FlatLayout& layout, const MuonHyper& hyper, int shard_s
   for (size_t i = 0; i < t.matrices.size(); ++i) {
     t.unit_matrices[static_cast<size_t>(t.matrices[i].unit)].push_back(static_cast<int>(i));
   }
-  for (int u = 0; u < layout.num_units(); ++u) {
-    t.blocks.push_back(walk_pieces(layout, t, u, shard_size, [](int, int, int64_t, int64_t, int64_t) {}));
-  }
+  t.block = walk_pieces(layout, t, shard_size, [](int, int, int64_t, int64_t, int64_t) {});
   return t;
 }
 
@@ -61,7 +63,7 @@ struct Sizes {
 
 Sizes sizes(const Tables& t, const MuonHyper& hyper, int shard_size, int rank) {
   Sizes s;
-  for (const int64_t b : t.blocks) s.exchange = std::max(s.exchange, b * shard_size);
+  s.exchange = t.block * shard_size;
   for (const MuonMatrixInfo& m : t.matrices) {
     if (m.owner != rank) continue;
     s.matrix = std::max(s.matrix, m.rows * m.cols);
@@ -150,14 +152,11 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
   const Tables t = make_tables(layout, settings.hyper, size_);
   matrices_ = t.matrices;
   units_.resize(static_cast<size_t>(layout.num_units()));
-  for (int u = 0; u < layout.num_units(); ++u) {
-    Unit& unit = units_[static_cast<size_t>(u)];
-    unit.block = walk_pieces(layout, t, u, size_, [&](int i, int r, int64_t b, int64_t e, int64_t slot) {
-      unit.pieces.push_back(Piece{i, r, b, e, slot});
-    });
-    for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
-      if (t.matrices[static_cast<size_t>(i)].owner == rank_) unit.owned.push_back(i);
-    }
+  block_ = walk_pieces(layout, t, size_, [&](int i, int r, int64_t b, int64_t e, int64_t slot) {
+    units_[static_cast<size_t>(matrices_[static_cast<size_t>(i)].unit)].pieces.push_back(Piece{i, r, b, e, slot});
+  });
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    if (matrices_[i].owner == rank_) owned_.push_back(static_cast<int>(i));
   }
   if (matrices_.empty()) return;
   const Sizes s = sizes(t, settings.hyper, size_, rank_);
@@ -171,18 +170,12 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
   scratch_ = buffer(s.scratch);
 }
 
-void MuonExchange::update(int u, const UnitState& unit, double lr, float grad_multiplier, Stream& compute) {
+void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, Stream& compute) {
   const Unit& table = units_[static_cast<size_t>(u)];
   if (table.pieces.empty()) return;
-  const int64_t B = table.block, count = B * size_;
-  const int64_t offset = unit.offset();
   const UpdateArgs args = unit.update_args(o_);
+  const int64_t offset = unit.offset(), B = block_;
   float* send = send_.data_as<float>();
-  float* recv = recv_.data_as<float>();
-  const float* in = size_ > 1 ? recv : send;  // a group of one sends to itself
-
-  // 1. The momentum of this rank's Muon elements (state0), and U, into the
-  // owners' blocks.
   compute.host_task([this, &table, args, send, B, offset, grad_multiplier] {
     const MuonMomentum mc = muon_momentum_constants(settings_.hyper);
     for (const Piece& p : table.pieces) {
@@ -198,63 +191,77 @@ void MuonExchange::update(int u, const UnitState& unit, double lr, float grad_mu
       }
     }
   });
-  auto exchange = [&] {
-    if (size_ == 1) return;
-    shard_.stream().wait(compute.record());
-    WorkPtr w = shard_.all_to_all(send_.flat(0, count), recv_.flat(0, count));
-    comm_.track(w);
-    comm_.wait_on(compute, w);
-  };
-  exchange();
+}
 
-  // 3. The owner part of each matrix this rank owns; O's slices back into
-  // the blocks, at the same slots.
-  compute.host_task([this, &table, in, send, B] {
+// send -> recv over the shard group, ordered on `compute`.
+void MuonExchange::exchange(Stream& compute) {
+  if (size_ == 1) return;  // a group of one reads its own blocks
+  const int64_t count = block_ * size_;
+  shard_.stream().wait(compute.record());
+  WorkPtr w = shard_.all_to_all(send_.flat(0, count), recv_.flat(0, count));
+  comm_.track(w);
+  comm_.wait_on(compute, w);
+}
+
+void MuonExchange::finish(const std::vector<UnitState>& units, double lr, Stream& compute) {
+  if (matrices_.empty()) return;
+  const int64_t B = block_;
+  float* send = send_.data_as<float>();
+  const float* in = size_ > 1 ? recv_.data_as<float>() : send;
+  exchange(compute);  // 2. U to the owners
+
+  // 3. Each matrix this rank owns: U whole, O = NS(U), O's slices back into
+  // the blocks to each rank, at the same slots.
+  compute.host_task([this, in, send, B] {
     float* whole = u_.data_as<float>();
     float* o = o_mat_.data_as<float>();
-    for (const int i : table.owned) {
+    for (const int i : owned_) {
       const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
-      for (const Piece& p : table.pieces) {
-        if (p.matrix != i) continue;
-        std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, whole + (p.begin - m.offset));
+      const std::vector<Piece>& pieces = units_[static_cast<size_t>(m.unit)].pieces;
+      for (const Piece& p : pieces) {
+        if (p.matrix == i) std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, whole + (p.begin - m.offset));
       }
-      muon_orthogonalize_cpu(settings_.hyper, whole, m.rows, m.cols, o, 0, scratch_.data_as<float>(), scratch_.numel());
-      for (const Piece& p : table.pieces) {
-        if (p.matrix != i) continue;
-        std::copy_n(o + (p.begin - m.offset), p.end - p.begin, send + p.rank * B + p.slot);
+      muon_orthogonalize_cpu(settings_.hyper, whole, m.rows, m.cols, o, 0, scratch_.data_as<float>(),
+                             scratch_.numel());
+      for (const Piece& p : pieces) {
+        if (p.matrix == i) std::copy_n(o + (p.begin - m.offset), p.end - p.begin, send + p.rank * B + p.slot);
       }
     }
   });
-  exchange();
+  exchange(compute);  // 4. O back
 
   // 5. The element part on this rank's master slices, and the copy.
-  compute.host_task([this, &table, in, args, B, offset, lr] {
-    for (const Piece& p : table.pieces) {
-      if (p.rank != rank_) continue;
-      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
-      const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
-      const float* o = in + m.owner * B + p.slot;
-      const int64_t at = p.begin - offset, len = p.end - p.begin;
-      if (args.master_mode == MasterMode::kFp32) {
-        float* w = args.master + at;
-        for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
-        if (args.param_out != nullptr) {
-          char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
-          convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
-                  Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
-        }
-      } else {  // kBf16Remainder (the engine refuses kNone with MUON)
-        uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
-        int16_t* r = args.master_remainder + at;
-        for (int64_t k = 0; k < len; ++k) {
-          const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
-          const math::Bf16Remainder split = math::split_bf16_remainder(w);
-          h[k] = split.h;
-          r[k] = split.r;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].pieces.empty()) continue;
+    const UpdateArgs args = units[u].update_args(o_);
+    compute.host_task([this, &table = units_[u], in, args, B, offset = units[u].offset(), lr] {
+      for (const Piece& p : table.pieces) {
+        if (p.rank != rank_) continue;
+        const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
+        const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
+        const float* o = in + m.owner * B + p.slot;
+        const int64_t at = p.begin - offset, len = p.end - p.begin;
+        if (args.master_mode == MasterMode::kFp32) {
+          float* w = args.master + at;
+          for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
+          if (args.param_out != nullptr) {
+            char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
+            convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
+                    Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
+          }
+        } else {  // kBf16Remainder (the engine refuses kNone with MUON)
+          uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
+          int16_t* r = args.master_remainder + at;
+          for (int64_t k = 0; k < len; ++k) {
+            const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
+            const math::Bf16Remainder split = math::split_bf16_remainder(w);
+            h[k] = split.h;
+            r[k] = split.r;
+          }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace mp

@@ -10,21 +10,25 @@
 // slot (state0) of the matrices' elements, saved, loaded and resharded by
 // checkpoints as state0 is. Only Newton-Schulz needs a matrix whole: each
 // has one owner in the shard group (Note [Muon owners] in optim/muon.h).
-// Per unit, after its gradients are reduced and the step's decision is
-// taken (a skipped step changes nothing, momentum included), on the compute
-// stream:
-//   1. every rank updates the momentum of its shard's Muon elements and
-//      forms U there (muon_momentum_element), as fp32, into one block per
-//      owner (padded to the unit's largest block; each piece at a fixed
-//      slot from the layout);
-//   2. an all-to-all over the shard group brings every owner its blocks;
-//   3. the owner assembles each matrix's U and computes O = NS(U)
-//      (muon_orthogonalize_cpu), then writes O's slices into the same slots
-//      of its blocks to each rank;
+// After the gradients are reduced and the step's decision is taken (a
+// skipped step changes nothing, momentum included), on the compute stream:
+//   1. per unit, after its AdamW part, every rank updates the momentum of
+//      its shard's Muon elements and forms U there (muon_momentum_element),
+//      as fp32, into one block per owner (each piece at a fixed slot from
+//      the layout; the blocks hold every unit's pieces, padded to the
+//      largest);
+//   2. one all-to-all over the shard group brings every owner its blocks;
+//   3. each owner assembles its matrices' U and computes O = NS(U)
+//      (muon_orthogonalize_cpu), one after another, then writes O's slices
+//      into the same slots of its blocks to each rank;
 //   4. a second all-to-all brings every rank O for its slices;
-//   5. every rank applies the element part to its master slice
+//   5. every rank applies the element part to its master slices
 //      (muon_apply_element: decay, then the fma of O at -adjusted_lr) and
-//      writes its parameter copy, as the fused update does for the rest.
+//      writes its parameter copies, as the fused update does for the rest.
+// One exchange for all units, not one per unit: owners are balanced over
+// the whole model's flops, and a unit has few matrices (the GPT's four), so
+// per unit most ranks would wait for the one owning its largest matrix.
+// The cost is memory: the blocks hold the shard's Muon elements, twice.
 // The gradient seen by Muon is the reduced one times the StepPlan's
 // multiplier, computed as the fused update does, and NS runs on the whole
 // matrix, so the result does not depend on the strategy, the world size or
@@ -84,9 +88,16 @@ class MuonExchange {
 
   const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
   bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
-  // Enqueues unit u's Muon step (Note [Muon in the engine]) on `compute`,
-  // which must already be ordered after u's reduced gradients.
-  void update(int u, const UnitState& unit, double lr, float grad_multiplier, Stream& compute);
+  // Enqueues step 1 of Note [Muon in the engine] for unit u on `compute`,
+  // which must already be ordered after u's reduced gradients: the momentum
+  // of this rank's Muon elements and their U, into the owners' blocks.
+  void begin(int u, const UnitState& unit, float grad_multiplier, Stream& compute);
+  // Enqueues steps 2 to 5 for every unit with Muon matrices, once each has
+  // begun this step: one all-to-all there and one back for all of them, so
+  // each owner runs all its matrices in a row and no rank waits for another
+  // between units (owners balance the flops of the whole model, not of a
+  // unit). `units`: the engine's, by index.
+  void finish(const std::vector<UnitState>& units, double lr, Stream& compute);
 
  private:
   struct Piece {
@@ -98,16 +109,18 @@ class MuonExchange {
   };
   struct Unit {
     std::vector<Piece> pieces;
-    int64_t block = 0;   // elements per block of the all-to-alls
-    std::vector<int> owned;  // its matrices this rank owns
   };
+  void exchange(Stream& compute);
+
   const EngineOptions& o_;
   const MuonSettings& settings_;
   Communicator& shard_;
   CommWatch& comm_;
   int rank_ = 0, size_ = 1;
   std::vector<MuonMatrixInfo> matrices_;
+  std::vector<int> owned_;      // the matrices this rank owns
   std::vector<Unit> units_;
+  int64_t block_ = 0;           // elements per block of the all-to-alls
   Tensor send_, recv_, u_, o_mat_, scratch_;
 };
 
