@@ -42,6 +42,9 @@ constexpr Suite kSuites[] = {
     {"gemm", run_gemm_suite, "gemm_cpu GFLOP/s on the GPT-2 124M shapes vs the 2048^3 peak (run with -np 1)"},
     {"gpt", run_gpt_suite,
      "GPT-2 124M and a small GPT through the engine: tokens/s, model FLOP/s vs the GEMM peak (--bind-to none)"},
+    {"muon", run_muon_suite,
+     "optimizer kind MUON on GPT-2 124M and a small GPT: the time it adds to a step vs its Newton-Schulz FLOPs over "
+     "the GEMM peak (--bind-to none)"},
     {"ckpt", run_ckpt_suite,
      "checkpoint save/load GB/s of GPT-2 124M vs plain write+fsync/read of the same bytes (run with -np 2)"},
     {"ckpt_async", run_ckpt_async_suite,

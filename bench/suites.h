@@ -37,6 +37,10 @@ void run_gemm_suite(const BenchContext& ctx);
 // model FLOP/s vs the job's GEMM peak (gpt_bench.cc).
 void run_gpt_suite(const BenchContext& ctx);
 
+// muon: the time optimizer kind MUON adds to a GPT step against its
+// Newton-Schulz FLOPs over the same run's GEMM peak (muon_bench.cc).
+void run_muon_suite(const BenchContext& ctx);
+
 // recipes: the default GPT trained under every precision recipe and
 // strategy: loss, tokens/s, bytes per parameter (recipes_bench.cc).
 void run_recipes_suite(const BenchContext& ctx);

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -97,9 +98,17 @@ Pool& pool() {
   return p;
 }
 
+std::atomic<int> g_default_threads{0};  // set_default_cpu_threads
+
 }  // namespace
 
+void set_default_cpu_threads(int threads) {
+  MP_ENFORCE(threads >= 0, "set_default_cpu_threads(", threads, ")");
+  g_default_threads.store(threads, std::memory_order_relaxed);
+}
+
 int default_cpu_threads() {
+  if (const int set = g_default_threads.load(std::memory_order_relaxed); set > 0) return set;
   if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);

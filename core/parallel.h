@@ -2,9 +2,9 @@
 // step, conversions). A process-wide pool of persistent workers, so a call
 // costs a wake-up, not a thread start.
 //
-// Thread count: MP_NUM_THREADS if set (a positive integer), else the CPUs
-// this process may run on (sched_getaffinity: mpirun's --bind-to core gives
-// each rank one). Calls from several threads take turns; a call from inside
+// Thread count: what the launcher set (set_default_cpu_threads), else
+// MP_NUM_THREADS if set (a positive integer), else the CPUs this process may
+// run on (sched_getaffinity: mpirun's --bind-to core gives each rank one). Calls from several threads take turns; a call from inside
 // a parallel_for body runs inline on the calling thread.
 #pragma once
 
@@ -15,6 +15,13 @@ namespace mp {
 
 // The default number of threads; throws ConfigError for a bad MP_NUM_THREADS.
 int default_cpu_threads();
+
+// What default_cpu_threads() returns from now on (0: MP_NUM_THREADS or the
+// CPUs again). A launcher that gives each rank its share of a node's cores
+// (mp_worker: the model's threads) sets it, so that the engine's loops and
+// GEMMs (the update, Muon's Newton-Schulz) use that share too, not every
+// core of the node on each rank. Results do not depend on it.
+void set_default_cpu_threads(int threads);
 
 // Splits [0, n) into `threads` contiguous parts whose boundaries are
 // multiples of `align` (except n) and runs body(begin, end) on each, the

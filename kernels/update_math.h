@@ -72,6 +72,12 @@ struct UpdateRange {
   int64_t end = 0;
   float lr_scale = 1.0f;
   float weight_decay_scale = 1.0f;
+  // Nonzero: the update leaves these elements alone (no moment, master or
+  // copy written): optimizer kind MUON's matrices, which the engine updates
+  // apart (runtime/muon_exchange.h). Read by the CPU loop; the engine does
+  // not run MUON on CUDA devices.
+  int32_t skip = 0;
+  int32_t pad_ = 0;
 };
 
 namespace math {

@@ -33,6 +33,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/memory_plan.h"
+#include "runtime/muon_exchange.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -110,6 +111,11 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   std::printf("memory plan: %s of %lld parameters, %s, %s, world size %d, on %s%s\n%s", model,
               static_cast<long long>(plan.params), std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(),
               world_size, to_string(device.device).c_str(), recompute.c_str(), plan.to_string().c_str());
+  const Optimizer optimizer(s.config.engine().optimizer());
+  if (const MuonSettings* muon = optimizer.muon(); muon != nullptr) {  // Note [Muon owners]
+    const FlatLayout layout(spec, o.shard_size);
+    std::printf("%s", describe_muon_owners(muon_matrices(layout, muon->hyper, o.shard_size), o.shard_size).c_str());
+  }
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/stop_signals.h"
 #include "kernels/cpu/gemm.h"
+#include "runtime/muon_exchange.h"
 
 namespace mp {
 
@@ -67,6 +68,10 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
+  if (const MuonSettings* muon = engine_.optimizer().muon(); muon != nullptr) {  // Note [Muon owners]
+    std::printf("%s", describe_muon_owners(muon_matrices(engine_.layout(), muon->hyper, o.shard_size), o.shard_size)
+                          .c_str());
+  }
   if (allocator_.device().is_cpu()) {
     std::printf("cpu GEMMs: %s\n", gemm_describe());  // Note [bf16 GEMMs on the CPU]
     const bool bf16_recipe = o.precision.param_dtype == DType::kBF16 || settings_.gpt_matmul_dtype() == DType::kBF16;

@@ -99,6 +99,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const proto::TrainConfig& c = s.config;
   const bool lead = world.rank() == 0;
   const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
+  set_default_cpu_threads(threads);  // the engine's loops take the model's share of the cores
   (void)cuda_sync_each_op();  // checks MP_CUDA_SYNC on every device (core/device.h)
   const bool profile = op_profile_requested();
   op_profile_enable(profile);

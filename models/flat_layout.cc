@@ -53,7 +53,8 @@ FlatLayout::FlatLayout(const ModelSpec& spec, int group_size) : group_size_(grou
         MP_THROW(ConfigError, "parameter name '", ps.name, "' appears twice");
       }
       offset = (offset + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
-      unit.params.push_back(ParamPlacement{ps.name, ps.shape, ps.init, static_cast<int>(u), offset, numel});
+      unit.params.push_back(ParamPlacement{ps.name, ps.shape, ps.init, static_cast<int>(u), offset, numel, ps.muon,
+                                           ps.muon_lr_a, ps.muon_lr_b});
       offset += numel;
     }
     unit.numel = offset;

@@ -36,6 +36,12 @@ struct ParamSpec {
   std::string name;  // unique in the model, e.g. "layer0.weight"
   Shape shape;
   ParamInit init;
+  // Optimizer kind MUON updates this parameter with Muon (optim/muon.h),
+  // whole on one rank, and not with its AdamW: a 2-D matrix [rows, cols],
+  // row-major. (muon_lr_a, muon_lr_b): the shape adjust_lr_fn reads (0, 0:
+  // rows, cols). Other optimizers ignore it.
+  bool muon = false;
+  int64_t muon_lr_a = 0, muon_lr_b = 0;
 };
 
 struct UnitSpec {
@@ -71,6 +77,8 @@ struct ParamPlacement {
   int unit = 0;
   int64_t offset = 0;
   int64_t numel = 0;
+  bool muon = false;  // ParamSpec's
+  int64_t muon_lr_a = 0, muon_lr_b = 0;
 };
 
 struct UnitLayout {

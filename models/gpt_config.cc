@@ -135,21 +135,30 @@ ModelSpec Gpt::spec_for(const GptConfig& config) {
                                 {ParamSpec{"wte", {gpt_padded_vocab(config.vocab), c}, normal},
                                  ParamSpec{"wpe", {config.context, c}, normal}},
                                 /*backward_reads_params=*/false});  // Note [Tied head]
+  // Note [Muon and the GPT] (optim/muon.h): Muon takes the blocks' 2-D
+  // weights; the GPT stores them [in, out], so the lr shape is (out, in).
+  auto matrix = [](std::string name, Shape shape, ParamInit init) {
+    ParamSpec p{std::move(name), shape, init};
+    p.muon = true;
+    p.muon_lr_a = shape[1];
+    p.muon_lr_b = shape[0];
+    return p;
+  };
   for (int64_t l = 0; l < config.layers; ++l) {
     const std::string h = "h" + std::to_string(l);
     // Declaration order is the BlockParam order.
     spec.units.push_back(UnitSpec{h,
                                   {ParamSpec{h + ".ln_1.weight", {c}, ones},
                                    ParamSpec{h + ".ln_1.bias", {c}, zeros},
-                                   ParamSpec{h + ".attn.c_attn.weight", {c, 3 * c}, normal},
+                                   matrix(h + ".attn.c_attn.weight", {c, 3 * c}, normal),
                                    ParamSpec{h + ".attn.c_attn.bias", {3 * c}, zeros},
-                                   ParamSpec{h + ".attn.c_proj.weight", {c, c}, residual},
+                                   matrix(h + ".attn.c_proj.weight", {c, c}, residual),
                                    ParamSpec{h + ".attn.c_proj.bias", {c}, zeros},
                                    ParamSpec{h + ".ln_2.weight", {c}, ones},
                                    ParamSpec{h + ".ln_2.bias", {c}, zeros},
-                                   ParamSpec{h + ".mlp.c_fc.weight", {c, 4 * c}, normal},
+                                   matrix(h + ".mlp.c_fc.weight", {c, 4 * c}, normal),
                                    ParamSpec{h + ".mlp.c_fc.bias", {4 * c}, zeros},
-                                   ParamSpec{h + ".mlp.c_proj.weight", {4 * c, c}, residual},
+                                   matrix(h + ".mlp.c_proj.weight", {4 * c, c}, residual),
                                    ParamSpec{h + ".mlp.c_proj.bias", {c}, zeros}},
                                   /*backward_reads_params=*/true,
                                   /*recomputable=*/true});  // Note [GPT recomputation]

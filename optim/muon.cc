@@ -16,14 +16,6 @@ namespace {
 // Every element is computed alone, so the split changes no bit.
 constexpr int64_t kAlign = 16;
 
-// ATen's lerp on the CPU (aten/src/ATen/native/Lerp.h, lerp_vec):
-// start + w (end - start) for |w| < 0.5, else end - (1 - w)(end - start),
-// each as one fma.
-inline float torch_lerp(float start, float end, float w) {
-  const float diff = end - start;
-  return std::fabs(w) < 0.5f ? std::fma(w, diff, start) : std::fma(w - 1.0f, diff, end);
-}
-
 NewtonSchulzOptions ns_options(const MuonHyper& h, int threads) {
   NewtonSchulzOptions o;
   o.a = h.ns_a;
@@ -55,11 +47,40 @@ int64_t muon_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper
   return update_floats(rows, cols) + newton_schulz_scratch_elements(rows, cols, ns_options(hyper, 0));
 }
 
+int64_t muon_owner_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper) {
+  return newton_schulz_scratch_elements(rows, cols, ns_options(hyper, 0));
+}
+
+MuonMomentum muon_momentum_constants(const MuonHyper& h) {
+  MuonMomentum c;
+  c.w_buf = static_cast<float>(1.0 - h.momentum);
+  c.w_nesterov = static_cast<float>(h.momentum);
+  c.nesterov = h.nesterov;
+  return c;
+}
+
+void muon_orthogonalize_cpu(const MuonHyper& h, const float* u, int64_t rows, int64_t cols, float* o, int threads,
+                            float* scratch, int64_t scratch_elements) {
+  newton_schulz_cpu(u, o, rows, cols, ns_options(h, threads), scratch, scratch_elements);
+}
+
+MuonApply muon_apply_constants(const MuonHyper& h, double lr, double weight_decay, int64_t lr_a, int64_t lr_b) {
+  MuonApply c;
+  c.alpha = static_cast<float>(-muon_adjusted_lr(lr, h.adjust_lr, lr_a, lr_b));
+  c.decay = static_cast<float>(1.0 - lr * weight_decay);
+  return c;
+}
+
+void muon_apply_cpu(float* param, const float* update, int64_t n, const MuonApply& c, int threads) {
+  parallel_for(n, threads, kAlign, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) param[i] = muon_apply_element(param[i], update[i], c);
+  });
+}
+
 void muon_step_cpu(const MuonHyper& h, const MuonMatrix& x, const MuonStep& s) {
   MP_ENFORCE(x.rows > 0 && x.cols > 0, "muon step: a [", x.rows, ", ", x.cols, "] matrix");
   MP_ENFORCE(x.param != nullptr && x.momentum != nullptr && x.grad != nullptr, "muon step: null array");
   MP_ENFORCE((x.lr_a > 0) == (x.lr_b > 0), "muon step: lr shape (", x.lr_a, ", ", x.lr_b, "): both or neither");
-  const int64_t n = x.rows * x.cols;
   const int64_t need = muon_scratch_elements(x.rows, x.cols, h);
   float* scratch = s.scratch;
   if (scratch == nullptr) {
@@ -73,32 +94,39 @@ void muon_step_cpu(const MuonHyper& h, const MuonMatrix& x, const MuonStep& s) {
   float* update = scratch;
   float* ns_scratch = scratch + update_floats(x.rows, x.cols);
   const int64_t ns_elements = need - update_floats(x.rows, x.cols);
-
-  // The momentum buffer, and U (Nesterov: into `update`).
-  const float w_buf = static_cast<float>(1.0 - h.momentum);
-  const float w_nesterov = static_cast<float>(h.momentum);
+  // U, into `update`.
+  const MuonMomentum mc = muon_momentum_constants(h);
   const float mult = s.grad_multiplier;
-  parallel_for(n, s.threads, kAlign, [&](int64_t i0, int64_t i1) {
+  parallel_for(x.rows * x.cols, s.threads, kAlign, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const float g = mult == 1.0f ? x.grad[i] : x.grad[i] * mult;
-      const float m = torch_lerp(x.momentum[i], g, w_buf);
-      x.momentum[i] = m;
-      if (h.nesterov) update[i] = torch_lerp(g, m, w_nesterov);
+      update[i] = muon_momentum_element(x.momentum[i], mult == 1.0f ? x.grad[i] : x.grad[i] * mult, mc);
     }
   });
-
   // O = NS(U), in `update`.
-  newton_schulz_cpu(h.nesterov ? update : x.momentum, update, x.rows, x.cols, ns_options(h, s.threads), ns_scratch,
-                    ns_elements);
+  muon_orthogonalize_cpu(h, update, x.rows, x.cols, update, s.threads, ns_scratch, ns_elements);
+  const MuonApply c = muon_apply_constants(h, s.lr, s.weight_decay, x.lr_a > 0 ? x.lr_a : x.rows,
+                                           x.lr_b > 0 ? x.lr_b : x.cols);
+  muon_apply_cpu(x.param, update, x.rows * x.cols, c, s.threads);
+}
 
-  // P = fma(O, -adjusted_lr, P (1 - lr wd)).
-  const double adjusted =
-      muon_adjusted_lr(s.lr, h.adjust_lr, x.lr_a > 0 ? x.lr_a : x.rows, x.lr_b > 0 ? x.lr_b : x.cols);
-  const float alpha = static_cast<float>(-adjusted);
-  const float decay = static_cast<float>(1.0 - s.lr * s.weight_decay);
-  parallel_for(n, s.threads, kAlign, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) x.param[i] = std::fma(update[i], alpha, x.param[i] * decay);
-  });
+double muon_ns_flops(int64_t rows, int64_t cols, int ns_steps) {
+  const double m = static_cast<double>(std::min(rows, cols)), n = static_cast<double>(std::max(rows, cols));
+  return static_cast<double>(ns_steps) * (4.0 * m * m * n + 2.0 * m * m * m);
+}
+
+std::vector<int> assign_muon_owners(const std::vector<double>& flops, int ranks) {
+  MP_ENFORCE(ranks >= 1, "muon owners over ", ranks, " ranks");
+  std::vector<size_t> order(flops.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return flops[a] > flops[b]; });
+  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+  std::vector<int> owners(flops.size(), 0);
+  for (const size_t i : order) {
+    const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owners[i] = static_cast<int>(r);
+    load[r] += flops[i];
+  }
+  return owners;
 }
 
 MuonAssignment gpt_muon_assignment(const std::string& name, const Shape& shape) {

@@ -28,8 +28,10 @@
 // stored shape (MuonMatrix::lr_a, lr_b; Note [Muon and the GPT]).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -98,6 +100,70 @@ int64_t muon_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper
 // Deterministic for any thread count. Throws EnforceError for a bad shape,
 // pointer or scratch.
 void muon_step_cpu(const MuonHyper& hyper, const MuonMatrix& matrix, const MuonStep& step);
+
+// The step in three parts, so that everything but Newton-Schulz stays
+// sharded element by element (Note [Muon in the engine] in
+// runtime/muon_exchange.h); muon_step_cpu is exactly their composition.
+//   1. whoever holds elements of the gradient updates the momentum there
+//      and forms U (muon_momentum_element: the momentum is element-wise);
+//   2. the owner of the whole matrix computes O = NS(U)
+//      (muon_orthogonalize_cpu);
+//   3. whoever holds elements of the master applies O to them
+//      (muon_apply_element).
+//
+// 1: the momentum buffer, torch's lerp with weight 1 - momentum, in place;
+// returns U: Nesterov's lerp(g, buf, momentum), or buf. g is the reduced
+// gradient times its multiplier (the true one).
+struct MuonMomentum {
+  float w_buf = 0.05f, w_nesterov = 0.95f;
+  bool nesterov = true;
+};
+MuonMomentum muon_momentum_constants(const MuonHyper& hyper);
+// ATen's lerp on the CPU (aten/src/ATen/native/Lerp.h, lerp_vec): start + w (end - start) for |w| < 0.5, else
+// end - (1 - w)(end - start), each as one fma.
+inline float muon_torch_lerp(float start, float end, float w) {
+  const float diff = end - start;
+  return std::fabs(w) < 0.5f ? std::fma(w, diff, start) : std::fma(w - 1.0f, diff, end);
+}
+inline float muon_momentum_element(float& buf, float g, const MuonMomentum& c) {
+  buf = muon_torch_lerp(buf, g, c.w_buf);
+  return c.nesterov ? muon_torch_lerp(g, buf, c.w_nesterov) : buf;
+}
+// 2: O = NS(U), both rows x cols fp32 (may alias). scratch:
+// muon_owner_scratch_elements floats, or null for a buffer of the calling
+// thread.
+int64_t muon_owner_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper);
+void muon_orthogonalize_cpu(const MuonHyper& hyper, const float* u, int64_t rows, int64_t cols, float* o,
+                            int threads = 0, float* scratch = nullptr, int64_t scratch_elements = 0);
+
+// The element part's two fp32 constants: P = fma(O, alpha, P x decay), with
+// alpha = -adjusted_lr and decay = 1 - lr weight_decay, each rounded once.
+struct MuonApply {
+  float alpha = 0.0f;
+  float decay = 1.0f;
+};
+// (lr_a, lr_b): the shape adjust_lr_fn reads (MuonMatrix::lr_a, lr_b, or
+// the stored shape).
+MuonApply muon_apply_constants(const MuonHyper& hyper, double lr, double weight_decay, int64_t lr_a, int64_t lr_b);
+inline float muon_apply_element(float param, float update, const MuonApply& c) {
+  return std::fma(update, c.alpha, param * c.decay);
+}
+void muon_apply_cpu(float* param, const float* update, int64_t n, const MuonApply& c, int threads = 0);
+
+// Note [Muon owners]
+// The sharded engine brings each Muon matrix's U whole to one rank of the
+// shard group, its owner, which runs Newton-Schulz. The
+// cost of a [rows, cols] matrix, with m = min(rows, cols), n = max:
+//   flops = ns_steps x (4 m^2 n + 2 m^3)
+// (per iteration X X^T and B X are 2 m^2 n each, A A is 2 m^3; the
+// element passes are left out). Owners are assigned greedily, largest cost
+// first (ties: the lower index), each to the rank with the least cost so
+// far (ties: the lower rank): deterministic, a pure function of the costs
+// and the rank count, so every rank computes the same assignment. Ranks
+// may own nothing.
+double muon_ns_flops(int64_t rows, int64_t cols, int ns_steps);
+// owners[i] in [0, ranks) for matrix i of cost flops[i].
+std::vector<int> assign_muon_owners(const std::vector<double>& flops, int ranks);
 
 // Note [Muon and the GPT]
 // Muon takes the 2-D matrices inside the transformer blocks (h<l>.attn.

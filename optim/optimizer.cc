@@ -246,12 +246,13 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
   std::vector<std::regex> patterns;
   for (const auto& g : groups_) patterns.emplace_back(g.name_regex);
   std::vector<UpdateRange> out;
-  auto add = [&](int64_t begin, int64_t end, float lr_scale, float wd_scale) {
+  auto add = [&](int64_t begin, int64_t end, float lr_scale, float wd_scale, int32_t skip) {
     if (begin >= end) return;
-    if (!out.empty() && out.back().lr_scale == lr_scale && out.back().weight_decay_scale == wd_scale) {
+    if (!out.empty() && out.back().lr_scale == lr_scale && out.back().weight_decay_scale == wd_scale &&
+        out.back().skip == skip) {
       out.back().end = end;
     } else {
-      out.push_back(UpdateRange{begin, end, lr_scale, wd_scale});
+      out.push_back(UpdateRange{begin, end, lr_scale, wd_scale, skip});
     }
   };
   int64_t at = 0;
@@ -273,7 +274,7 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
     // start of the shard joins the first parameter's range.
     const int64_t from = out.empty() ? 0 : p.begin;
     if (!out.empty()) out.back().end = p.begin;
-    add(from, p.end, static_cast<float>(lr_scale), static_cast<float>(wd_scale));
+    add(from, p.end, static_cast<float>(lr_scale), static_cast<float>(wd_scale), p.skip ? 1 : 0);
     at = p.end;
   }
   if (out.empty()) {

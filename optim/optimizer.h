@@ -19,7 +19,8 @@
 //
 // Kind MUON: hyper() is the AdamW of the parameters Muon does not take
 // (muon()->adamw), and muon() holds the matrices' settings for
-// muon_step_cpu (optim/muon.h); the engine does not run it yet.
+// muon_step_cpu (optim/muon.h); the engine runs Muon on its matrices
+// (runtime/muon_exchange.h) and this AdamW, at adamw_lr, on the rest.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@ struct ShardParam {
   int64_t begin = 0;  // within the shard
   int64_t end = 0;
   int ndim = 2;       // 1-D parameters (biases, norms) are not decayed by default
+  bool skip = false;  // the fused update leaves it alone (UpdateRange::skip)
 };
 
 // What a step does, identical on every rank.

@@ -200,7 +200,19 @@ bool prepare_save(const std::string& root, const std::string& final_dir, const s
   return false;
 }
 
+// OptimizerConfig.kind's name of `opt`.
+std::string optimizer_kind_name(const Optimizer& opt) {
+  if (opt.muon() != nullptr) return "MUON";
+  switch (opt.hyper().kind) {
+    case OptimizerKind::kAdamW: return "ADAMW";
+    case OptimizerKind::kSgd: return "SGD";
+    case OptimizerKind::kLion: return "LION";
+  }
+  return "?";
+}
+
 void describe_optimizer(const Optimizer& opt, proto::OptimizerCheckpoint* oc) {
+  oc->set_kind(optimizer_kind_name(opt));
   oc->set_steps_done(opt.steps_done());
   oc->set_steps_skipped(opt.steps_skipped());
   if (const LossScaler* s = opt.loss_scaler()) {
@@ -509,6 +521,10 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
   int64_t bytes_read = 0;
   state.world().agree("checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
+    if (const std::string& kind = m.optimizer().kind(); !kind.empty() && kind != optimizer_kind_name(opt)) {
+      MP_THROW(ConfigError, "checkpoint '", dir, "' was saved with optimizer.kind = ", kind, ", whose state this run's ",
+               optimizer_kind_name(opt), " does not read: load with the checkpoint's optimizer kind");
+    }
     check_compatible(state, m, dir);
     CheckpointReader reader(dir, m);
     for (int u = 0; u < state.layout().num_units(); ++u) {

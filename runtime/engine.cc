@@ -93,6 +93,13 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
   reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *compute_,
                                            *opt_, comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
+  if (const MuonSettings* muon = opt_->muon(); muon != nullptr) {
+    if (!device_.is_cpu()) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON runs on CPU devices only for now (the engine is on ",
+               to_string(device_), ")");
+    }
+    muon_ = std::make_unique<MuonExchange>(layout_, o_, *muon, *mesh_.shard, comm_, alloc_);
+  }
   reduced_.assign(static_cast<size_t>(layout_.num_units()), 0);
   unsharded_.assign(static_cast<size_t>(layout_.num_units()), 0);
   init_params();
@@ -360,7 +367,10 @@ void Engine::Impl::reduce(int u, int micro_batch, const GradBuffer& grads, const
 // returns the event after the copy.
 Event Engine::Impl::write_scalars(const StepPlan& plan) {
   scalars_copied_.synchronize();  // last step's copy has read the pinned slot (long since, in practice)
-  *scalars_host_.as<StepScalars>() = plan.scalars;
+  StepScalars scalars = plan.scalars;
+  // Kind MUON: the fused update is the AdamW of the other parameters.
+  if (opt_->muon() != nullptr) scalars.lr = static_cast<float>(opt_->adamw_lr(plan.lr));
+  *scalars_host_.as<StepScalars>() = scalars;
   ops::copy_bytes(scalars_device_.data(), device_, scalars_host_.data(), Device::cpu(), sizeof(StepScalars), *compute_);
   scalars_written_ = true;
   scalars_copied_ = compute_->record();
@@ -404,9 +414,16 @@ void Engine::Impl::update(const StepPlan& plan) {
   if (!plan.skip) {
     gathers_->drop_ring();  // gathered before the update: stale now
     if (!o_.optimizer_in_backward) write_scalars(plan);
+    if (muon_) {  // Note [Muon in the engine]: its exchange covers every unit at once
+      for (int u = 0; u < layout_.num_units(); ++u) {
+        update_unit(u, *compute_);
+        muon_->begin(u, units_[static_cast<size_t>(u)], plan.scalars.grad_multiplier, *compute_);
+      }
+      muon_->finish(units_, plan.lr, *compute_);
+    }
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!o_.optimizer_in_backward) {
-        update_unit(u, *compute_);
+        if (!muon_) update_unit(u, *compute_);
         gathers_->updated(u, compute_->record());
       }
       gathers_->prefetch_next_step(u);  // the next step's first units
@@ -557,7 +574,9 @@ const std::vector<bool>& Engine::recomputed() const { return impl_->recomputed()
 const Optimizer& Engine::optimizer() const { return impl_->optimizer(); }
 int Engine::shard_rank() const { return impl_->mesh().shard->rank(); }
 MemStats Engine::memory() const { return impl_->allocator().stats(); }
-MemoryPlan Engine::plan() const { return plan_memory(impl_->spec(), impl_->options()); }
+MemoryPlan Engine::plan() const {
+  return plan_memory(impl_->spec(), impl_->options(), impl_->mesh().shard->rank());
+}
 // Where this rank was when a step failed: its device, the step and the last
 // data-plane collective it issued, on whichever of its communicators.
 std::string Engine::Impl::failure_context() const {

@@ -25,6 +25,7 @@
 #include "runtime/comm_watch.h"
 #include "runtime/engine.h"
 #include "runtime/grad_reducer.h"
+#include "runtime/muon_exchange.h"
 #include "runtime/param_gathers.h"
 #include "runtime/step_decision.h"
 #include "runtime/unit_state.h"
@@ -76,6 +77,7 @@ class Engine::Impl {
   const MeshGroups& mesh() const { return mesh_; }
   const Allocator& allocator() const { return alloc_; }
   const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  const MuonExchange* muon() const { return muon_.get(); }
   int64_t steps_run() const { return steps_run_; }
   Stream& compute() const { return *compute_; }
   void set_steps_run(int64_t steps) { steps_run_ = steps; }
@@ -164,6 +166,7 @@ class Engine::Impl {
   std::vector<UnitState> units_;  // filled once, never resized: reducer_ and gathers_ refer to it
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGathers> gathers_;
+  std::unique_ptr<MuonExchange> muon_;  // optimizer kind MUON (Note [Muon in the engine])
   GradStatistics stats_;
   StepDecision decision_;
 

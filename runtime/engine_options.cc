@@ -154,11 +154,11 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
   o.accumulate_chunk_bytes = comm_options_from_config(config.comm()).accumulate_chunk_bytes;
 
   const Optimizer optimizer(config.optimizer());  // validates the optimizer fields
-  if (optimizer.muon() != nullptr) {
-    MP_THROW(ConfigError, "optimizer.kind = MUON: the engine does not run Muon yet (optim/muon.h has its step ",
-             "on one whole matrix; the sharded engine does not yet bring each matrix to one rank)");
-  }
   o.state_count = optimizer.state_count();
+  if (const MuonSettings* muon = optimizer.muon(); muon != nullptr) {
+    o.muon = true;
+    o.muon_hyper = muon->hyper;
+  }
   o.precision = resolve_precision(config.precision(), config.optimizer().has_loss_scaling());
   const Precision& p = o.precision;
 
@@ -180,6 +180,24 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
     }
     if (!o.comm_hook.empty()) MP_THROW(ConfigError, "deterministic reduction does not go through comm.comm_hook");
     if (o.int8_param_gather) MP_THROW(ConfigError, "deterministic runs gather exact parameters: turn off sharding.int8_param_gather");
+  }
+  if (optimizer.muon() != nullptr) {  // Note [Muon in the engine] (runtime/muon_exchange.h)
+    if (o.optimizer_in_backward) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON does not run with sharding.optimizer_in_backward (its matrices ",
+               "are updated after the step's decision, whole on one rank)");
+    }
+    if (p.master == MasterMode::kNone) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON needs a master (precision.master): Muon's matrices are updated ",
+               "on the fp32 master or bf16 + remainder");
+    }
+    if (p.rounding != Rounding::kNearestEven) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON writes its matrices' parameters rounded to nearest: ",
+               "precision.rounding must be NEAREST");
+    }
+    if (p.state_dtype != DType::kF32) {
+      MP_THROW(ConfigError, "optimizer.kind = MUON keeps its matrices' momentum in the fp32 optimizer state: ",
+               "precision.state_dtype must be FP32");
+    }
   }
   if (o.optimizer_in_backward) {
     if (config.optimizer().grad_clip() != 0) {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "optim/muon.h"
 #include "proto/mp.pb.h"
 #include "runtime/precision.h"
 
@@ -40,6 +41,10 @@ struct EngineOptions {
   std::string comm_hook;  // NO_SHARD with comm.comm_hook set
   Precision precision;
   int state_count = 2;    // optimizer moments per parameter
+  // optimizer.kind = MUON: the matrices' settings (Note [Muon in the
+  // engine] in runtime/muon_exchange.h); the memory plan sizes its buffers.
+  bool muon = false;
+  MuonHyper muon_hyper;
   size_t accumulate_chunk_bytes = 0;  // comm.accumulate_chunk_bytes, resolved
 
   // FULL_SHARD and HYBRID_SHARD over more than one rank: units are gathered

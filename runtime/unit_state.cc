@@ -55,7 +55,8 @@ UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const Engi
   std::vector<ShardParam> params;
   for (const ParamPlacement& pp : ul.params) {
     const int64_t b = std::max(pp.offset, offset_), e = std::min(pp.offset + pp.numel, offset_ + n_);
-    if (b < e) params.push_back(ShardParam{pp.name, b - offset_, e - offset_, static_cast<int>(pp.shape.size())});
+    if (b < e) params.push_back(ShardParam{pp.name, b - offset_, e - offset_, static_cast<int>(pp.shape.size()),
+                                          pp.muon && opt.muon() != nullptr});
   }
   ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
   const int64_t bytes = static_cast<int64_t>(ranges_.size() * sizeof(UpdateRange));

@@ -69,8 +69,10 @@ resume)
   grep -q "^weights from $dir/hf" "$dir/import.log" || fail "no import line"
   end_loss=$(tail -n 1 "$dir/full.txt" | cut -d' ' -f2)
   start_loss=$(sed -nE 's/^step 1\/1  loss ([0-9.]+).*/\1/p' "$dir/import.log")
-  # (From random weights step 1's loss is 5.57, about ln 256.)
-  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) < 0.3 and b < 5.2 else 1)" \
+  # (From random weights step 1's loss is 5.57, about ln 256. The export
+  # holds the weights after step 12's update, whose loss was taken before
+  # it: with Muon's larger steps about 0.35 lower.)
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) < 0.5 and b < 5.2 else 1)" \
     "$end_loss" "$start_loss" || fail "imported weights start at loss $start_loss, the exported run ended at $end_loss"
   echo "exported at loss $end_loss; a run initialized from the export starts at $start_loss"
   ;;

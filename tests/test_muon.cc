@@ -6,6 +6,7 @@
 // which GPT parameters Muon takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,7 +17,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/newton_schulz.h"
+#include "models/gpt.h"
 #include "optim/muon.h"
+#include "tests/model_test_util.h"
 #include "tests/muon_reference.h"
 #include "tests/test_util.h"
 
@@ -151,6 +155,124 @@ TEST(Muon, GradMultiplierScalesTheGradient) {
   muon_step_cpu(h, m, s);
   EXPECT_TRUE(testing::same_bits(plain.param, scaled.param));
   EXPECT_TRUE(testing::same_bits(plain.momentum, scaled.momentum));
+}
+
+// muon_step_cpu as one function, as it was before the owner and element
+// parts were split (single-threaded: it was thread-count independent).
+void monolithic_step(const MuonHyper& h, float* param, float* momentum, const float* grad, int64_t rows,
+                     int64_t cols, double lr, double wd, float mult) {
+  auto lerp = [](float start, float end, float w) {
+    const float diff = end - start;
+    return std::fabs(w) < 0.5f ? std::fma(w, diff, start) : std::fma(w - 1.0f, diff, end);
+  };
+  const int64_t n = rows * cols;
+  std::vector<float> update(static_cast<size_t>(n));
+  const float w_buf = static_cast<float>(1.0 - h.momentum), w_nesterov = static_cast<float>(h.momentum);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = mult == 1.0f ? grad[i] : grad[i] * mult;
+    const float m = lerp(momentum[i], g, w_buf);
+    momentum[i] = m;
+    if (h.nesterov) update[static_cast<size_t>(i)] = lerp(g, m, w_nesterov);
+  }
+  NewtonSchulzOptions o;
+  o.a = h.ns_a;
+  o.b = h.ns_b;
+  o.c = h.ns_c;
+  o.steps = h.ns_steps;
+  o.eps = h.eps;
+  o.dtype = h.iteration_dtype;
+  o.threads = 1;
+  newton_schulz_cpu(h.nesterov ? update.data() : momentum, update.data(), rows, cols, o);
+  const float alpha = static_cast<float>(-muon_adjusted_lr(lr, h.adjust_lr, rows, cols));
+  const float decay = static_cast<float>(1.0 - lr * wd);
+  for (int64_t i = 0; i < n; ++i) param[i] = std::fma(update[static_cast<size_t>(i)], alpha, param[i] * decay);
+}
+
+// The momentum part in slices, the owner's Newton-Schulz on the whole U,
+// then the element part in slices, as the engine runs them on shards, is
+// bitwise the step as one function, and so is muon_step_cpu.
+TEST(Muon, OwnerAndElementPartsComposeToTheStep) {
+  for (const bool nesterov : {true, false}) {
+    MuonHyper h;
+    h.nesterov = nesterov;
+    const int64_t rows = 29, cols = 41, n = rows * cols;
+    std::vector<float> p_ref = testing::random_values(static_cast<size_t>(n), 7, 0.05f), m_ref(static_cast<size_t>(n), 0.0f);
+    std::vector<float> p_step = p_ref, m_step = m_ref, p_parts = p_ref, m_parts = m_ref;
+    std::vector<float> o(static_cast<size_t>(n));
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = testing::random_values(static_cast<size_t>(n), 20 + static_cast<uint32_t>(step));
+      monolithic_step(h, p_ref.data(), m_ref.data(), g.data(), rows, cols, 0.02, 0.1, 0.75f);
+      MuonMatrix x{.param = p_step.data(), .momentum = m_step.data(), .grad = g.data(), .rows = rows, .cols = cols};
+      MuonStep s;
+      s.lr = 0.02;
+      s.weight_decay = 0.1;
+      s.grad_multiplier = 0.75f;
+      muon_step_cpu(h, x, s);
+      const MuonMomentum mc = muon_momentum_constants(h);
+      std::vector<float> u(static_cast<size_t>(n));
+      for (int64_t b = 0; b < n; b += 333) {  // shard-like slices
+        for (int64_t i = b; i < std::min<int64_t>(b + 333, n); ++i) {
+          const auto k = static_cast<size_t>(i);
+          u[k] = muon_momentum_element(m_parts[k], g[k] * 0.75f, mc);
+        }
+      }
+      muon_orthogonalize_cpu(h, u.data(), rows, cols, o.data(), 2);
+      const MuonApply c = muon_apply_constants(h, 0.02, 0.1, rows, cols);
+      for (int64_t b = 0; b < n; b += 333) {
+        muon_apply_cpu(p_parts.data() + b, o.data() + b, std::min<int64_t>(333, n - b), c, 1);
+      }
+    }
+    EXPECT_TRUE(testing::same_bits(p_ref, p_step));
+    EXPECT_TRUE(testing::same_bits(m_ref, m_step));
+    EXPECT_TRUE(testing::same_bits(p_ref, p_parts));
+    EXPECT_TRUE(testing::same_bits(m_ref, m_parts));
+  }
+}
+
+// Note [Muon owners]: largest first, each to the least loaded rank.
+TEST(Muon, OwnersBalanceTheFlopsDeterministically) {
+  EXPECT_EQ(muon_ns_flops(16, 48, 5), 5.0 * (4.0 * 16 * 16 * 48 + 2.0 * 16 * 16 * 16));
+  EXPECT_EQ(muon_ns_flops(48, 16, 5), muon_ns_flops(16, 48, 5));
+  const std::vector<double> flops = {5, 8, 3, 8, 1, 4};
+  EXPECT_EQ(assign_muon_owners(flops, 1), (std::vector<int>{0, 0, 0, 0, 0, 0}));
+  // 8 (index 1) -> 0, 8 (3) -> 1, 5 (0) -> 2, 4 (5) -> 2 (load 5 < 8), 3 (2) -> 0, 1 (4) -> 1.
+  EXPECT_EQ(assign_muon_owners(flops, 3), (std::vector<int>{2, 0, 0, 1, 1, 2}));
+  EXPECT_EQ(assign_muon_owners(flops, 3), assign_muon_owners(flops, 3));
+  // More ranks than matrices: the extra ranks own nothing.
+  EXPECT_EQ(assign_muon_owners({2, 1}, 4), (std::vector<int>{0, 1}));
+  // A GPT's matrices over 4 ranks: no rank above 1.35x the mean.
+  std::vector<double> gpt;
+  for (int l = 0; l < 12; ++l) {
+    for (const auto& [r, c] : std::vector<std::pair<int64_t, int64_t>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+      gpt.push_back(muon_ns_flops(r, c, 5));
+    }
+  }
+  std::vector<double> load(4, 0.0);
+  const std::vector<int> owners = assign_muon_owners(gpt, 4);
+  double total = 0;
+  for (size_t i = 0; i < gpt.size(); ++i) {
+    load[static_cast<size_t>(owners[i])] += gpt[i];
+    total += gpt[i];
+  }
+  for (const double l : load) EXPECT_LT(l, 1.05 * total / 4);
+  EXPECT_THROW(assign_muon_owners(flops, 0), EnforceError);
+}
+
+// The GPT's model spec marks for Muon exactly what gpt_muon_assignment takes.
+TEST(Muon, GptSpecMarksTheAssignedMatrices) {
+  const ModelSpec spec = Gpt::spec_for(testing::small_gpt());
+  int marked = 0;
+  for (const UnitSpec& u : spec.units) {
+    for (const ParamSpec& p : u.params) {
+      const MuonAssignment a = gpt_muon_assignment(p.name, p.shape);
+      EXPECT_EQ(p.muon, a.muon) << p.name;
+      if (!a.muon) continue;
+      ++marked;
+      EXPECT_EQ(p.muon_lr_a, a.lr_a) << p.name;
+      EXPECT_EQ(p.muon_lr_b, a.lr_b) << p.name;
+    }
+  }
+  EXPECT_EQ(marked, 8);
 }
 
 // Note [Muon and the GPT].

@@ -168,6 +168,7 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
                                  [](int64_t i, const UpdateRange& r) { return i < r.end; }) -
                 ranges;
     for (; k < num_ranges && ranges[k].begin < end; ++k) {
+      if (ranges[k].skip != 0) continue;
       const math::StepConstants c =
           math::make_step_constants(a.hyper, scalars, ranges[k].lr_scale, ranges[k].weight_decay_scale);
       fn(sa, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), c);

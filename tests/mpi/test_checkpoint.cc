@@ -180,6 +180,95 @@ TEST_F(CheckpointTest, ReshardToAnyWorldSizeAndStrategyContinuesExactly) {
   }
 }
 
+// Optimizer kind MUON keeps its matrices' momentum sharded in state0 (Note
+// [Muon in the engine]), so a run resumed on another world size and
+// strategy, where other ranks own the matrices, continues with exactly one
+// rank's losses and weights. Saved in the background or not, with the
+// snapshot the plan predicts; a checkpoint of another optimizer kind is
+// refused, naming it.
+TEST_F(CheckpointTest, MuonMomentumReshardsAndResumesExactly) {
+  const std::vector<Reshard> cases = {
+      {2, SC::FULL_SHARD, 3, SC::FULL_SHARD},  {3, SC::SHARD_GRAD_OP, 2, SC::NO_SHARD},
+      {4, SC::HYBRID_SHARD, 1, SC::FULL_SHARD}, {1, SC::NO_SHARD, 4, SC::SHARD_OPTIMIZER},
+      {2, SC::FULL_SHARD, 2, SC::FULL_SHARD},
+  };
+  constexpr int kMicro = 12;
+  auto config_for = [&](Strategy s, int ranks) {
+    proto::EngineConfig c = engine_config(s, "fp32", ranks, kMicro / ranks);
+    c.set_deterministic(true);
+    c.mutable_optimizer()->set_kind(proto::OptimizerConfig::MUON);
+    c.mutable_optimizer()->set_lr(2e-2);
+    c.mutable_optimizer()->set_grad_clip(0.5);
+    return c;
+  };
+  const std::unique_ptr<Model> model = make_model(TestModel::kGpt);
+  std::vector<StepResult> ref;
+  std::vector<std::vector<float>> ref_weights;
+  {
+    Engine e(model->spec(), config_for(SC::FULL_SHARD, 1), *self_);
+    for (int i = 0; i < kSteps; ++i) ref.push_back(e.step(*model));
+    ref_weights = all_weights(e);
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Reshard& c = cases[k];
+    if (c.from_ranks > size() || c.to_ranks > size()) continue;
+    const bool async = k % 2 == 1;
+    SCOPED_TRACE(describe(c) + (async ? " (async save)" : ""));
+    const std::string root = root_ + "/muon_" + std::to_string(k);
+    if (std::unique_ptr<Communicator> w = first(c.from_ranks)) {
+      Engine e(model->spec(), config_for(c.from, c.from_ranks), *w);
+      for (int i = 0; i < kSteps / 2; ++i) e.step(*model);
+      if (async) {
+        CheckpointWriter writer(e, root);
+        writer.save_async();
+        writer.wait();
+        const int64_t largest = w->all_reduce_int64(static_cast<int64_t>(writer.snapshot_bytes()), HostOp::kMax);
+        EXPECT_EQ(largest, static_cast<int64_t>(plan_checkpoint_snapshot(model->spec(), e.options())));
+      } else {
+        save_checkpoint(e, root);
+      }
+    }
+    MPI_Barrier(comm());
+    if (rank() == 0) {
+      EXPECT_GT(verify_checkpoint(resolve_checkpoint(root)), 0);
+    }
+    if (std::unique_ptr<Communicator> w = first(c.to_ranks)) {
+      Engine e(model->spec(), config_for(c.to, c.to_ranks), *w);
+      load_checkpoint(e, resolve_checkpoint(root));
+      for (int i = kSteps / 2; i < kSteps; ++i) {
+        const StepResult r = e.step(*model);
+        EXPECT_EQ(r.loss, ref[static_cast<size_t>(i)].loss) << "step " << i + 1;
+        EXPECT_EQ(r.grad_norm, ref[static_cast<size_t>(i)].grad_norm) << "step " << i + 1;
+      }
+      EXPECT_TRUE(same_bits(all_weights(e), ref_weights));
+    }
+    MPI_Barrier(comm());
+  }
+  // Another optimizer kind's checkpoint, and Muon's into another kind.
+  const int n = size();
+  const std::string muon_root = root_ + "/muon_kind", adamw_root = root_ + "/adamw_kind";
+  proto::EngineConfig adamw = config_for(SC::FULL_SHARD, n);
+  adamw.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAMW);
+  {
+    Engine e(model->spec(), config_for(SC::FULL_SHARD, n), *world_);
+    save_checkpoint(e, muon_root);
+    Engine a(model->spec(), adamw, *world_);
+    save_checkpoint(a, adamw_root);
+  }
+  for (const bool into_muon : {true, false}) {
+    Engine e(model->spec(), into_muon ? config_for(SC::FULL_SHARD, n) : adamw, *world_);
+    try {
+      load_checkpoint(e, resolve_checkpoint(into_muon ? adamw_root : muon_root));
+      ADD_FAILURE() << "loaded a checkpoint of another optimizer kind";
+    } catch (const ConfigError& err) {
+      EXPECT_NE(std::string(err.what()).find(into_muon ? "saved with optimizer.kind = ADAMW, whose state this run's MUON"
+                                                       : "saved with optimizer.kind = MUON, whose state this run's ADAMW"),
+                std::string::npos)
+          << err.what();
+    }
+  }
+}
+
 // Every recipe's fields (fp32 master, bf16 params, int16 remainders, bf16
 // or fp32 moments) reshard: the weights after loading on another world
 // size equal the saved ones bit for bit, and training goes on.
