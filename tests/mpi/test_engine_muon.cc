@@ -20,6 +20,7 @@
 #include "models/gpt.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
+#include "runtime/shard_state.h"
 #include "runtime/muon_exchange.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
@@ -334,6 +335,83 @@ TEST_F(MuonEngineTest, TwentyGptStepsMatchTorchOptimMuonAndAdamW) {
     std::printf("[ muon vs torch ] %s iterations: worst relative loss difference %.3g at step %zu of %zu\n",
                 fp32 ? "fp32" : "bf16", worst, worst_step, want.size());
   }
+}
+
+// The MLP with its first layer's weight under Muon, whose micro-batch
+// `poisoned` gets a NaN gradient.
+class PoisonedMuonMlp final : public HostModel {
+ public:
+  explicit PoisonedMuonMlp(int64_t poisoned) : inner_(small_mlp()), spec_(mlp_spec_one_matrix(inner_)), poisoned_(poisoned) {}
+  const ModelSpec& spec() const override { return spec_; }
+  void begin_micro_batch(int64_t g) override {
+    current_ = g;
+    inner_.begin_micro_batch(g);
+  }
+  void forward(int unit, const Tensor& params) override { inner_.forward(unit, params); }
+  double loss() const override { return inner_.loss(); }
+  void backward(int unit, const Tensor& params, const Tensor& grads) override {
+    inner_.backward(unit, params, grads);
+    if (current_ == poisoned_ && unit == 0) grads.data_as<float>()[2] = std::nanf("");
+  }
+
+ private:
+  Mlp inner_;
+  ModelSpec spec_;
+  int64_t poisoned_;
+  int64_t current_ = -1;
+};
+
+// Every field of this rank's shards (master, param, state0 = Muon's
+// momentum on its matrices, state1), as bytes.
+std::vector<std::vector<char>> shard_fields(Engine& engine) {
+  ShardStateView state = engine.shard_state();
+  std::vector<std::vector<char>> out;
+  for (int u = 0; u < engine.layout().num_units(); ++u) {
+    const std::vector<ShardField> fields = state.fields(u);
+    for (size_t f = 0; f < fields.size(); ++f) {
+      std::vector<char> staging;
+      const int64_t n = state.shard_numel(u);
+      const char* p = state.read(u, static_cast<int>(f), 0, n, staging);
+      out.emplace_back(p, p + n * fields[f].element_bytes);
+    }
+  }
+  return out;
+}
+
+// A skipped step (a NaN gradient on one rank) changes nothing, Muon's
+// momentum included, and the run goes on; dynamic loss scaling backs off
+// and trains, as it does for the other optimizers.
+TEST_F(MuonEngineTest, SkippedStepsAndLossScalingBehaveAsForTheOthers) {
+  const int n = size();
+  {
+    PoisonedMuonMlp model(/*poisoned=*/n + n - 1);  // step 2, the last rank
+    Engine engine(model.spec(), muon_config(SC::FULL_SHARD, n, 1), *world_);
+    EXPECT_FALSE(engine.step(model).skipped);
+    const std::vector<std::vector<char>> before = shard_fields(engine);
+    const StepResult r = engine.step(model);
+    EXPECT_TRUE(r.skipped);
+    EXPECT_TRUE(before == shard_fields(engine)) << "a skipped step changed this rank's state";
+    EXPECT_FALSE(engine.step(model).skipped);
+    EXPECT_FALSE(before == shard_fields(engine));
+  }
+  proto::EngineConfig c = muon_config(SC::SHARD_GRAD_OP, n, 1);
+  *c.mutable_precision() = engine_config(SC::SHARD_GRAD_OP, "amp_fp16", n, 1).precision();
+  c.mutable_optimizer()->mutable_loss_scaling()->set_init_scale(1e12);  // overflows fp16 at first
+  Gpt model(small_gpt());
+  Engine engine(model.spec(), c, *world_);
+  int skipped = 0;
+  double first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    const StepResult s = engine.step(model);
+    skipped += s.skipped ? 1 : 0;
+    if (!s.skipped && first == 0) first = s.loss;
+    last = s.loss;
+  }
+  EXPECT_GT(skipped, 5);
+  EXPECT_LT(skipped, 30);
+  EXPECT_EQ(engine.optimizer().steps_skipped(), skipped);
+  EXPECT_LT(engine.optimizer().loss_scaler()->scale(), 1e12);
+  EXPECT_LT(last, first) << "Muon with dynamic loss scaling did not train";
 }
 
 TEST_F(MuonEngineTest, BadConfigsAreRefusedNamingTheField) {
