@@ -14,7 +14,10 @@
  * recompute callback rebuilds them) the losses are the same bits; the
  * host's own loop (mp_engine_unshard ... mp_engine_finish_step instead of
  * callbacks) gives the same bits too, and a step finished without its
- * backward is refused, naming it; bad input gives the documented status codes and messages. Exit code 0
+ * backward is refused, naming it; under optimizer kind MUON the weight
+ * stored as a matrix [1, 4] and marked (mp_param_desc.muon) trains with
+ * Muon, not AdamW (other kinds ignore the mark), and a marked 1-D parameter
+ * is refused, naming it; bad input gives the documented status codes and messages. Exit code 0
  * when every check holds. */
 #include <math.h>
 #include <stdint.h>
@@ -144,6 +147,35 @@ static Host host_for(mp_engine* e) {
   return h;
 }
 
+/* The same model with its weight stored as a matrix [1, kIn] (ndim 2) or
+ * as before (ndim 1), marked for Muon or not. */
+static const int64_t kMatrixShape[2] = {1, kIn};
+static mp_status create_marked(const char* config, int ndim, int muon, mp_engine** e) {
+  const mp_param_desc params[2] = {
+      {"linear.weight", ndim, ndim == 2 ? kMatrixShape : kWShape, MP_INIT_NORMAL, 0.02, muon},
+      {"linear.bias", 1, kBShape, MP_INIT_ZEROS, 0.0, 0}};
+  const mp_unit_desc unit = {"linear", 2, params, 0};
+  *e = NULL;
+  return mp_engine_create(config, &unit, 1, e);
+}
+
+/* 20 steps of the matrix model, marked or not: the first and last losses
+ * and the weights. */
+static void train_marked(const char* config, int muon, const mp_model_callbacks* model, double loss[2],
+                         float weights[9]) {
+  mp_engine* e = NULL;
+  check(create_marked(config, 2, muon, &e) == MP_OK, "create with the weight a matrix", mp_last_error());
+  if (e == NULL) return;
+  Host h = host_for(e);
+  mp_step_result r;
+  for (int s = 0; s < 20; ++s) {
+    check(mp_engine_step(e, model, &h, &r) == MP_OK, "step of the matrix model", mp_engine_last_error(e));
+    loss[s == 0 ? 0 : 1] = r.loss;
+  }
+  check(mp_engine_get_weights(e, 0, weights, 9) == MP_OK, "get_weights of the matrix model", mp_engine_last_error(e));
+  mp_engine_destroy(e);
+}
+
 int main(int argc, char** argv) {
   if (mp_init(&argc, &argv) != MP_OK) {
     fprintf(stderr, "mp_init: %s\n", mp_last_error());
@@ -244,6 +276,35 @@ int main(int argc, char** argv) {
             strstr(mp_engine_last_error(e4), "finish_step without a backward") != NULL,
         "finish_step without a backward", mp_engine_last_error(e4));
   mp_engine_destroy(e4);
+
+  /* The Muon mark. Kind ADAMW ignores it: the same bits as the unmarked
+   * run. Kind MUON: the marked matrix trains with Muon, so its weights
+   * differ from the unmarked run's (AdamW for both parameters); a marked
+   * 1-D parameter is refused, naming it. */
+  {
+    const char* muon_config =
+        "sharding { strategy: FULL_SHARD } precision { recipe: BF16_MASTER } seed: 3 "
+        "optimizer { kind: MUON lr: 0.3 weight_decay: 0 muon { adamw_lr: 0.1 } }";
+    double loss[4][2];
+    float weights[4][9];
+    train_marked(config, 0, &model, loss[0], weights[0]);
+    train_marked(config, 1, &model, loss[1], weights[1]);
+    check(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(weights[0], weights[1], sizeof weights[0]) == 0,
+          "kind ADAMW with a marked matrix differs from the unmarked run", NULL);
+    train_marked(muon_config, 0, &model, loss[2], weights[2]);
+    train_marked(muon_config, 1, &model, loss[3], weights[3]);
+    check(loss[3][1] < loss[3][0] / 10, "the Muon matrix did not train", NULL);
+    check(loss[2][0] == loss[3][0] && memcmp(weights[2], weights[3], sizeof weights[2]) != 0,
+          "the marked matrix's weights equal the unmarked run's", NULL);
+    if (rank == 0) {
+      printf("MUON: loss %.6f -> %.3g with the matrix marked, %.3g without, in 20 steps\n", loss[3][0], loss[3][1],
+             loss[2][1]);
+    }
+    mp_engine* m = NULL;
+    check(create_marked(muon_config, 1, 1, &m) == MP_ERROR_CONFIG && m == NULL &&
+              strstr(mp_last_error(), "parameter 'linear.weight' of shape [4] is marked for Muon") != NULL,
+          "a marked 1-D parameter", mp_last_error());
+  }
 
   /* Bad input: status codes and messages, nothing ends the process. */
   check(mp_engine_get_weights(e, 0, w, 3) == MP_ERROR_INVALID_ARGUMENT &&

@@ -21,7 +21,7 @@ MP_DTYPE_F32, MP_DTYPE_BF16 = 0, 1
 
 class ParamDesc(C.Structure):
     _fields_ = [("name", C.c_char_p), ("ndim", C.c_int), ("shape", C.POINTER(C.c_int64)),
-                ("init", C.c_int), ("init_scale", C.c_double)]
+                ("init", C.c_int), ("init_scale", C.c_double), ("muon", C.c_int)]
 
 
 class UnitDesc(C.Structure):

@@ -180,6 +180,7 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
         }
         mp::ParamSpec p{pd.name, mp::Shape(pd.shape, pd.shape + pd.ndim),
                         mp::ParamInit{static_cast<mp::ParamInit::Kind>(pd.init), pd.init_scale}};
+        p.muon = pd.muon != 0;
         unit.params.push_back(std::move(p));
       }
       e->spec.units.push_back(std::move(unit));

@@ -63,6 +63,12 @@ typedef struct {
   const int64_t* shape;  /* ndim sizes */
   mp_init_kind init;
   double init_scale;     /* std of NORMAL, half-width of UNIFORM */
+  /* Non-zero: optimizer kind MUON updates this parameter with Muon, as one
+   * row-major matrix [shape[0], shape[1]] (adjust_lr_fn reads that shape),
+   * and not with its AdamW; it must be 2-D (else mp_engine_create fails
+   * with MP_ERROR_CONFIG naming it). 0 (the default; a description that
+   * leaves it out of its initializer): AdamW. Other kinds ignore it. */
+  int muon;
 } mp_param_desc;
 
 typedef struct {

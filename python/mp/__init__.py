@@ -34,6 +34,7 @@ from ._mp import (  # noqa: F401
     init,
     initialized,
     local_rank,
+    optimizer_kind,
     rank,
     version,
     world_size,

@@ -34,6 +34,17 @@ gradient_checkpointing_enable) works as it does without mp; so does the
 config's activation_checkpointing, which runs the units it picks under
 torch.utils.checkpoint, gathering them again for the recomputation. Build the module with the same seed on every rank: the weights
 start from rank 0's.
+
+Optimizer kind MUON (optimizer { kind: MUON }) updates the parameters
+marked for it with Muon, each whole, and the rest with its AdamW. By
+default the marked ones are the 2-D parameters of the units other than the
+root, less nn.Embedding weights: a transformer's block matrices, and not
+its embeddings, head, norms or biases (the root holds the embeddings, the
+head and the final norm). shard(muon=...) picks them instead: a callable
+(name, parameter) -> bool, or an iterable of parameter names. Each must be
+2-D; Muon reads it as the matrix of its stored shape (torch.optim.Muon's
+param.shape: a Hugging Face Conv1D weight [in, out] as it is). With other
+kinds nothing is marked. ShardedModel.muon_params names the marked ones.
 """
 import contextlib
 import weakref
@@ -95,19 +106,24 @@ class ShardedModel:
 
     step()            finishes the step after the config's micro_batches
                       backwards; returns mp.StepResult. Collective.
+    muon_params       the names of the parameters Muon updates (kind MUON;
+                      () with other kinds), in unit order.
     full_state_dict() the fp32 weights by parameter name, on every rank.
     save_checkpoint(root), load_checkpoint(path): mp's sharded checkpoints.
     """
 
-    def __init__(self, model, units=None, config="", device="cpu"):
+    def __init__(self, model, units=None, config="", device="cpu", muon=None):
         if not _mp.initialized():
             _mp.init()
         self.model = model
         blocks = list(units) if units is not None else _default_units(model)
         self._units = self._place(model, blocks)
+        self.muon_params = self._muon_params(model, muon, _mp.optimizer_kind(config) == "MUON")
+        marked = set(self.muon_params)
         # Every unit but the root may have its activations recomputed
         # (engine.activation_checkpointing picks which).
-        spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros") for (_, name, _, _, shape) in u.params],
+        spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros", muon=name in marked)
+                                  for (_, name, _, _, shape) in u.params],
                          recomputable=u.module is not model)
                 for u in self._units]
         # The root unit stays gathered around the whole forward: one more buffer
@@ -163,6 +179,39 @@ class ShardedModel:
         for u in units:  # no root unit: the blocks are units 0..
             u.index -= 1
         return units
+
+    def _muon_params(self, model, muon, kind_is_muon):
+        """The names of the parameters Muon updates: shard()'s `muon` rule
+        (None: the default of the module docstring), () unless the
+        optimizer kind is MUON. A chosen parameter must be 2-D."""
+        entries = [(u, p, name, shape) for u in self._units for (p, name, _, _, shape) in u.params]
+        if muon is None:
+            embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+            chosen = [name for u, p, name, shape in entries
+                      if u.module is not model and len(shape) == 2 and id(p) not in embeddings]
+        elif callable(muon):
+            chosen = [name for u, p, name, _ in entries if muon(name, p)]
+        else:
+            if isinstance(muon, (str, bytes)):
+                raise _mp.ConfigError(f"mp.torch.shard(muon={muon!r}): a callable (name, parameter) -> bool or an "
+                                      "iterable of parameter names, not a string")
+            # Every name of a parameter counts (a tied head's too).
+            canonical = {id(p): name for _, p, name, _ in entries}
+            alias = {n: canonical[id(p)] for n, p in model.named_parameters(remove_duplicate=False)
+                     if id(p) in canonical}
+            wanted = set()
+            for n in muon:
+                if n not in alias:
+                    raise _mp.ConfigError(f"mp.torch.shard(muon=...): the model has no parameter '{n}'")
+                wanted.add(alias[n])
+            chosen = [name for _, _, name, _ in entries if name in wanted]
+        if muon is not None:
+            shapes = {name: shape for _, _, name, shape in entries}
+            for name in chosen:
+                if len(shapes[name]) != 2:
+                    raise _mp.ConfigError(f"mp.torch.shard(muon=...): parameter '{name}' of shape "
+                                          f"{list(shapes[name])} is marked for Muon, which takes 2-D matrices only")
+        return tuple(chosen) if kind_is_muon else ()
 
     def _load_weights(self):
         """The engine's weights := the module's, rank 0's on every rank."""
@@ -425,8 +474,15 @@ def _packers(me):
     return (lambda t: me._pack(t)), (lambda saved: me._unpack(saved))
 
 
-def shard(model, units=None, config="", device="cpu"):
+def shard(model, units=None, config="", device="cpu", muon=None):
     """Shards `model` (an nn.Module, unmodified) over the ranks of mp.init()
     and returns the ShardedModel that steps it; the user's own loop runs
-    model(...) and loss.backward() as before."""
-    return ShardedModel(model, units=units, config=config, device=device)
+    model(...) and loss.backward() as before.
+
+    muon: under optimizer kind MUON, which parameters Muon updates (the
+    rest: its AdamW). None: the 2-D parameters of the units other than the
+    root, less nn.Embedding weights; a callable (name, parameter) -> bool;
+    or an iterable of parameter names. A chosen parameter that is not 2-D
+    is a ConfigError naming it. Other kinds mark nothing. The choice:
+    ShardedModel.muon_params."""
+    return ShardedModel(model, units=units, config=config, device=device, muon=muon)

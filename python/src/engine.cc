@@ -234,6 +234,7 @@ class PyEngine {
       d["shape"] = nb::tuple(nb::cast(p.shape));
       d["offset"] = p.offset;
       d["numel"] = p.numel;
+      d["muon"] = p.muon;
       out.append(d);
     }
     return out;
@@ -274,15 +275,31 @@ class PyEngine {
 }  // namespace
 
 void bind_engine(nb::module_& m) {
-  nb::class_<ParamSpec>(m, "Param", "One parameter: a unique name, a shape and how it starts.")
+  nb::class_<ParamSpec>(m, "Param",
+                        "One parameter: a unique name, a shape and how it starts. muon=True: optimizer kind MUON "
+                        "updates it with Muon as one row-major matrix of its 2-D shape (adjust_lr_fn reads that "
+                        "shape), not with its AdamW; other kinds ignore it.")
       .def(
           "__init__",
-          [](ParamSpec* p, std::string name, std::vector<int64_t> shape, const std::string& init, double scale) {
+          [](ParamSpec* p, std::string name, std::vector<int64_t> shape, const std::string& init, double scale,
+             bool muon) {
             new (p) ParamSpec{std::move(name), std::move(shape), ParamInit{init_kind(init), scale}};
+            p->muon = muon;
           },
-          nb::arg("name"), nb::arg("shape"), nb::arg("init") = "normal", nb::arg("scale") = 0.02)
+          nb::arg("name"), nb::arg("shape"), nb::arg("init") = "normal", nb::arg("scale") = 0.02,
+          nb::arg("muon") = false)
       .def_ro("name", &ParamSpec::name)
-      .def_ro("shape", &ParamSpec::shape);
+      .def_ro("shape", &ParamSpec::shape)
+      .def_ro("muon", &ParamSpec::muon);
+
+  m.def(
+      "optimizer_kind",
+      [](const std::string& config_text) {
+        return proto::OptimizerConfig::Kind_Name(parse_engine_config(config_text, "engine config").optimizer().kind());
+      },
+      nb::arg("config") = "",
+      "The optimizer kind an engine config text names: 'ADAMW', 'SGD', 'LION' or 'MUON'. ConfigError when the "
+      "text does not parse.");
 
   nb::class_<UnitSpec>(m, "Unit", "A unit: parameters gathered and reduced together, in order.")
       .def(
@@ -351,7 +368,8 @@ void bind_engine(nb::module_& m) {
       .def("gather_master", &PyEngine::gather_master, nb::arg("unit"),
            "The unit's weights as a float32 numpy array (unit_numel). Collective.")
       .def("memory", &PyEngine::memory, "The engine's own bytes by category: current, peak and totals.")
-      .def("params", &PyEngine::params, nb::arg("unit"), "The unit's parameters: name, shape, offset, numel.")
+      .def("params", &PyEngine::params, nb::arg("unit"),
+           "The unit's parameters: name, shape, offset, numel, muon (Param's mark).")
       .def("param_location", &PyEngine::param_location, nb::arg("name"), "(unit, offset, numel) of a parameter.")
       .def("unit_numel", &PyEngine::unit_numel, nb::arg("unit"))
       .def("close", &PyEngine::close, "Waits for the engine's queued work and frees it.")

@@ -3,7 +3,7 @@
 - mp.torch.shard in the user's own loop, 2 ranks FULL_SHARD, one backward
   each, equal 1 rank with 2 backwards bit for bit: every step's loss and
   gradient norm, and the final weights, for each of gpt2_case.py's models
-  (GPT-2, Llama, Qwen2, ResNet);
+  (GPT-2, Llama, Qwen2, ResNet), and GPT-2 under optimizer kind MUON;
 - a checkpoint the 2 ranks save mid-run, resumed on 1 rank, continues with
   the same bits;
 - rank 1 skipping its backward fails the step on both ranks, each with an
@@ -34,30 +34,34 @@ def main():
     steps = sys.argv[sys.argv.index("--steps") + 1] if "--steps" in sys.argv else "10"
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        for model in ("gpt2", "llama", "qwen2", "resnet"):
+        for model, muon in (("gpt2", False), ("llama", False), ("qwen2", False), ("resnet", False),
+                            ("gpt2", True)):
             out = {}
+            label = model + (" MUON" if muon else "")
             for np, k in ((1, 2), (2, 1)):
-                path = os.path.join(tmp, f"{model}_np{np}.json")
-                extra = ["--save-at", "5", "--checkpoint", os.path.join(tmp, "ckpt")] if model == "gpt2" and np == 2 \
-                    else []
+                path = os.path.join(tmp, f"{model}{'_muon' if muon else ''}_np{np}.json")
+                extra = ["--save-at", "5", "--checkpoint", os.path.join(tmp, "ckpt")] \
+                    if model == "gpt2" and not muon and np == 2 else []
+                if muon:
+                    extra.append("--muon")
                 p, seconds = run(mprun, np, "train", "--model", model, "--micro-batches", str(k), "--steps", steps,
                                  "--out", path, *extra)
                 if p.returncode != 0:
                     print(p.stdout, p.stderr)
-                    sys.exit(f"{model}: {np} rank(s) x {k} micro-batches: exit {p.returncode}")
+                    sys.exit(f"{label}: {np} rank(s) x {k} micro-batches: exit {p.returncode}")
                 with open(path) as f:
                     out[np] = json.load(f)
-                print(f"{model}: {np} rank(s) x {k} backward(s) a step: {steps} steps in {seconds:.1f} s, "
+                print(f"{label}: {np} rank(s) x {k} backward(s) a step: {steps} steps in {seconds:.1f} s, "
                       f"final loss {float.fromhex(out[np]['losses'][-1]):.6f}")
             bad = [key for key in ("losses", "norms", "weights_sha256") if out[1][key] != out[2][key]]
             for key in bad:
-                print(f"FAIL ({model}): {key} differ between 1 rank x 2 backwards and 2 ranks x 1:\n"
+                print(f"FAIL ({label}): {key} differ between 1 rank x 2 backwards and 2 ranks x 1:\n"
                       f"  {out[1][key]}\n  {out[2][key]}")
             failed = failed or bool(bad)
             if not bad:
-                print(f"{model}: 2 ranks FULL_SHARD equal 1 rank with 2 backwards bit for bit "
+                print(f"{label}: 2 ranks FULL_SHARD equal 1 rank with 2 backwards bit for bit "
                       "(losses, norms, weights)")
-            if model == "gpt2":
+            if model == "gpt2" and not muon:
                 path = os.path.join(tmp, "resumed.json")
                 p, _ = run(mprun, 1, "train", "--micro-batches", "2", "--steps", steps, "--out", path, "--resume",
                            os.path.join(tmp, "ckpt"))

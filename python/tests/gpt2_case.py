@@ -13,6 +13,21 @@ def config_text(strategy="FULL_SHARD", recipe="RECIPE_FP32", micro_batches=1, ex
             f"optimizer {{ lr: {LR} weight_decay: {WEIGHT_DECAY} grad_clip: {CLIP} }} {extra}")
 
 
+# Optimizer kind MUON: Muon for the blocks' matrices, AdamW for the rest.
+MUON_LR, MUON_WEIGHT_DECAY, ADAMW_WEIGHT_DECAY, ADAMW_BETAS = 0.02, 0.1, 0.01, (0.9, 0.95)
+
+
+def muon_config_text(strategy="FULL_SHARD", recipe="RECIPE_FP32", micro_batches=1, iteration="BF16"):
+    """config_text with optimizer kind MUON (Newton-Schulz in `iteration`:
+    BF16, torch's, or FP32); AdamW at LR for the parameters Muon does not
+    take."""
+    return (f"sharding {{ strategy: {strategy} }} precision {{ recipe: {recipe} }} micro_batches: {micro_batches} "
+            f"deterministic: {'true' if recipe == 'RECIPE_FP32' else 'false'} "
+            f"optimizer {{ kind: MUON lr: {MUON_LR} weight_decay: {MUON_WEIGHT_DECAY} grad_clip: {CLIP} "
+            f"muon {{ iteration_dtype: {iteration} adamw_lr: {LR} adamw_beta1: {ADAMW_BETAS[0]} "
+            f"adamw_beta2: {ADAMW_BETAS[1]} adamw_weight_decay: {ADAMW_WEIGHT_DECAY} }} }}")
+
+
 def make_model(seed=0):
     """The model, built from `seed` (the same on every rank), no dropout."""
     torch.manual_seed(seed)

@@ -107,6 +107,28 @@ def test_checkpoints_resume_exactly(tmp_path):
     resumed.close()
 
 
+def test_a_param_marked_for_muon():
+    assert not mp.Param("w", [4]).muon and mp.Param("w", [1, 4], muon=True).muon
+    assert mp.optimizer_kind("") == "ADAMW" and mp.optimizer_kind("optimizer { kind: MUON }") == "MUON"
+    config = ("precision { recipe: RECIPE_FP32 } deterministic: true "
+              "optimizer { kind: MUON lr: 0.05 weight_decay: 0 muon { adamw_lr: 0.1 } }")
+
+    def run(marked):
+        engine = mp.Engine([mp.Unit("linear", [mp.Param("linear.weight", [1, N_IN], muon=marked),
+                                               mp.Param("linear.bias", [1], init="zeros")])], config)
+        assert [d["muon"] for d in engine.params(0)] == [marked, False]
+        model = Regression(engine)
+        losses = [engine.step(model).loss for _ in range(20)]
+        weights = engine.gather_master(0)
+        engine.close()
+        return losses, weights
+    (adamw, w_adamw), (muon, w_muon) = run(False), run(True)
+    # The same start; the marked matrix then moves by Muon's updates, not AdamW's.
+    assert muon[0] == adamw[0] and muon[-1] < muon[0] / 2 and not np.array_equal(w_muon, w_adamw)
+    with pytest.raises(mp.ConfigError, match=r"parameter 'linear.weight' of shape \[4\] is marked for Muon"):
+        mp.Engine([mp.Unit("linear", [mp.Param("linear.weight", [N_IN], muon=True)])], config)
+
+
 def test_a_bad_config_is_a_config_error_naming_line_and_column():
     with pytest.raises(mp.ConfigError) as e:
         mp.Engine(units(), "optimizer {\n  lr: -bogus\n}")

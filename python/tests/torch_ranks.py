@@ -1,14 +1,15 @@
 """One rank's part of the multi-rank mp.torch checks (python/tests/check_ranks.py
 runs it under launch/mprun):
 
-  torch_ranks.py train --model M --micro-batches K --steps N --out FILE
+  torch_ranks.py train --model M --micro-batches K --steps N --out FILE [--muon]
                        [--save-at S --checkpoint DIR | --resume DIR]
       one of gpt2_case.py's models through mp.torch.shard in this script's
       own loop (rank r's backward m of step s on micro-batch
       s * W * K + m * W + r), FULL_SHARD, fp32, deterministic; rank 0 writes
       every step's loss and norm and a hash of the final weights. --save-at
       saves a checkpoint after step S; --resume starts from one (saved on
-      any world size) and runs the steps after it.
+      any world size) and runs the steps after it. --muon: optimizer kind
+      MUON (gpt2_case.muon_config_text; shard()'s default Muon choice).
   torch_ranks.py skip --rank R --step S
       rank R runs step S's forward but not its backward, then step(): its
       peers wait for reductions it never issues. Every rank must get an
@@ -31,7 +32,8 @@ import mp.torch
 
 def train(args):
     model = case.make(args.model)
-    sharded = mp.torch.shard(model, config=case.config_text(micro_batches=args.micro_batches))
+    config = (case.muon_config_text if args.muon else case.config_text)(micro_batches=args.micro_batches)
+    sharded = mp.torch.shard(model, config=config)
     W, r, k = mp.world_size(), mp.rank(), args.micro_batches
     first = sharded.load_checkpoint(args.resume) if args.resume else 0
     results = []
@@ -89,6 +91,7 @@ def main():
     t.add_argument("--save-at", type=int, default=0)
     t.add_argument("--checkpoint", default="")
     t.add_argument("--resume", default="")
+    t.add_argument("--muon", action="store_true")
     r = sub.add_parser("skip")
     r.add_argument("--rank", type=int, default=1)
     r.add_argument("--step", type=int, default=2)
