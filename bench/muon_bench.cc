@@ -33,10 +33,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/gemm_peak.h"
 #include "bench/suites.h"

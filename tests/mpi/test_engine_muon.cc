@@ -11,17 +11,16 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "models/gpt.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
-#include "runtime/shard_state.h"
 #include "runtime/muon_exchange.h"
+#include "runtime/shard_state.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
 #include "tests/quadratic_model.h"
