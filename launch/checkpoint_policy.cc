@@ -130,7 +130,11 @@ void CheckpointPolicy::save(int64_t step, const char* why, bool complete) {
     std::fflush(stdout);
     return;
   }
-  const CheckpointInfo info = writer_->save_async();  // commits the previous save first
+  // The previous save, if its write is still in flight, is committed first
+  // (save_async would do it too, but silently): its line is in the log
+  // whether it finished before this step or not.
+  if (writer_->pending()) commit();
+  const CheckpointInfo info = writer_->save_async();
   last_save_ = std::chrono::steady_clock::now();
   if (lead_ && writer_->pending()) {
     std::printf("%scheckpoint at step %lld (%s): snapshot of %s on rank 0 in %.2f s, writing in the background\n",
