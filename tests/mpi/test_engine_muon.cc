@@ -62,8 +62,8 @@ TrainRun train_spec(Communicator& world, const proto::EngineConfig& config, Mode
   return run;
 }
 
-// Measured bytes per category equal the plan (momentum at its owner, the
-// exchange's buffers), and nothing is allocated after construction.
+// Measured bytes per category equal the plan (the exchange's buffers on
+// each rank), and nothing is allocated after construction.
 void expect_memory_is_the_plan(const TrainRun& r) {
   for (int k = 0; k < kNumMemCategories; ++k) {
     const auto cat = static_cast<MemCategory>(k);
