@@ -46,7 +46,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -54,6 +53,7 @@
 
 #include "bench/cpu_peak.h"
 #include "bench/gemm_peak.h"
+#include "bench/gpt_setup.h"
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
@@ -71,11 +71,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using SC = proto::ShardingConfig;
-
-int threads_per_rank(const MpiWorld& world) {
-  if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') return default_cpu_threads();
-  return std::max(1, default_cpu_threads() / std::max(1, world.local_size()));
-}
 
 // The job's GEMM peak in `dtype` (Note [GEMM peak reference]), and the
 // theoretical FMA peak of all ranks' cores beside it.
@@ -130,18 +125,7 @@ void run_gpt_suite(const BenchContext& ctx) {
   auto world = MpiCommunicator::create_world("bench", CommOptions{});
   const int ranks = world->size();
   const int threads = threads_per_rank(ctx.world);
-  GptConfig big;
-  big.vocab = 50257;
-  big.context = 64;
-  big.channels = 768;
-  big.heads = 12;
-  big.layers = 12;
-  GptConfig small;
-  small.vocab = 256;
-  small.context = 64;
-  small.channels = 128;
-  small.heads = 4;
-  small.layers = 4;
+  const GptConfig big = gpt2_124m_bench_config(), small = small_gpt_bench_config();
   const bool batch_given = !ctx.options.sizes_bytes.empty();
   const int64_t given = batch_given ? ctx.options.sizes_bytes.front() : 0;
   std::vector<Model> models = {{"gpt2_124m", big, batch_given ? given : 4, 5, 2},

@@ -31,13 +31,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench/gemm_peak.h"
+#include "bench/gpt_setup.h"
 #include "bench/suites.h"
 #include "bench/timing.h"
 #include "comm/mpi/mpi_communicator.h"
@@ -55,11 +55,6 @@ namespace mp::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int threads_per_rank(const MpiWorld& world) {
-  if (const char* env = std::getenv("MP_NUM_THREADS"); env != nullptr && *env != '\0') return default_cpu_threads();
-  return std::max(1, default_cpu_threads() / std::max(1, world.local_size()));
-}
 
 proto::EngineConfig config_for(proto::OptimizerConfig::Kind kind, proto::DataType iteration) {
   proto::EngineConfig c;
@@ -83,18 +78,23 @@ double isolated_ns_seconds(const ModelSpec& spec, const MuonHyper& hyper, int ra
   for (const MuonMatrixInfo& m : muon_matrices(layout, hyper, ranks)) {
     if (m.owner == rank) mine.push_back(m);
   }
+  // Inputs and buffers first: only the iterations are timed.
+  std::vector<std::vector<float>> u(mine.size()), o(mine.size());
+  std::vector<float> scratch;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const int64_t n = mine[k].rows * mine[k].cols;
+    u[k].resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) u[k][static_cast<size_t>(i)] = static_cast<float>((i * 7919 % 1013) - 506) * 1e-3f;
+    o[k].resize(static_cast<size_t>(n));
+    scratch.resize(std::max(scratch.size(),
+                            static_cast<size_t>(muon_owner_scratch_elements(mine[k].rows, mine[k].cols, hyper))));
+  }
   std::vector<double> times;
-  std::vector<float> u, o, scratch;
   for (int it = 0; it < iters; ++it) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = Clock::now();
-    for (const MuonMatrixInfo& m : mine) {
-      const int64_t n = m.rows * m.cols;
-      u.assign(static_cast<size_t>(n), 0.0f);
-      for (int64_t i = 0; i < n; ++i) u[static_cast<size_t>(i)] = static_cast<float>((i * 7919 % 1013) - 506) * 1e-3f;
-      o.resize(static_cast<size_t>(n));
-      scratch.resize(static_cast<size_t>(muon_owner_scratch_elements(m.rows, m.cols, hyper)));
-      muon_orthogonalize_cpu(hyper, u.data(), m.rows, m.cols, o.data(), threads, scratch.data(),
+    for (size_t k = 0; k < mine.size(); ++k) {
+      muon_orthogonalize_cpu(hyper, u[k].data(), mine[k].rows, mine[k].cols, o[k].data(), threads, scratch.data(),
                              static_cast<int64_t>(scratch.size()));
     }
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -118,18 +118,7 @@ void run_muon_suite(const BenchContext& ctx) {
   const int ranks = world->size();
   const int threads = threads_per_rank(ctx.world);
   set_default_cpu_threads(threads);  // the engine's Newton-Schulz and loops, as mp_worker does
-  GptConfig big;
-  big.vocab = 50257;
-  big.context = 64;
-  big.channels = 768;
-  big.heads = 12;
-  big.layers = 12;
-  GptConfig small;
-  small.vocab = 256;
-  small.context = 64;
-  small.channels = 128;
-  small.heads = 4;
-  small.layers = 4;
+  const GptConfig big = gpt2_124m_bench_config(), small = small_gpt_bench_config();
   const std::vector<Model> models = {{"gpt2_124m", big, 4, 3}, {"small", small, 8, 10}};
   const GemmPeak peak_fp32 = gemm_cpu_peak(threads, 3, MPI_COMM_WORLD, DType::kF32);
   const GemmPeak peak_bf16 = gemm_cpu_peak(threads, 3, MPI_COMM_WORLD, DType::kBF16);

@@ -31,8 +31,6 @@ and "float32", torch's own _zeropower_via_newtonschulz with its one dtype,
 torch.bfloat16, replaced by torch.float32 (its source, edited here).
 """
 
-import argparse
-import inspect
 import json
 import math
 import os
@@ -43,22 +41,13 @@ import torch.optim._muon as muon_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_torch_reference as ref  # noqa: E402
+import muon_torch_reference as muon_ref  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "muon_gpt_torch.json")
 STEPS = 20
 MUON = {"lr": 0.02, "weight_decay": 0.1}
 ADAMW = {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
 MATRICES = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
-
-
-def ns_float32():
-    """torch's _zeropower_via_newtonschulz with torch.bfloat16 replaced by torch.float32."""
-    source = inspect.getsource(muon_module._zeropower_via_newtonschulz)
-    if source.count("torch.bfloat16") != 1:
-        sys.exit("torch's _zeropower_via_newtonschulz changed: expected one torch.bfloat16 in\n" + source)
-    namespace = dict(muon_module.__dict__)
-    exec(source.replace("torch.bfloat16", "torch.float32"), namespace)
-    return namespace["_zeropower_via_newtonschulz"]
 
 
 def step_tokens(cfg, step):
@@ -99,9 +88,9 @@ def build():
     specs = ref.param_specs(cfg)
     values = {name: ref.param_values(k, math.prod(shape), base, amp) for k, (name, shape, base, amp) in enumerate(specs)}
     runs = {}
-    original = muon_module._zeropower_via_newtonschulz
+    original, fp32 = muon_module._zeropower_via_newtonschulz, muon_ref.ns_in("torch.float32")
     for iteration in ("bfloat16", "float32"):
-        muon_module._zeropower_via_newtonschulz = original if iteration == "bfloat16" else ns_float32()
+        muon_module._zeropower_via_newtonschulz = original if iteration == "bfloat16" else fp32
         try:
             runs[iteration] = train(cfg, specs, values)
         finally:
@@ -124,22 +113,5 @@ def build():
     return text
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
-    args = parser.parse_args()
-    text = build()
-    if args.check:
-        with open(args.out) as f:
-            same = f.read() == text
-        print("same" if same else "differs")
-        return 0 if same else 1
-    with open(args.out, "w") as f:
-        f.write(text)
-    print("wrote", args.out)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(muon_ref.main(build, DEFAULT_OUT, __doc__))

@@ -69,13 +69,14 @@ def values(seed, n, amp):
     return [round(amp * (w / 32768.0 - 1.0), 5) for w in lcg(seed, n)]
 
 
-def ns_float64():
-    """torch's _zeropower_via_newtonschulz with torch.bfloat16 replaced by torch.float64."""
+def ns_in(dtype):
+    """torch's _zeropower_via_newtonschulz with its one dtype, torch.bfloat16,
+    replaced by `dtype` ("torch.float64", "torch.float32")."""
     source = inspect.getsource(muon_module._zeropower_via_newtonschulz)
     if source.count("torch.bfloat16") != 1:
         sys.exit("torch's _zeropower_via_newtonschulz changed: expected one torch.bfloat16 in\n" + source)
     namespace = dict(muon_module.__dict__)
-    exec(source.replace("torch.bfloat16", "torch.float64"), namespace)
+    exec(source.replace("torch.bfloat16", dtype), namespace)
     return namespace["_zeropower_via_newtonschulz"]
 
 
@@ -116,7 +117,7 @@ def build():
     out.append("],")
     out.append('"runs": [')
     runs = []
-    patched = ns_float64()
+    patched = ns_in("torch.float64")
     original = muon_module._zeropower_via_newtonschulz
     for setting in SETTINGS:
         for dtype_name, dtype in (("bfloat16", torch.float32), ("float64", torch.float64)):
@@ -137,12 +138,13 @@ def build():
     return "\n".join(out) + "\n"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT)
+def main(build_text=None, default_out=DEFAULT_OUT, description=__doc__):
+    """Writes build_text()'s golden file to --out, or with --check compares."""
+    parser = argparse.ArgumentParser(description=description.split("\n")[0])
+    parser.add_argument("--out", default=default_out)
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args()
-    text = build()
+    text = (build_text or build)()
     if args.check:
         with open(args.out) as f:
             same = f.read() == text

@@ -94,8 +94,11 @@ inline std::unique_ptr<Model> make_model(TestModel m) {
   return std::make_unique<Mlp>(small_mlp());
 }
 
-inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Model& model, int steps) {
-  Engine engine(model.spec(), config, world);
+// `model` under `spec` (its own, or one marking other parameters: for
+// optimizer kind MUON).
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Model& model, const ModelSpec& spec,
+                      int steps) {
+  Engine engine(spec, config, world);
   TrainRun run;
   for (int s = 0; s < steps; ++s) {
     const StepResult r = engine.step(model);
@@ -106,6 +109,10 @@ inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Mo
   run.memory = engine.memory();
   run.plan = engine.plan();
   return run;
+}
+
+inline TrainRun train(Communicator& world, const proto::EngineConfig& config, Model& model, int steps) {
+  return train(world, config, model, model.spec(), steps);
 }
 
 inline TrainRun train(Communicator& world, const proto::EngineConfig& config, const MlpConfig& mlp, int steps) {

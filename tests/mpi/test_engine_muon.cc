@@ -47,21 +47,6 @@ proto::EngineConfig muon_config(Strategy s, int world, int micro_batches) {
   return c;
 }
 
-TrainRun train_spec(Communicator& world, const proto::EngineConfig& config, Model& model, const ModelSpec& spec,
-                    int steps) {
-  Engine engine(spec, config, world);
-  TrainRun run;
-  for (int s = 0; s < steps; ++s) {
-    const StepResult r = engine.step(model);
-    run.losses.push_back(r.loss);
-    run.norms.push_back(r.grad_norm);
-  }
-  run.weights = all_weights(engine);
-  run.memory = engine.memory();
-  run.plan = engine.plan();
-  return run;
-}
-
 // Measured bytes per category equal the plan (the exchange's buffers on
 // each rank), and nothing is allocated after construction.
 void expect_memory_is_the_plan(const TrainRun& r) {
@@ -101,7 +86,7 @@ TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
     proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
     ref_config.set_deterministic(true);
     ref_config.mutable_optimizer()->set_grad_clip(0.5);
-    const TrainRun ref = train_spec(*self_, ref_config, *model, spec, kSteps);
+    const TrainRun ref = train(*self_, ref_config, *model, spec, kSteps);
     EXPECT_LT(ref.losses.back(), ref.losses.front()) << test_model_name(m) << ": Muon did not train";
     for (Strategy s : all_strategies()) {
       SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
@@ -110,7 +95,7 @@ TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
       config.set_deterministic(true);
       config.mutable_optimizer()->set_grad_clip(0.5);
       const std::unique_ptr<Model> local = make_model(m);
-      const TrainRun run = train_spec(*world_, config, *local, spec, kSteps);
+      const TrainRun run = train(*world_, config, *local, spec, kSteps);
       expect_memory_is_the_plan(run);
       for (int i = 0; i < kSteps; ++i) {
         EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
@@ -192,15 +177,15 @@ TEST_F(MuonEngineTest, TheOtherParametersGetItsAdamW) {
   proto::EngineConfig adamw = engine_config(SC::FULL_SHARD, "fp32", n, 1);  // lr 1e-2, weight decay 0.1
   proto::EngineConfig muon = muon_config(SC::FULL_SHARD, n, 1);
   muon.mutable_optimizer()->mutable_muon()->set_adamw_weight_decay(0.1);
-  const TrainRun a = train_spec(*world_, adamw, model, model.spec(), kSteps);
-  const TrainRun b = train_spec(*world_, muon, model, model.spec(), kSteps);  // the MLP marks no matrix
+  const TrainRun a = train(*world_, adamw, model, kSteps);
+  const TrainRun b = train(*world_, muon, model, kSteps);  // the MLP marks no matrix
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_TRUE(same_bits(a.weights, b.weights));
 
   // One step with the first layer's weight under Muon: the rest of the
   // weights are those of the AdamW run's first step.
-  const TrainRun a1 = train_spec(*world_, adamw, model, model.spec(), 1);
-  const TrainRun m1 = train_spec(*world_, muon, model, mlp_spec_one_matrix(model), 1);
+  const TrainRun a1 = train(*world_, adamw, model, 1);
+  const TrainRun m1 = train(*world_, muon, model, mlp_spec_one_matrix(model), 1);
   const FlatLayout layout(model.spec(), 1);
   const ParamPlacement& w0 = layout.unit(0).params[0];
   for (size_t u = 0; u < a1.weights.size(); ++u) {
@@ -223,7 +208,7 @@ TEST_F(MuonEngineTest, MeasuredMemoryEqualsThePlanOnEveryRank) {
       proto::EngineConfig config = muon_config(s, n, 1);
       *config.mutable_precision() = engine_config(s, recipe, n, 1).precision();
       Gpt model(small_gpt());
-      const TrainRun r = train_spec(*world_, config, model, model.spec(), 2);
+      const TrainRun r = train(*world_, config, model, 2);
       expect_memory_is_the_plan(r);
       EXPECT_TRUE(std::isfinite(r.losses.back()));
       const MemoryPlan largest = plan_memory(model.spec(), resolve_engine_options(config, n));
