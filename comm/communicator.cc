@@ -132,6 +132,30 @@ WorkPtr Communicator::all_to_all(const Tensor& input, const Tensor& output) {
   return do_all_to_all(input, output, in_place);
 }
 
+WorkPtr Communicator::all_to_all_v(const Tensor& input, std::span<const int64_t> send_counts, const Tensor& output,
+                                   std::span<const int64_t> recv_counts) {
+  check_tensor(input, "all_to_all_v input");
+  check_tensor(output, "all_to_all_v output");
+  MP_ENFORCE(input.dtype() == output.dtype(), "all_to_all_v from ", input.describe(), " to ", output.describe());
+  MP_ENFORCE_EQ(static_cast<int>(send_counts.size()), size(), "all_to_all_v send counts (one per rank)");
+  MP_ENFORCE_EQ(static_cast<int>(recv_counts.size()), size(), "all_to_all_v receive counts (one per rank)");
+  auto total = [](std::span<const int64_t> counts, const char* what) {
+    int64_t sum = 0;
+    for (const int64_t c : counts) {
+      MP_ENFORCE_GE(c, 0, "all_to_all_v ", what, " count");
+      sum += c;
+    }
+    return sum;
+  };
+  const int64_t sent = total(send_counts, "send"), received = total(recv_counts, "receive");
+  MP_ENFORCE_LE(sent, input.numel(), "all_to_all_v sends more elements than its input holds");
+  MP_ENFORCE_LE(received, output.numel(), "all_to_all_v receives more elements than its output holds");
+  MP_ENFORCE(sent == 0 || received == 0 || input.data() != output.data(), "all_to_all_v is never in place");
+  note_issued("all_to_all_v", input);
+  return do_all_to_all_v(input, {send_counts.begin(), send_counts.end()}, output,
+                         {recv_counts.begin(), recv_counts.end()});
+}
+
 // ---- control plane (Note [Control plane]) -----------------------------------------
 
 std::vector<std::string> Communicator::all_gather_bytes(std::string_view mine) {

@@ -16,6 +16,10 @@
 // - broadcast: root's tensor is copied into every rank's tensor.
 // - all_to_all: input and output have size() * n elements; chunk j of
 //   rank i's input lands in chunk i of rank j's output.
+// - all_to_all_v: chunks of any size, back to back in rank order: input
+//   holds send_counts[j] elements for rank j, output gets recv_counts[i]
+//   from rank i; rank i's send_counts[j] must equal rank j's
+//   recv_counts[i]. Never in place.
 // - dtypes: fp32, bf16, fp16 for every op; fp8 (e4m3, e5m2) for all_gather,
 //   broadcast and all_to_all only. Reductions: sum, avg, max, min; max and
 //   min propagate NaN. Input and output dtypes are equal, except that
@@ -106,6 +110,8 @@ class Communicator {
   WorkPtr all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options = {});
   WorkPtr broadcast(const Tensor& tensor, int root);
   WorkPtr all_to_all(const Tensor& input, const Tensor& output);
+  WorkPtr all_to_all_v(const Tensor& input, std::span<const int64_t> send_counts, const Tensor& output,
+                       std::span<const int64_t> recv_counts);
   virtual WorkPtr barrier() = 0;
   // A Work that completes when everything issued so far on stream() has.
   virtual WorkPtr fence(const std::string& what) = 0;
@@ -167,6 +173,9 @@ class Communicator {
                                 bool in_place) = 0;
   virtual WorkPtr do_broadcast(const Tensor& tensor, int root) = 0;
   virtual WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) = 0;
+  // Counts checked: size() of them each, non-negative, within the tensors.
+  virtual WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                  const Tensor& output, const std::vector<int64_t>& recv_counts) = 0;
   // Blocking: rank r's `bytes` bytes at `mine` land at all[r * bytes, ...)
   // on every rank; `bytes` is equal on every rank. Host memory.
   virtual void do_host_all_gather(const void* mine, size_t bytes, void* all) = 0;

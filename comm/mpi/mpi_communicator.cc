@@ -46,9 +46,9 @@ int to_int_count(int64_t n, const char* what) {
 }
 
 // Fingerprints carry an op as its index here.
-constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                           "all_to_all", "barrier",     "split",      "host_all_gather"};
-constexpr int64_t kNumFingerprintOps = 8;
+constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",   "all_to_all",
+                                           "barrier",    "split",          "host_all_gather", "all_to_all_v"};
+constexpr int64_t kNumFingerprintOps = 9;
 
 int64_t op_code(const std::string& op) {
   for (int64_t i = 0; i < kNumFingerprintOps; ++i) {
@@ -357,6 +357,29 @@ WorkPtr MpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ialltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count, type,
                                comm_, &req));
+    mpi_wait(&req);
+  });
+}
+
+// The counts differ between ranks, so the fingerprint's count is 0 (the
+// description says how many this rank sends).
+WorkPtr MpiCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                         const Tensor& output, const std::vector<int64_t>& recv_counts) {
+  std::vector<int> sc(static_cast<size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+  int64_t s_at = 0, r_at = 0;
+  for (size_t j = 0; j < sc.size(); ++j) {
+    sd[j] = to_int_count(s_at, "all_to_all_v");
+    sc[j] = to_int_count(send_counts[j], "all_to_all_v");
+    rd[j] = to_int_count(r_at, "all_to_all_v");
+    rc[j] = to_int_count(recv_counts[j], "all_to_all_v");
+    s_at += send_counts[j];
+    r_at += recv_counts[j];
+  }
+  return issue({"all_to_all_v", 0, input.dtype(), 0}, [=, this] {
+    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    MPI_Request req;
+    MP_CHECK_MPI(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), type, output.data(), rc.data(), rd.data(), type,
+                                comm_, &req));
     mpi_wait(&req);
   });
 }

@@ -48,6 +48,8 @@ class MpiCommunicator final : public Communicator {
                         bool in_place) override;
   WorkPtr do_broadcast(const Tensor& tensor, int root) override;
   WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
+  WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                          const std::vector<int64_t>& recv_counts) override;
   // On the communication thread, in issue order, as collective
   // "host_all_gather" (waited for here).
   void do_host_all_gather(const void* mine, size_t bytes, void* all) override;

@@ -329,6 +329,20 @@ WorkPtr StagedMpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& 
   });
 }
 
+WorkPtr StagedMpiCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                                const Tensor& output, const std::vector<int64_t>& recv_counts) {
+  const size_t at = second_region(input.size_bytes());
+  return stage("all_to_all_v", at + output.size_bytes(), [&](char* base) {
+    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
+    const Tensor out = host_view(base, at, output.dtype(), output.numel());
+    return Plan{{{in.data(), input.data(), input.size_bytes()}},
+                [this, in, out, send_counts, recv_counts] {
+                  return inner_->all_to_all_v(in, send_counts, out, recv_counts);
+                },
+                {{output.data(), out.data(), output.size_bytes()}}};
+  });
+}
+
 WorkPtr StagedMpiCommunicator::barrier() {
   // Issued behind everything on stream(), like NCCL's barrier kernel.
   return stage("barrier", 0, [this](char*) { return Plan{{}, [this] { return inner_->barrier(); }, {}}; });

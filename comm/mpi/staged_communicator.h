@@ -173,6 +173,8 @@ class StagedMpiCommunicator final : public Communicator {
                         bool in_place) override;
   WorkPtr do_broadcast(const Tensor& tensor, int root) override;
   WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
+  WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                          const std::vector<int64_t>& recv_counts) override;
   // Straight to the inner communicator (host memory), in issue order.
   void do_host_all_gather(const void* mine, size_t bytes, void* all) override;
 

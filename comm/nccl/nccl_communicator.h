@@ -157,6 +157,8 @@ class NcclCommunicator final : public Communicator {
                         bool in_place) override;
   WorkPtr do_broadcast(const Tensor& tensor, int root) override;
   WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
+  WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                          const std::vector<int64_t>& recv_counts) override;
   // Host values over the bootstrap MPI communicator (MPI_Iallgather, polled
   // up to the timeout): Note [Control plane] in comm/communicator.h.
   void do_host_all_gather(const void* mine, size_t bytes, void* all) override;

@@ -265,6 +265,12 @@ TEST_F(NcclSelf, AllGatherBroadcastAllToAll) {
         Tensor a_out = in_place ? a_in : zeros(t, n);
         comm_->all_to_all(a_in, a_out)->wait();
         ASSERT_TRUE(equals_rounded(download(a_out), want, label("all_to_all", t, n, in_place)));
+
+        if (in_place) continue;  // all_to_all_v never is
+        Tensor v_out = zeros(t, n);
+        const std::vector<int64_t> counts = {n};
+        comm_->all_to_all_v(exact_device(t, n), counts, v_out, counts)->wait();
+        ASSERT_TRUE(equals_rounded(download(v_out), want, label("all_to_all_v", t, n, in_place)));
       }
     }
   }

@@ -217,6 +217,22 @@ TEST_F(Staged, AllGatherBroadcastAndAllToAllEqualMpiBitForBit) {
         Tensor a_out = in_place ? a_in : to_device(host_zeros(t, n * size()));
         staged_->all_to_all(a_in, a_out)->wait();
         ASSERT_TRUE(same_bytes(to_host(a_out), a_want, label("all_to_all", t, n, in_place)));
+
+        // all_to_all_v: rank i sends rank j (i + j + 1) * n / 3 elements.
+        if (in_place) continue;
+        std::vector<int64_t> sends, recvs;
+        int64_t sent = 0, received = 0;
+        for (int j = 0; j < size(); ++j) {
+          sends.push_back((rank() + j + 1) * n / 3);
+          recvs.push_back((j + rank() + 1) * n / 3);
+          sent += sends.back();
+          received += recvs.back();
+        }
+        Tensor v_want = host_zeros(t, received);
+        reference_->all_to_all_v(host_data(t, sent, 6), sends, v_want, recvs)->wait();
+        Tensor v_out = to_device(host_zeros(t, received));
+        staged_->all_to_all_v(to_device(host_data(t, sent, 6)), sends, v_out, recvs)->wait();
+        ASSERT_TRUE(same_bytes(to_host(v_out), v_want, label("all_to_all_v", t, n, in_place)));
       }
       for (int root : {0, size() - 1}) {
         Tensor want = host_data(t, n, 5);

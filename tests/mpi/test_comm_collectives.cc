@@ -2,8 +2,11 @@
 // in-place and out-of-place, on data whose answer is exactly representable:
 // results are compared bit for bit with the float64 reference.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/mpi/mpi_communicator.h"
+#include "core/error.h"
 #include "mp/config.h"
 #include "tests/mpi/comm_test_util.h"
 #include "tests/mpi/mpi_test.h"
@@ -117,6 +120,43 @@ TEST_F(Collectives, AllGatherBroadcastAllToAll) {
       }
     }
   }
+}
+
+// all_to_all_v: rank i sends rank j count(i, j) elements, some none; the
+// chunks land back to back in rank order, every value exact. Bad counts
+// are refused before anything is issued.
+TEST_F(Collectives, AllToAllVMovesChunksOfAnySize) {
+  const int n = size(), me = rank();
+  auto count = [](int from, int to) { return static_cast<int64_t>((from * 5 + to * 3) % 4 * 7); };
+  auto value = [](int from, int to, int64_t k) { return exact_value(from, to * 64 + k); };
+  for (DType t : kAllTypes) {
+    std::vector<int64_t> sends, recvs;
+    int64_t sent = 0, received = 0;
+    for (int j = 0; j < n; ++j) {
+      sends.push_back(count(me, j));
+      recvs.push_back(count(j, me));
+      sent += sends.back();
+      received += recvs.back();
+    }
+    Tensor in = Tensor::empty(alloc_, t, {sent + 3}, MemCategory::kOther);  // room to spare
+    std::vector<double> want_in, want_out;
+    for (int j = 0; j < n; ++j) {
+      for (int64_t k = 0; k < sends[static_cast<size_t>(j)]; ++k) want_in.push_back(value(me, j, k));
+      for (int64_t k = 0; k < recvs[static_cast<size_t>(j)]; ++k) want_out.push_back(value(j, me, k));
+    }
+    fill(in, [&](int64_t i) { return i < sent ? want_in[static_cast<size_t>(i)] : 0.0; });
+    Tensor out = Tensor::zeros(alloc_, t, {received + 2}, MemCategory::kOther);
+    comm_->all_to_all_v(in, sends, out, recvs)->wait();
+    ASSERT_TRUE(equals_rounded(
+        out, [&](int64_t i) { return i < received ? want_out[static_cast<size_t>(i)] : 0.0; },
+        "all_to_all_v " + std::string(dtype_name(t))));
+  }
+  Tensor x = Tensor::zeros(alloc_, DType::kF32, {4}, MemCategory::kOther);
+  std::vector<int64_t> too_many(static_cast<size_t>(n), 0);
+  too_many[0] = 5;
+  const std::vector<int64_t> none(static_cast<size_t>(n), 0), short_list(static_cast<size_t>(n) + 1, 0);
+  EXPECT_THROW(comm_->all_to_all_v(x, too_many, x.flat(0, 0), none), EnforceError);
+  EXPECT_THROW(comm_->all_to_all_v(x, short_list, x, none), EnforceError);
 }
 
 TEST_F(Collectives, WorkIsAsynchronousAndOrdered) {
