@@ -385,6 +385,10 @@ void Engine::Impl::update_in_backward(int u, Stream& stream) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), stream, reducer_->local_rounding());
   update_unit(u, stream);
+  if (muon_ && muon_->has(u)) {  // Note [Muon overlapped]: updated after the backward
+    muon_->begin_in_backward(u, unit, scalars_host_.as<StepScalars>()->grad_multiplier, stream);
+    return;
+  }
   gathers_->updated(u, stream.record());
 }
 
@@ -414,7 +418,9 @@ void Engine::Impl::update(const StepPlan& plan) {
   if (!plan.skip) {
     gathers_->drop_ring();  // gathered before the update: stale now
     if (!o_.optimizer_in_backward) write_scalars(plan);
-    if (muon_) {  // Note [Muon in the engine]: its exchange covers every unit at once
+    if (muon_ && o_.optimizer_in_backward) {  // Note [Muon overlapped]
+      muon_->finish_in_backward(units_, plan.lr, *compute_);
+    } else if (muon_) {  // Note [Muon in the engine]: every unit's part, then the exchanges
       for (int u = 0; u < layout_.num_units(); ++u) {
         update_unit(u, *compute_);
         muon_->begin(u, units_[static_cast<size_t>(u)], plan.scalars.grad_multiplier, *compute_);
@@ -422,7 +428,7 @@ void Engine::Impl::update(const StepPlan& plan) {
       muon_->finish(units_, plan.lr, *compute_);
     }
     for (int u = 0; u < layout_.num_units(); ++u) {
-      if (!o_.optimizer_in_backward) {
+      if (!o_.optimizer_in_backward || (muon_ && muon_->has(u))) {
         if (!muon_) update_unit(u, *compute_);
         gathers_->updated(u, compute_->record());
       }

@@ -182,10 +182,6 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
     if (o.int8_param_gather) MP_THROW(ConfigError, "deterministic runs gather exact parameters: turn off sharding.int8_param_gather");
   }
   if (optimizer.muon() != nullptr) {  // Note [Muon in the engine] (runtime/muon_exchange.h)
-    if (o.optimizer_in_backward) {
-      MP_THROW(ConfigError, "optimizer.kind = MUON does not run with sharding.optimizer_in_backward (its matrices ",
-               "are updated after the step's decision, whole on one rank)");
-    }
     if (p.master == MasterMode::kNone) {
       MP_THROW(ConfigError, "optimizer.kind = MUON needs a master (precision.master): Muon's matrices are updated ",
                "on the fp32 master or bf16 + remainder");

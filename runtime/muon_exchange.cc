@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <utility>
 
 #include "core/error.h"
@@ -12,58 +11,80 @@
 namespace mp {
 namespace {
 
-// Every Muon matrix of the model, and its pieces: the part of it each shard
-// rank holds, each at a slot of the one block that rank sends the matrix's
-// owner (the pieces of all units, in unit and offset order).
+// Every Muon matrix of the model and its pieces: the part of it each shard
+// rank holds. Unit by unit, each rank's send buffer holds its pieces for
+// owner 0, then owner 1, ...; each owner's receive buffer the pieces from
+// rank 0, then rank 1, ... (Note [Muon in the engine]); pieces keep offset
+// order within each (rank, owner) pair.
 struct Tables {
   std::vector<MuonMatrixInfo> matrices;
-  std::vector<std::vector<int>> unit_matrices;  // per unit: its matrices, by offset
-  int64_t block = 0;                            // elements per all-to-all block: the largest
+  std::vector<std::vector<MuonPiece>> pieces;  // per unit
+  // [unit][rank][peer]: elements rank sends peer (peer owns them)
+  std::vector<std::vector<std::vector<int64_t>>> counts;
+  std::vector<int64_t> send_total, recv_total;  // per rank: every unit's
 };
 
-// Calls piece(matrix, rank, begin, end, slot) for every piece, unit by unit.
-template <class F>
-int64_t walk_pieces(const FlatLayout& layout, const Tables& t, int shard_size, F&& piece) {
-  std::map<std::pair<int, int>, int64_t> used;  // (rank, owner): elements so far
-  int64_t block = 0;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const int64_t n = layout.unit(u).shard_numel;
-    for (const int i : t.unit_matrices[static_cast<size_t>(u)]) {
-      const MuonMatrixInfo& m = t.matrices[static_cast<size_t>(i)];
-      const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
-      for (int r = static_cast<int>(b0 / n); r < shard_size && r * n < e0; ++r) {
-        const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
-        if (b >= e) continue;
-        int64_t& at = used[{r, m.owner}];
-        piece(i, r, b, e, at);
-        at += e - b;
-        block = std::max(block, at);
-      }
-    }
-  }
-  return block;
+int64_t sum(const std::vector<int64_t>& v, size_t end) {
+  int64_t s = 0;
+  for (size_t i = 0; i < end; ++i) s += v[i];
+  return s;
 }
 
 Tables make_tables(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
   Tables t;
   t.matrices = muon_matrices(layout, hyper, shard_size);
-  t.unit_matrices.resize(static_cast<size_t>(layout.num_units()));
-  for (size_t i = 0; i < t.matrices.size(); ++i) {
-    t.unit_matrices[static_cast<size_t>(t.matrices[i].unit)].push_back(static_cast<int>(i));
+  const size_t units = static_cast<size_t>(layout.num_units()), ranks = static_cast<size_t>(shard_size);
+  t.pieces.resize(units);
+  t.counts.assign(units, std::vector<std::vector<int64_t>>(ranks, std::vector<int64_t>(ranks, 0)));
+  t.send_total.assign(ranks, 0);
+  t.recv_total.assign(ranks, 0);
+  for (size_t i = 0; i < t.matrices.size(); ++i) {  // in unit and offset order
+    const MuonMatrixInfo& m = t.matrices[i];
+    const int64_t n = layout.unit(m.unit).shard_numel;
+    const int64_t b0 = m.offset, e0 = m.offset + m.rows * m.cols;
+    for (int r = static_cast<int>(b0 / n); r < shard_size && r * n < e0; ++r) {
+      const int64_t b = std::max(b0, r * n), e = std::min(e0, (r + 1) * n);
+      if (b < e) t.pieces[static_cast<size_t>(m.unit)].push_back(MuonPiece{static_cast<int>(i), r, b, e, 0, 0});
+    }
   }
-  t.block = walk_pieces(layout, t, shard_size, [](int, int, int64_t, int64_t, int64_t) {});
+  // Where each piece sits: its pair's place within the unit, then its own.
+  for (size_t u = 0; u < units; ++u) {
+    std::vector<std::vector<int64_t>>& c = t.counts[u];
+    std::vector<std::vector<int64_t>> used(ranks, std::vector<int64_t>(ranks, 0));
+    for (MuonPiece& p : t.pieces[u]) {
+      const size_t r = static_cast<size_t>(p.rank), o = static_cast<size_t>(t.matrices[static_cast<size_t>(p.matrix)].owner);
+      p.send_at = used[r][o];  // within the pair, for now
+      p.recv_at = used[r][o];
+      used[r][o] += p.end - p.begin;
+    }
+    c = used;
+    for (MuonPiece& p : t.pieces[u]) {
+      const size_t r = static_cast<size_t>(p.rank), o = static_cast<size_t>(t.matrices[static_cast<size_t>(p.matrix)].owner);
+      std::vector<int64_t> to_owner(ranks);
+      for (size_t k = 0; k < ranks; ++k) to_owner[k] = c[k][o];
+      p.send_at += t.send_total[r] + sum(c[r], o);
+      p.recv_at += t.recv_total[o] + sum(to_owner, r);
+    }
+    for (size_t r = 0; r < ranks; ++r) {
+      for (size_t o = 0; o < ranks; ++o) {
+        t.send_total[r] += c[r][o];
+        t.recv_total[o] += c[r][o];
+      }
+    }
+  }
   return t;
 }
 
 struct Sizes {
-  int64_t exchange = 0;  // elements of send and of recv
-  int64_t matrix = 0;    // the largest owned matrix
-  int64_t scratch = 0;   // the largest owned matrix's NS scratch
+  int64_t send = 0, recv = 0;  // exchange buffers (a group of one: no receive buffer)
+  int64_t matrix = 0;          // the largest owned matrix
+  int64_t scratch = 0;         // the largest owned matrix's NS scratch
 };
 
-Sizes sizes(const Tables& t, const MuonHyper& hyper, int shard_size, int rank) {
+Sizes sizes(const Tables& t, const MuonHyper& hyper, int rank) {
   Sizes s;
-  s.exchange = t.block * shard_size;
+  s.send = t.send_total[static_cast<size_t>(rank)];
+  s.recv = t.send_total.size() > 1 ? t.recv_total[static_cast<size_t>(rank)] : 0;
   for (const MuonMatrixInfo& m : t.matrices) {
     if (m.owner != rank) continue;
     s.matrix = std::max(s.matrix, m.rows * m.cols);
@@ -140,8 +161,8 @@ std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHype
   std::vector<int64_t> out(static_cast<size_t>(shard_size), 0);
   if (t.matrices.empty()) return out;
   for (int r = 0; r < shard_size; ++r) {
-    const Sizes s = sizes(t, hyper, shard_size, r);
-    out[static_cast<size_t>(r)] = (2 * s.exchange + 2 * s.matrix + s.scratch) * 4;
+    const Sizes s = sizes(t, hyper, r);
+    out[static_cast<size_t>(r)] = (s.send + s.recv + 2 * s.matrix + s.scratch) * 4;
   }
   return out;
 }
@@ -149,40 +170,53 @@ std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHype
 MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings,
                            Communicator& shard, CommWatch& comm, Allocator& alloc)
     : o_(o), settings_(settings), shard_(shard), comm_(comm), rank_(shard.rank()), size_(shard.size()) {
-  const Tables t = make_tables(layout, settings.hyper, size_);
+  Tables t = make_tables(layout, settings.hyper, size_);
   matrices_ = t.matrices;
   units_.resize(static_cast<size_t>(layout.num_units()));
-  block_ = walk_pieces(layout, t, size_, [&](int i, int r, int64_t b, int64_t e, int64_t slot) {
-    units_[static_cast<size_t>(matrices_[static_cast<size_t>(i)].unit)].pieces.push_back(Piece{i, r, b, e, slot});
-  });
+  const size_t me = static_cast<size_t>(rank_);
+  int64_t send_base = 0, recv_base = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    unit.pieces = std::move(t.pieces[u]);
+    for (int r = 0; r < size_; ++r) {
+      unit.send_counts.push_back(t.counts[u][me][static_cast<size_t>(r)]);
+      unit.recv_counts.push_back(t.counts[u][static_cast<size_t>(r)][me]);
+    }
+    unit.send_base = send_base;
+    unit.recv_base = recv_base;
+    send_base += sum(unit.send_counts, unit.send_counts.size());
+    recv_base += sum(unit.recv_counts, unit.recv_counts.size());
+  }
   for (size_t i = 0; i < matrices_.size(); ++i) {
     if (matrices_[i].owner == rank_) owned_.push_back(static_cast<int>(i));
   }
   if (matrices_.empty()) return;
-  const Sizes s = sizes(t, settings.hyper, size_, rank_);
+  const Sizes s = sizes(t, settings.hyper, rank_);
   auto buffer = [&](int64_t count) {
     return count > 0 ? Tensor::zeros(alloc, DType::kF32, {count}, MemCategory::kCommScratch) : Tensor();
   };
-  send_ = buffer(s.exchange);
-  recv_ = buffer(s.exchange);
+  send_ = buffer(s.send);
+  recv_ = size_ > 1 ? buffer(s.recv) : send_;  // a group of one reads its own pieces
   u_ = buffer(s.matrix);
   o_mat_ = buffer(s.matrix);
   scratch_ = buffer(s.scratch);
+  if (o.optimizer_in_backward) {
+    ns_ = Stream::create(alloc.device(), "muon",
+                         StreamOptions{.lags_under_torture = true, .wait_timeout = shard.options().timeout});
+  }
 }
 
-void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, Stream& compute) {
+void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream) {
   const Unit& table = units_[static_cast<size_t>(u)];
   if (table.pieces.empty()) return;
   const UpdateArgs args = unit.update_args(o_);
-  const int64_t offset = unit.offset(), B = block_;
-  float* send = send_.data_as<float>();
-  compute.host_task([this, &table, args, send, B, offset, grad_multiplier] {
+  stream.host_task([this, &table, args, send = send_.data_as<float>(), offset = unit.offset(), grad_multiplier] {
     const MuonMomentum mc = muon_momentum_constants(settings_.hyper);
-    for (const Piece& p : table.pieces) {
+    for (const MuonPiece& p : table.pieces) {
       if (p.rank != rank_) continue;
       const int64_t at = p.begin - offset, len = p.end - p.begin;
       const char* g = static_cast<const char*>(args.grad) + at * static_cast<int64_t>(dtype_size(args.grad_dtype));
-      float* dst = send + matrices_[static_cast<size_t>(p.matrix)].owner * B + p.slot;
+      float* dst = send + p.send_at;
       convert(Tensor::wrap(const_cast<char*>(g), Device::cpu(), args.grad_dtype, {len}),
               Tensor::wrap(dst, Device::cpu(), DType::kF32, {len}));
       float* buf = static_cast<float*>(args.state0) + at;
@@ -193,75 +227,119 @@ void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, St
   });
 }
 
-// send -> recv over the shard group, ordered on `compute`.
-void MuonExchange::exchange(Stream& compute) {
-  if (size_ == 1) return;  // a group of one reads its own blocks
-  const int64_t count = block_ * size_;
-  shard_.stream().wait(compute.record());
-  WorkPtr w = shard_.all_to_all(send_.flat(0, count), recv_.flat(0, count));
+// Unit u's pieces to their owners (back: from them), after `ready`; null
+// for a group of one (which reads its own pieces).
+WorkPtr MuonExchange::exchange(int u, bool back, const Event& ready) {
+  if (size_ == 1) return nullptr;
+  const Unit& t = units_[static_cast<size_t>(u)];
+  auto view = [&](const Tensor& buffer, int64_t base, const std::vector<int64_t>& counts) {
+    const int64_t n = sum(counts, counts.size());  // none: the buffer may not exist
+    return n > 0 ? buffer.flat(base, n) : Tensor::wrap(nullptr, shard_.device(), DType::kF32, {0});
+  };
+  const Tensor mine = view(send_, t.send_base, t.send_counts);
+  const Tensor owned = view(recv_, t.recv_base, t.recv_counts);
+  shard_.stream().wait(ready);
+  WorkPtr w = back ? shard_.all_to_all_v(owned, t.recv_counts, mine, t.send_counts)
+                   : shard_.all_to_all_v(mine, t.send_counts, owned, t.recv_counts);
   comm_.track(w);
-  comm_.wait_on(compute, w);
+  return w;
 }
 
-void MuonExchange::finish(const std::vector<UnitState>& units, double lr, Stream& compute) {
-  if (matrices_.empty()) return;
-  const int64_t B = block_;
-  float* send = send_.data_as<float>();
-  const float* in = size_ > 1 ? recv_.data_as<float>() : send;
-  exchange(compute);  // 2. U to the owners
-
-  // 3. Each matrix this rank owns: U whole, O = NS(U), O's slices back into
-  // the blocks to each rank, at the same slots.
-  compute.host_task([this, in, send, B] {
+// Step 3 for the matrices of unit u this rank owns: U whole, O = NS(U),
+// O's slices back where U's were in the receive buffer.
+void MuonExchange::orthogonalize(int u, Stream& stream) {
+  const Unit& table = units_[static_cast<size_t>(u)];
+  stream.host_task([this, u, &table, pieces = recv_.data_as<float>()] {
     float* whole = u_.data_as<float>();
     float* o = o_mat_.data_as<float>();
     for (const int i : owned_) {
       const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
-      const std::vector<Piece>& pieces = units_[static_cast<size_t>(m.unit)].pieces;
-      for (const Piece& p : pieces) {
-        if (p.matrix == i) std::copy_n(in + p.rank * B + p.slot, p.end - p.begin, whole + (p.begin - m.offset));
+      if (m.unit != u) continue;
+      for (const MuonPiece& p : table.pieces) {
+        if (p.matrix == i) std::copy_n(pieces + p.recv_at, p.end - p.begin, whole + (p.begin - m.offset));
       }
       muon_orthogonalize_cpu(settings_.hyper, whole, m.rows, m.cols, o, 0, scratch_.data_as<float>(),
                              scratch_.numel());
-      for (const Piece& p : pieces) {
-        if (p.matrix == i) std::copy_n(o + (p.begin - m.offset), p.end - p.begin, send + p.rank * B + p.slot);
+      for (const MuonPiece& p : table.pieces) {
+        if (p.matrix == i) std::copy_n(o + (p.begin - m.offset), p.end - p.begin, pieces + p.recv_at);
       }
     }
   });
-  exchange(compute);  // 4. O back
+}
 
-  // 5. The element part on this rank's master slices, and the copy.
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u].pieces.empty()) continue;
-    const UpdateArgs args = units[u].update_args(o_);
-    compute.host_task([this, &table = units_[u], in, args, B, offset = units[u].offset(), lr] {
-      for (const Piece& p : table.pieces) {
-        if (p.rank != rank_) continue;
-        const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
-        const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
-        const float* o = in + m.owner * B + p.slot;
-        const int64_t at = p.begin - offset, len = p.end - p.begin;
-        if (args.master_mode == MasterMode::kFp32) {
-          float* w = args.master + at;
-          for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
-          if (args.param_out != nullptr) {
-            char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
-            convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
-                    Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
-          }
-        } else {  // kBf16Remainder (the engine refuses kNone with MUON)
-          uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
-          int16_t* r = args.master_remainder + at;
-          for (int64_t k = 0; k < len; ++k) {
-            const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
-            const math::Bf16Remainder split = math::split_bf16_remainder(w);
-            h[k] = split.h;
-            r[k] = split.r;
-          }
+// Step 5 for unit u: the element part on this rank's master slices, and the copy.
+void MuonExchange::apply(int u, const UnitState& unit, double lr, Stream& stream) {
+  const Unit& table = units_[static_cast<size_t>(u)];
+  const UpdateArgs args = unit.update_args(o_);
+  stream.host_task([this, &table, in = send_.data_as<float>(), args, offset = unit.offset(), lr] {
+    for (const MuonPiece& p : table.pieces) {
+      if (p.rank != rank_) continue;
+      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
+      const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
+      const float* o = in + p.send_at;
+      const int64_t at = p.begin - offset, len = p.end - p.begin;
+      if (args.master_mode == MasterMode::kFp32) {
+        float* w = args.master + at;
+        for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
+        if (args.param_out != nullptr) {
+          char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
+          convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
+                  Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
+        }
+      } else {  // kBf16Remainder (the engine refuses kNone with MUON)
+        uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
+        int16_t* r = args.master_remainder + at;
+        for (int64_t k = 0; k < len; ++k) {
+          const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
+          const math::Bf16Remainder split = math::split_bf16_remainder(w);
+          h[k] = split.h;
+          r[k] = split.r;
         }
       }
-    });
+    }
+  });
+}
+
+// The exchanges go out unit by unit, back to back on the communication
+// stream; each owner then runs all its matrices in a row.
+void MuonExchange::finish(const std::vector<UnitState>& units, double lr, Stream& compute) {
+  if (matrices_.empty()) return;
+  const Event ready = compute.record();
+  for (size_t u = 0; u < units_.size(); ++u) {  // 2. U to the owners
+    if (has(static_cast<int>(u))) comm_.wait_on(compute, exchange(static_cast<int>(u), false, ready));
   }
+  for (size_t u = 0; u < units_.size(); ++u) {  // 3.
+    if (has(static_cast<int>(u))) orthogonalize(static_cast<int>(u), compute);
+  }
+  receive_and_apply(units, lr, compute, compute.record());
+}
+
+// 4. O back, each unit's after `ready`; 5.
+void MuonExchange::receive_and_apply(const std::vector<UnitState>& units, double lr, Stream& compute,
+                                     const Event& ready) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (has(static_cast<int>(u))) comm_.wait_on(compute, exchange(static_cast<int>(u), true, ready));
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (has(static_cast<int>(u))) apply(static_cast<int>(u), units[u], lr, compute);
+  }
+}
+
+void MuonExchange::begin_in_backward(int u, const UnitState& unit, float grad_multiplier, Stream& reduced) {
+  if (!has(u)) return;
+  MP_ENFORCE(ns_ != nullptr, "the Muon stream exists with optimizer_in_backward only");
+  begin(u, unit, grad_multiplier, reduced);
+  const Event ready = reduced.record();
+  const WorkPtr w = exchange(u, false, ready);  // on the communication stream, which never waits for ns_
+  ns_->wait(w ? w->event() : ready);
+  orthogonalize(u, *ns_);
+}
+
+void MuonExchange::finish_in_backward(const std::vector<UnitState>& units, double lr, Stream& compute) {
+  if (matrices_.empty()) return;
+  const Event done = ns_->record();
+  compute.wait(done);  // the iterations' own time: not communication
+  receive_and_apply(units, lr, compute, done);
 }
 
 }  // namespace mp

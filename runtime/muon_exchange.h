@@ -14,21 +14,25 @@
 // skipped step changes nothing, momentum included), on the compute stream:
 //   1. per unit, after its AdamW part, every rank updates the momentum of
 //      its shard's Muon elements and forms U there (muon_momentum_element),
-//      as fp32, into one block per owner (each piece at a fixed slot from
-//      the layout; the blocks hold every unit's pieces, padded to the
-//      largest);
-//   2. one all-to-all over the shard group brings every owner its blocks;
+//      as fp32, into its send buffer: unit by unit, the pieces for owner 0,
+//      then owner 1, ... (MuonPiece, fixed by the layout);
+//   2. per unit, an all-to-all of uneven chunks (all_to_all_v) over the
+//      shard group brings every owner its pieces, in rank order; every
+//      unit's is issued back to back;
 //   3. each owner assembles its matrices' U and computes O = NS(U)
-//      (muon_orthogonalize_cpu), one after another, then writes O's slices
-//      into the same slots of its blocks to each rank;
-//   4. a second all-to-all brings every rank O for its slices;
+//      (muon_orthogonalize_cpu), all of them in a row, and writes O's
+//      slices where U's pieces were;
+//   4. per unit, the all-to-all back brings every rank O for its pieces,
+//      where U's were in its send buffer;
 //   5. every rank applies the element part to its master slices
 //      (muon_apply_element: decay, then the fma of O at -adjusted_lr) and
 //      writes its parameter copies, as the fused update does for the rest.
-// One exchange for all units, not one per unit: owners are balanced over
-// the whole model's flops, and a unit has few matrices (the GPT's four), so
-// per unit most ranks would wait for the one owning its largest matrix.
-// The cost is memory: the blocks hold the shard's Muon elements, twice.
+// The iterations wait for every unit's exchange, not each for its own:
+// owners are balanced over the whole model's flops, and a unit has few
+// matrices (the GPT's four), so unit by unit most ranks would wait for the
+// one owning its largest matrix. The buffers hold the rank's Muon elements
+// (send) and its matrices' (receive), fp32, with no padding; a group of one
+// has the send buffer only.
 // The gradient seen by Muon is the reduced one times the StepPlan's
 // multiplier, computed as the fused update does, and NS runs on the whole
 // matrix, so the result does not depend on the strategy, the world size or
@@ -37,9 +41,24 @@
 // rank, each its own owner. The AdamW second moment (state1) of Muon's
 // elements is allocated and unused. Host tasks on the compute stream: CPU
 // devices only for now.
+//
+// Note [Muon overlapped]
+// With sharding.optimizer_in_backward the step is decided before the
+// backward (no clipping, no loss scaling), so Muon need not wait for it:
+// when unit u's reduction lands, its AdamW part and step 1 run on the
+// reduction's stream, u's all-to-all follows on the communication stream,
+// and the owner's iterations for u run on the exchange's own stream while
+// the compute stream goes on with the backward of the units before u. The
+// communication stream never waits for the iterations during the backward
+// (the gathers and reductions of the next units queue there). After the
+// backward the compute stream waits for the iterations, then the
+// exchanges back go out and step 5 runs as above; only then are the Muon
+// units' next gathers issued. Same functions on the same data: the bits
+// equal the step after the backward.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,15 +89,26 @@ struct MuonMatrixInfo {
 // not 2-D.
 std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
 
+// The part of a Muon matrix one shard rank holds: elements [begin, end) of
+// its unit's flat buffer, at send_at of that rank's exchange send buffer
+// and at recv_at of the owner's receive buffer.
+struct MuonPiece {
+  int matrix = 0;  // in muon_matrices' order
+  int rank = 0;    // the shard rank holding it
+  int64_t begin = 0, end = 0;
+  int64_t send_at = 0, recv_at = 0;
+};
+
 // Which parameters Muon takes (the model's marks: their count, elements and
 // the first names) and, one line per rank of the shard group, the matrices
 // it owns and its share of the Newton-Schulz flops: the run log and --plan.
 std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size);
 
 // The bytes the exchange allocates on each rank of the shard group, all
-// MemCategory::kCommScratch, for the memory plan: the two exchange buffers,
-// its largest owned matrix's U and O, and that matrix's Newton-Schulz
-// scratch. [shard rank].
+// MemCategory::kCommScratch, for the memory plan: the send buffer (the
+// rank's Muon elements) and the receive buffer (its matrices' elements;
+// none in a group of one), its largest owned matrix's U and O, and that
+// matrix's Newton-Schulz scratch. [shard rank].
 std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
 
 class MuonExchange {
@@ -88,29 +118,38 @@ class MuonExchange {
 
   const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
   bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
-  // Enqueues step 1 of Note [Muon in the engine] for unit u on `compute`,
+  // Enqueues step 1 of Note [Muon in the engine] for unit u on `stream`,
   // which must already be ordered after u's reduced gradients: the momentum
-  // of this rank's Muon elements and their U, into the owners' blocks.
-  void begin(int u, const UnitState& unit, float grad_multiplier, Stream& compute);
+  // of this rank's Muon elements and their U, into its send buffer.
+  void begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream);
   // Enqueues steps 2 to 5 for every unit with Muon matrices, once each has
-  // begun this step: one all-to-all there and one back for all of them, so
-  // each owner runs all its matrices in a row and no rank waits for another
-  // between units (owners balance the flops of the whole model, not of a
-  // unit). `units`: the engine's, by index.
+  // begun this step, on `compute`: every unit's all-to-all to the owners,
+  // then each owner's matrices in a row (owners balance the flops of the
+  // whole model, not of a unit, so no rank waits for another between
+  // units), then every unit's all-to-all back and the element part.
+  // `units`: the engine's, by index.
   void finish(const std::vector<UnitState>& units, double lr, Stream& compute);
 
+  // sharding.optimizer_in_backward (Note [Muon overlapped]): steps 1 to 3
+  // of unit u as soon as its reduction lands on `reduced`: step 1 there,
+  // u's all-to-all on the communication stream, the iterations on the
+  // exchange's own stream, so the backward of the earlier units goes on.
+  void begin_in_backward(int u, const UnitState& unit, float grad_multiplier, Stream& reduced);
+  // Then, after the backward, steps 4 and 5 of every unit on `compute`,
+  // once the iterations are done.
+  void finish_in_backward(const std::vector<UnitState>& units, double lr, Stream& compute);
+
  private:
-  struct Piece {
-    int matrix = 0;
-    int rank = 0;        // the shard rank holding it
-    int64_t begin = 0;   // in the unit's flat buffer
-    int64_t end = 0;
-    int64_t slot = 0;    // in the block between rank and the matrix's owner
-  };
   struct Unit {
-    std::vector<Piece> pieces;
+    std::vector<MuonPiece> pieces;         // every rank's
+    std::vector<int64_t> send_counts;      // to each owner
+    std::vector<int64_t> recv_counts;      // from each rank, as owner
+    int64_t send_base = 0, recv_base = 0;  // where the unit starts in send_, recv_
   };
-  void exchange(Stream& compute);
+  WorkPtr exchange(int u, bool back, const Event& ready);
+  void orthogonalize(int u, Stream& stream);
+  void apply(int u, const UnitState& unit, double lr, Stream& stream);
+  void receive_and_apply(const std::vector<UnitState>& units, double lr, Stream& compute, const Event& ready);
 
   const EngineOptions& o_;
   const MuonSettings& settings_;
@@ -120,8 +159,10 @@ class MuonExchange {
   std::vector<MuonMatrixInfo> matrices_;
   std::vector<int> owned_;      // the matrices this rank owns
   std::vector<Unit> units_;
-  int64_t block_ = 0;           // elements per block of the all-to-alls
-  Tensor send_, recv_, u_, o_mat_, scratch_;
+  Tensor send_;                 // this rank's pieces: U out, O back in
+  Tensor recv_;                 // the pieces of its matrices: U in, O out (a group of one: send_)
+  Tensor u_, o_mat_, scratch_;
+  std::unique_ptr<Stream> ns_;  // the iterations' (optimizer_in_backward)
 };
 
 }  // namespace mp

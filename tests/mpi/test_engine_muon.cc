@@ -106,6 +106,36 @@ TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
   }
 }
 
+// Note [Muon overlapped]: with sharding.optimizer_in_backward the
+// iterations run beside the backward, and every strategy on N ranks still
+// gives the bits of one rank running Muon after the backward (no clipping:
+// in-backward updates have none).
+TEST_F(MuonEngineTest, OverlappedWithTheBackwardGivesTheSameBits) {
+  const int n = size();
+  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
+    const std::unique_ptr<Model> model = make_model(m);
+    const ModelSpec spec = m == TestModel::kMlp ? mlp_spec_one_matrix(*model) : model->spec();
+    proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
+    ref_config.set_deterministic(true);
+    const TrainRun ref = train(*self_, ref_config, *model, spec, kSteps);
+    for (Strategy s : all_strategies()) {
+      SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
+                   std::to_string(n) + " ranks, in the backward");
+      proto::EngineConfig config = muon_config(s, n, kGlobalMicroBatches / n);
+      config.set_deterministic(true);
+      config.mutable_sharding()->set_optimizer_in_backward(true);
+      const std::unique_ptr<Model> local = make_model(m);
+      const TrainRun run = train(*world_, config, *local, spec, kSteps);
+      expect_memory_is_the_plan(run);
+      for (int i = 0; i < kSteps; ++i) {
+        EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
+        EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
+      }
+      EXPECT_TRUE(same_bits(run.weights, ref.weights));
+    }
+  }
+}
+
 // The engine's Muon is the plain step on the whole matrix: a quadratic
 // model (d loss / d w = w - t exactly, tests/quadratic_model.h) whose two
 // units are one [rows, cols] matrix each under Muon, on one rank; after
@@ -407,9 +437,11 @@ TEST_F(MuonEngineTest, BadConfigsAreRefusedNamingTheField) {
   bias.units[0].params[1].muon = true;  // layer0.bias: 1-D
   expect_config_error([&] { Engine(bias, muon_config(SC::FULL_SHARD, n, 1), *world_); },
                       "parameter 'layer0.bias' of shape [24] is marked for Muon");
-  proto::EngineConfig in_backward = muon_config(SC::FULL_SHARD, n, 1);
-  in_backward.mutable_sharding()->set_optimizer_in_backward(true);
-  expect_config_error([&] { Engine(model.spec(), in_backward, *world_); }, "sharding.optimizer_in_backward");
+  proto::EngineConfig clipped = muon_config(SC::FULL_SHARD, n, 1);  // as for every optimizer in the backward
+  clipped.mutable_sharding()->set_optimizer_in_backward(true);
+  clipped.mutable_optimizer()->set_grad_clip(1.0);
+  expect_config_error([&] { Engine(model.spec(), clipped, *world_); },
+                      "sharding.optimizer_in_backward needs optimizer.grad_clip = 0");
 }
 
 }  // namespace
