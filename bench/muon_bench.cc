@@ -3,13 +3,16 @@
 // GEMMs), against the bound its Newton-Schulz iterations set.
 //
 // Models as suite "gpt" (bench/gpt_bench.cc): gpt2_124m (global batch 4,
-// T 64) and small (global batch 8). Per model, three engines train the same
-// model side by side: AdamW, and MUON with bf16 and with fp32 iterations;
-// their timed steps are interleaved (AdamW, Muon bf16, Muon fp32, AdamW,
-// ...), so a slow moment of the shared machine hits all three.
+// T 64) and small (global batch 8). Per model, five engines train the same
+// model side by side: AdamW, and MUON with bf16 and with fp32 iterations,
+// after the backward; then AdamW and MUON bf16 with
+// sharding.optimizer_in_backward (case suffix _in_backward: the iterations
+// overlap the backward, Note [Muon overlapped]). Their timed steps are
+// interleaved, so a slow moment of the shared machine hits all five.
 //
 // Per Muon case:
-//   value      = extra_ms: the median Muon step minus the median AdamW step;
+//   value      = extra_ms: the median Muon step minus the median AdamW step
+//                (AdamW with the same optimizer_in_backward);
 //   ref_value  = bound_ms: the step's Newton-Schulz FLOPs (muon_ns_flops
 //                over every matrix: ns_steps x (4 m^2 n + 2 m^3)) over the
 //                job's GEMM peak in the iteration dtype, measured in the
@@ -56,9 +59,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-proto::EngineConfig config_for(proto::OptimizerConfig::Kind kind, proto::DataType iteration) {
+proto::EngineConfig config_for(proto::OptimizerConfig::Kind kind, proto::DataType iteration, bool in_backward) {
   proto::EngineConfig c;
   c.mutable_sharding()->set_strategy(proto::ShardingConfig::FULL_SHARD);
+  c.mutable_sharding()->set_optimizer_in_backward(in_backward);
   *c.mutable_precision() = precision_recipe("bf16_master");
   c.set_micro_batches(1);
   c.mutable_optimizer()->set_kind(kind);
@@ -104,6 +108,11 @@ double isolated_ns_seconds(const ModelSpec& spec, const MuonHyper& hyper, int ra
   return median(times);
 }
 
+struct Case {
+  proto::DataType iteration;
+  bool in_backward;  // sharding.optimizer_in_backward: the iterations beside the backward
+};
+
 struct Model {
   std::string name;
   GptConfig gpt;
@@ -125,7 +134,7 @@ void run_muon_suite(const BenchContext& ctx) {
   ctx.reporter.note(detail::str(ranks, " rank(s) x ", threads, " thread(s); GEMM peak of the job: fp32 ",
                                 peak_fp32.gflops, " GFLOP/s (", peak_fp32.best, "), bf16 ", peak_bf16.gflops,
                                 " GFLOP/s (", peak_bf16.best, "); ", gemm_describe()));
-  const std::vector<proto::DataType> iterations = {proto::BF16, proto::FP32};
+  const std::vector<Case> cases = {{proto::BF16, false}, {proto::FP32, false}, {proto::BF16, true}};
   for (const Model& m : models) {
     if (m.global_batch % ranks != 0) {
       MP_THROW(ConfigError, "muon suite: global batch ", m.global_batch, " does not divide over ", ranks, " ranks");
@@ -136,13 +145,16 @@ void run_muon_suite(const BenchContext& ctx) {
     g.matmul_dtype = DType::kBF16;
     Allocator allocator;
     Gpt model(g, allocator);
-    // Engine 0: AdamW; then one per iteration dtype.
+    // Engine 0: AdamW; then Muon, one per case; each case's baseline is
+    // AdamW with the same optimizer_in_backward.
     std::vector<std::unique_ptr<Engine>> engines;
-    engines.push_back(std::make_unique<Engine>(
-        model.spec(), config_for(proto::OptimizerConfig::ADAMW, proto::BF16), *world, allocator));
-    for (const proto::DataType it : iterations) {
-      engines.push_back(
-          std::make_unique<Engine>(model.spec(), config_for(proto::OptimizerConfig::MUON, it), *world, allocator));
+    for (const bool in_backward : {false, true}) {
+      engines.push_back(std::make_unique<Engine>(
+          model.spec(), config_for(proto::OptimizerConfig::ADAMW, proto::BF16, in_backward), *world, allocator));
+    }
+    for (const Case& c : cases) {
+      engines.push_back(std::make_unique<Engine>(
+          model.spec(), config_for(proto::OptimizerConfig::MUON, c.iteration, c.in_backward), *world, allocator));
     }
     const int steps = ctx.options.iters == BenchOptions{}.iters ? m.default_steps : ctx.options.iters;
     for (int i = 0; i < std::min(ctx.options.warmup, 1); ++i) {
@@ -157,24 +169,24 @@ void run_muon_suite(const BenchContext& ctx) {
         times[k].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
     }
-    const double adamw_s = median(times[0]);
     double ns_flops = 0;
     for (const UnitSpec& u : model.spec().units) {
       for (const ParamSpec& p : u.params) {
         if (p.muon) ns_flops += muon_ns_flops(p.shape[0], p.shape[1], MuonHyper{}.ns_steps);
       }
     }
-    for (size_t k = 0; k < iterations.size(); ++k) {
-      const Engine& e = *engines[k + 1];
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const size_t base = cases[k].in_backward ? 1 : 0, at = k + 2;
+      const Engine& e = *engines[at];
       const MuonHyper& hyper = e.optimizer().muon()->hyper;
       const DType dt = hyper.iteration_dtype;
       const double peak = (dt == DType::kBF16 ? peak_bf16 : peak_fp32).gflops;
-      const double muon_s = median(times[k + 1]);
+      const double adamw_s = median(times[base]), muon_s = median(times[at]);
       const double extra_s = muon_s - adamw_s;
       const double bound_s = ns_flops / (peak * 1e9);
       const double isolated_s = isolated_ns_seconds(model.spec(), hyper, ranks, world->rank(), threads, 3);
       nlohmann::ordered_json j;
-      j["case"] = m.name + "_muon_" + std::string(dtype_name(dt));
+      j["case"] = m.name + "_muon_" + std::string(dtype_name(dt)) + (cases[k].in_backward ? "_in_backward" : "");
       j["value"] = round_to(extra_s * 1e3, 2);
       j["unit"] = "ms";
       j["ref"] = "ns_bound";
@@ -190,8 +202,9 @@ void run_muon_suite(const BenchContext& ctx) {
       j["iteration_dtype"] = std::string(dtype_name(dt));
       j["gemm_peak_gflops"] = round_to(peak, 2);
       j["gemm_peak_shape"] = (dt == DType::kBF16 ? peak_bf16 : peak_fp32).best;
-      j["loss_adamw"] = round_to(losses[0], 4);
-      j["loss_muon"] = round_to(losses[k + 1], 4);
+      j["optimizer_in_backward"] = cases[k].in_backward;
+      j["loss_adamw"] = round_to(losses[base], 4);
+      j["loss_muon"] = round_to(losses[at], 4);
       j["ranks"] = ranks;
       j["threads_per_rank"] = threads;
       j["steps"] = steps;
