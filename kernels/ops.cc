@@ -5,14 +5,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "core/error.h"
 #include "kernels/accumulate_math.h"
+#include "kernels/convert_math.h"
 #include "kernels/cpu/accumulate.h"
 #include "kernels/cpu/grad_stats.h"
+#include "kernels/cpu/newton_schulz.h"
 #include "kernels/cpu/update.h"
 #include "kernels/dispatch.h"
+#include "kernels/remainder_math.h"
 #include "mp/config.h"
 
 #if MP_WITH_CUDA
@@ -22,6 +26,8 @@
 #include "core/error_cuda.h"
 #include "core/pinned.h"
 #include "kernels/cuda/grad_stats_cuda.h"
+#include "kernels/cuda/muon_cuda.h"
+#include "kernels/cuda/newton_schulz_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/update_cuda.h"
 #endif
@@ -258,6 +264,99 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
                    d, " and pageable host memory on stream '", stream.name(),
                    "': stream-ordered copies need pinned host memory (core/pinned.h PinnedBuffer)");
         MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cs));
+#else
+        (void)cs;
+#endif
+      });
+}
+
+// ---- Muon (Note [Muon in the engine] in runtime/muon_exchange.h) -----------
+
+void muon_momentum(const void* grad, DType grad_dtype, float* momentum, float* u, int64_t n, float multiplier,
+                   const MuonMomentum& c, Device device, Stream& stream) {
+  MP_ENFORCE(accumulable(grad_dtype), "muon_momentum of a ", dtype_name(grad_dtype), " gradient");
+  MP_ENFORCE(n >= 0 && (n == 0 || (grad != nullptr && momentum != nullptr && u != nullptr)), "muon_momentum of ", n,
+             " elements");
+  dispatch(
+      device, stream, "muon_momentum",
+      [=] {
+        dispatch_dtype(grad_dtype, [&](auto tag) {
+          using G = decltype(tag);
+          const G* g = static_cast<const G*>(grad);
+          for (int64_t i = 0; i < n; ++i) {
+            const float x = math::to_f32(g[i]);
+            u[i] = muon_momentum_element(momentum[i], multiplier == 1.0f ? x : x * multiplier, c);
+          }
+        });
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        muon_momentum_cuda(grad, grad_dtype, momentum, u, n, multiplier, c, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+void muon_apply(float* master, int16_t* remainder, void* param_out, DType param_dtype, const float* o, int64_t n,
+                const MuonApply& c, Device device, Stream& stream) {
+  MP_ENFORCE(n >= 0 && (n == 0 || o != nullptr), "muon_apply of ", n, " elements");
+  MP_ENFORCE(master != nullptr ? accumulable(param_dtype)
+                               : remainder != nullptr && param_out != nullptr && param_dtype == DType::kBF16,
+             "muon_apply: an fp32 master, or bf16 params with their remainders");
+  dispatch(
+      device, stream, "muon_apply",
+      [=] {
+        if (master == nullptr) {
+          uint16_t* h = static_cast<uint16_t*>(param_out);
+          for (int64_t i = 0; i < n; ++i) {
+            const math::Bf16Remainder split =
+                math::split_bf16_remainder(muon_apply_element(math::merge_bf16_remainder(h[i], remainder[i]), o[i], c));
+            h[i] = split.h;
+            remainder[i] = split.r;
+          }
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i) master[i] = muon_apply_element(master[i], o[i], c);
+        if (param_out == nullptr) return;
+        dispatch_dtype(param_dtype, [&](auto tag) {
+          using P = decltype(tag);
+          if constexpr (std::is_same_v<P, float> || std::is_same_v<P, bf16> || std::is_same_v<P, fp16>) {
+            P* out = static_cast<P*>(param_out);
+            for (int64_t i = 0; i < n; ++i) out[i] = math::from_f32<P>(master[i]);
+          }
+        });
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        muon_apply_cuda(master, remainder, param_out, param_dtype, o, n, c, cs);
+#else
+        (void)cs;
+#endif
+      });
+}
+
+int64_t newton_schulz_scratch_bytes(int64_t rows, int64_t cols, const NewtonSchulzOptions& options, Device device) {
+#if MP_WITH_CUDA
+  if (device.is_cuda()) return newton_schulz_cuda_scratch_bytes(rows, cols, options);
+#endif
+  (void)device;
+  return newton_schulz_scratch_elements(rows, cols, options) * static_cast<int64_t>(sizeof(float));
+}
+
+void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulzOptions& options,
+                   void* scratch, int64_t scratch_bytes, Device device, Stream& stream) {
+  MP_ENFORCE(scratch_bytes >= newton_schulz_scratch_bytes(rows, cols, options, device), "newton_schulz: scratch of ",
+             scratch_bytes, " bytes for a [", rows, ", ", cols, "] matrix");
+  dispatch(
+      device, stream, "newton_schulz",
+      [=] {
+        newton_schulz_cpu(g, out, rows, cols, options, static_cast<float*>(scratch),
+                          scratch_bytes / static_cast<int64_t>(sizeof(float)));
+      },
+      [&](auto cs) {
+#if MP_WITH_CUDA
+        newton_schulz_cuda(g, out, rows, cols, options, scratch, scratch_bytes, cs);
 #else
         (void)cs;
 #endif

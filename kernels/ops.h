@@ -23,6 +23,8 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "kernels/muon_math.h"
+#include "kernels/newton_schulz.h"
 #include "kernels/update_math.h"
 
 namespace mp {
@@ -101,6 +103,24 @@ void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device dev
 // CUDA side: cudaMemcpyAsync on the CUDA stream; host memory must then be
 // pinned (EnforceError otherwise: core/pinned.h).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream);
+
+// Muon's parts on `device` (Note [Muon in the engine] in
+// runtime/muon_exchange.h), every pointer that device's memory:
+// u[i] = muon_momentum_element(momentum[i], grad[i] widened, times
+// multiplier unless 1) for an fp32, bf16 or fp16 gradient;
+void muon_momentum(const void* grad, DType grad_dtype, float* momentum, float* u, int64_t n, float multiplier,
+                   const MuonMomentum& c, Device device, Stream& stream);
+// the master's elements p = muon_apply_element(p, o[i]): the fp32 `master`,
+// with param_out (null: none) then written in param_dtype, rounded to
+// nearest; or, master null, the bf16 params in param_out with `remainder`;
+void muon_apply(float* master, int16_t* remainder, void* param_out, DType param_dtype, const float* o, int64_t n,
+                const MuonApply& c, Device device, Stream& stream);
+// out = NS(g), [rows, cols] fp32 (may alias) (kernels/cpu/newton_schulz.h,
+// kernels/cuda/newton_schulz_cuda.h), with scratch of
+// newton_schulz_scratch_bytes for the device.
+int64_t newton_schulz_scratch_bytes(int64_t rows, int64_t cols, const NewtonSchulzOptions& options, Device device);
+void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulzOptions& options,
+                   void* scratch, int64_t scratch_bytes, Device device, Stream& stream);
 
 }  // namespace ops
 }  // namespace mp

@@ -16,7 +16,9 @@ namespace {
 // Every element is computed alone, so the split changes no bit.
 constexpr int64_t kAlign = 16;
 
-NewtonSchulzOptions ns_options(const MuonHyper& h, int threads) {
+}  // namespace
+
+NewtonSchulzOptions muon_ns_options(const MuonHyper& h, int threads) {
   NewtonSchulzOptions o;
   o.a = h.ns_a;
   o.b = h.ns_b;
@@ -27,6 +29,8 @@ NewtonSchulzOptions ns_options(const MuonHyper& h, int threads) {
   o.threads = threads;
   return o;
 }
+
+namespace {
 
 int64_t update_floats(int64_t rows, int64_t cols) { return (rows * cols + 15) / 16 * 16; }
 
@@ -44,11 +48,11 @@ double muon_adjusted_lr(double lr, MuonAdjustLr fn, int64_t a, int64_t b) {
 }
 
 int64_t muon_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper) {
-  return update_floats(rows, cols) + newton_schulz_scratch_elements(rows, cols, ns_options(hyper, 0));
+  return update_floats(rows, cols) + newton_schulz_scratch_elements(rows, cols, muon_ns_options(hyper, 0));
 }
 
 int64_t muon_owner_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper) {
-  return newton_schulz_scratch_elements(rows, cols, ns_options(hyper, 0));
+  return newton_schulz_scratch_elements(rows, cols, muon_ns_options(hyper, 0));
 }
 
 MuonMomentum muon_momentum_constants(const MuonHyper& h) {
@@ -61,7 +65,7 @@ MuonMomentum muon_momentum_constants(const MuonHyper& h) {
 
 void muon_orthogonalize_cpu(const MuonHyper& h, const float* u, int64_t rows, int64_t cols, float* o, int threads,
                             float* scratch, int64_t scratch_elements) {
-  newton_schulz_cpu(u, o, rows, cols, ns_options(h, threads), scratch, scratch_elements);
+  newton_schulz_cpu(u, o, rows, cols, muon_ns_options(h, threads), scratch, scratch_elements);
 }
 
 MuonApply muon_apply_constants(const MuonHyper& h, double lr, double weight_decay, int64_t lr_a, int64_t lr_b) {

@@ -35,6 +35,8 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kernels/muon_math.h"
+#include "kernels/newton_schulz.h"
 #include "kernels/update_math.h"
 
 namespace mp {
@@ -111,43 +113,22 @@ void muon_step_cpu(const MuonHyper& hyper, const MuonMatrix& matrix, const MuonS
 //   3. whoever holds elements of the master applies O to them
 //      (muon_apply_element).
 //
-// 1: the momentum buffer, torch's lerp with weight 1 - momentum, in place;
-// returns U: Nesterov's lerp(g, buf, momentum), or buf. g is the reduced
-// gradient times its multiplier (the true one).
-struct MuonMomentum {
-  float w_buf = 0.05f, w_nesterov = 0.95f;
-  bool nesterov = true;
-};
+// The element math of 1 and 3 is kernels/muon_math.h's (the CPU's and the
+// CUDA kernels'). 1: its constants;
 MuonMomentum muon_momentum_constants(const MuonHyper& hyper);
-// ATen's lerp on the CPU (aten/src/ATen/native/Lerp.h, lerp_vec): start + w (end - start) for |w| < 0.5, else
-// end - (1 - w)(end - start), each as one fma.
-inline float muon_torch_lerp(float start, float end, float w) {
-  const float diff = end - start;
-  return std::fabs(w) < 0.5f ? std::fma(w, diff, start) : std::fma(w - 1.0f, diff, end);
-}
-inline float muon_momentum_element(float& buf, float g, const MuonMomentum& c) {
-  buf = muon_torch_lerp(buf, g, c.w_buf);
-  return c.nesterov ? muon_torch_lerp(g, buf, c.w_nesterov) : buf;
-}
 // 2: O = NS(U), both rows x cols fp32 (may alias). scratch:
 // muon_owner_scratch_elements floats, or null for a buffer of the calling
 // thread.
 int64_t muon_owner_scratch_elements(int64_t rows, int64_t cols, const MuonHyper& hyper);
+// The Newton-Schulz options of `hyper` (threads: the CPU's, 0 for
+// default_cpu_threads()).
+NewtonSchulzOptions muon_ns_options(const MuonHyper& hyper, int threads = 0);
 void muon_orthogonalize_cpu(const MuonHyper& hyper, const float* u, int64_t rows, int64_t cols, float* o,
                             int threads = 0, float* scratch = nullptr, int64_t scratch_elements = 0);
 
-// The element part's two fp32 constants: P = fma(O, alpha, P x decay), with
-// alpha = -adjusted_lr and decay = 1 - lr weight_decay, each rounded once.
-struct MuonApply {
-  float alpha = 0.0f;
-  float decay = 1.0f;
-};
-// (lr_a, lr_b): the shape adjust_lr_fn reads (MuonMatrix::lr_a, lr_b, or
-// the stored shape).
+// 3: its constants; (lr_a, lr_b): the shape adjust_lr_fn reads
+// (MuonMatrix::lr_a, lr_b, or the stored shape).
 MuonApply muon_apply_constants(const MuonHyper& hyper, double lr, double weight_decay, int64_t lr_a, int64_t lr_b);
-inline float muon_apply_element(float param, float update, const MuonApply& c) {
-  return std::fma(update, c.alpha, param * c.decay);
-}
 void muon_apply_cpu(float* param, const float* update, int64_t n, const MuonApply& c, int threads = 0);
 
 // Note [Muon owners]

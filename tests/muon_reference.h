@@ -55,6 +55,7 @@
 
 #include "kernels/cpu/newton_schulz.h"
 #include "optim/muon.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 
@@ -290,6 +291,5 @@ inline MuonReferenceRun muon_reference_run(const MuonHyper& h, int64_t rows, int
   return r;
 }
 
-inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 }  // namespace mp::testing

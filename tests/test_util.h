@@ -48,6 +48,9 @@ inline std::string sci(double v) {
 }
 
 // n values drawn from N(0, scale^2), the same for the same seed.
+// v widened, for float64 references.
+inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
 inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);

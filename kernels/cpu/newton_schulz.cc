@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grad_stats.h"
 #include "kernels/gemm_problem.h"
+#include "kernels/newton_schulz.h"
 
 namespace mp {
 namespace {
@@ -42,19 +43,6 @@ struct Layout {
   int64_t gemm_elements = 0, total = 0;
 };
 
-// The three products (Note [Newton-Schulz iteration]), with the data
-// pointers left to the caller.
-GemmProblem gram_problem(int64_t m, int64_t n, DType s) {  // A = X X^T
-  return gemm_problem(m, m, n, GemmInput{nullptr, s, n, false}, GemmInput{nullptr, s, n, true}, nullptr, s,
-                      s == DType::kBF16);
-}
-GemmProblem square_problem(int64_t m, DType s) {  // P = A A
-  return gemm_problem(m, m, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, m, false}, nullptr);
-}
-GemmProblem apply_problem(int64_t m, int64_t n, DType s) {  // P = B X
-  return gemm_problem(m, n, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, n, false}, nullptr);
-}
-
 Layout layout_of(int64_t rows, int64_t cols, DType s) {
   Layout l;
   l.m = std::min(rows, cols);
@@ -66,21 +54,13 @@ Layout layout_of(int64_t rows, int64_t cols, DType s) {
   l.b = l.a + floats(l.m * l.m);
   l.p = l.b + floats(l.m * l.m);
   l.gemm = l.p + aligned_floats(l.m * l.n);
-  l.gemm_elements = std::max({gemm_scratch_elements(gram_problem(l.m, l.n, s)),
-                              gemm_scratch_elements(square_problem(l.m, s)),
-                              gemm_scratch_elements(apply_problem(l.m, l.n, s))});
+  l.gemm_elements = std::max({gemm_scratch_elements(ns_gram_problem(l.m, l.n, s)),
+                              gemm_scratch_elements(ns_square_problem(l.m, s)),
+                              gemm_scratch_elements(ns_apply_problem(l.m, l.n, s))});
   l.total = l.gemm + l.gemm_elements;
   return l;
 }
 
-void check_options(int64_t rows, int64_t cols, const NewtonSchulzOptions& o) {
-  MP_ENFORCE(rows > 0 && cols > 0, "newton_schulz: a [", rows, ", ", cols, "] matrix");
-  MP_ENFORCE(o.dtype == DType::kF32 || o.dtype == DType::kBF16, "newton_schulz in ", dtype_name(o.dtype),
-             ": need fp32 or bf16");
-  MP_ENFORCE(o.steps >= 0, "newton_schulz: ", o.steps, " steps");
-  MP_ENFORCE(std::isfinite(o.a) && std::isfinite(o.b) && std::isfinite(o.c) && std::isfinite(o.eps),
-             "newton_schulz: coefficients (", o.a, ", ", o.b, ", ", o.c, ") and eps ", o.eps, " must be finite");
-}
 
 // Rows [r0, r1) of a parallel_for over `rows` rows, with a grain of whole
 // rows: every element is written by one thread, by the same formula, so the
@@ -158,15 +138,15 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
   });
 
   const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
-  GemmProblem gram = gram_problem(m, n, s);
+  GemmProblem gram = ns_gram_problem(m, n, s);
   gram.a.data = x;
   gram.b.data = x;
   gram.c = a;
-  GemmProblem square = square_problem(m, s);
+  GemmProblem square = ns_square_problem(m, s);
   square.a.data = a;
   square.b.data = a;
   square.c = p;
-  GemmProblem apply = apply_problem(m, n, s);
+  GemmProblem apply = ns_apply_problem(m, n, s);
   apply.a.data = b;
   apply.b.data = x;
   apply.c = p;
@@ -188,13 +168,13 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
 }  // namespace
 
 int64_t newton_schulz_scratch_elements(int64_t rows, int64_t cols, const NewtonSchulzOptions& options) {
-  check_options(rows, cols, options);
+  check_newton_schulz(rows, cols, options);
   return layout_of(rows, cols, options.dtype).total;
 }
 
 void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulzOptions& options,
                        float* scratch, int64_t scratch_elements) {
-  check_options(rows, cols, options);
+  check_newton_schulz(rows, cols, options);
   MP_ENFORCE(g != nullptr && out != nullptr, "newton_schulz: null matrix");
   const Layout l = layout_of(rows, cols, options.dtype);
   if (scratch == nullptr) {

@@ -39,18 +39,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/newton_schulz.h"
 
 namespace mp {
-
-struct NewtonSchulzOptions {
-  // X <- a X + (b A + c A^2) X: torch's defaults, the quintic of
-  // https://kellerjordan.github.io/posts/muon/.
-  double a = 3.4445, b = -4.7750, c = 2.0315;
-  int steps = 5;
-  double eps = 1e-7;               // the norm's floor
-  DType dtype = DType::kBF16;      // the iteration dtype: kBF16 (torch's) or kF32
-  int threads = 0;                 // 0: default_cpu_threads()
-};
 
 // The fp32 elements of scratch newton_schulz_cpu needs for a [rows, cols]
 // matrix: X [m, n], A and B [m, m] in the iteration dtype, an fp32 product

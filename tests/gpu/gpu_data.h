@@ -14,6 +14,7 @@
 
 #include "core/error_cuda.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/test_util.h"
 
 namespace mp::testing {
 
@@ -52,7 +53,6 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
   return v;
 }
 
-inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 // |got - want| <= atol + rtol |want| everywhere; names the first few misses.
 inline void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rtol, double atol,
