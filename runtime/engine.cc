@@ -94,10 +94,6 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
                                            *opt_, comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
   if (const MuonSettings* muon = opt_->muon(); muon != nullptr) {
-    if (!device_.is_cpu()) {
-      MP_THROW(ConfigError, "optimizer.kind = MUON runs on CPU devices only for now (the engine is on ",
-               to_string(device_), ")");
-    }
     muon_ = std::make_unique<MuonExchange>(layout_, o_, *muon, *mesh_.shard, comm_, alloc_);
   }
   reduced_.assign(static_cast<size_t>(layout_.num_units()), 0);
@@ -581,7 +577,7 @@ const Optimizer& Engine::optimizer() const { return impl_->optimizer(); }
 int Engine::shard_rank() const { return impl_->mesh().shard->rank(); }
 MemStats Engine::memory() const { return impl_->allocator().stats(); }
 MemoryPlan Engine::plan() const {
-  return plan_memory(impl_->spec(), impl_->options(), impl_->mesh().shard->rank());
+  return plan_memory(impl_->spec(), impl_->options(), impl_->mesh().shard->rank(), impl_->allocator().device());
 }
 // Where this rank was when a step failed: its device, the step and the last
 // data-plane collective it issued, on whichever of its communicators.

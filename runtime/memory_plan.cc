@@ -54,8 +54,8 @@ namespace {
 
 // Kind MUON (Note [Muon in the engine]): the exchange's buffers on
 // `shard_rank`, or on the rank with the most. (Its momentum is state0.)
-void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o, int shard_rank) {
-  const std::vector<int64_t> ranks = muon_scratch_bytes(layout, o.muon_hyper, o.shard_size);
+void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o, int shard_rank, Device device) {
+  const std::vector<int64_t> ranks = muon_scratch_bytes(layout, o.muon_hyper, o.shard_size, device);
   MP_ENFORCE(shard_rank < o.shard_size, "shard rank ", shard_rank, " of ", o.shard_size);
   const int64_t bytes = shard_rank >= 0 ? ranks[static_cast<size_t>(shard_rank)]
                                         : *std::max_element(ranks.begin(), ranks.end());
@@ -64,7 +64,7 @@ void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o
 
 }  // namespace
 
-MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard_rank) {
+MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard_rank, Device device) {
   const FlatLayout layout(model, o.shard_size);
   const Precision& p = o.precision;
   const size_t ps = dtype_size(p.param_dtype);
@@ -124,7 +124,7 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
     if (o.shard_size > 1) add(MemCategory::kCommScratch, p_max, 4);                    // all-to-all output
     if (o.replicate_size > 1) add(MemCategory::kCommScratch, o.replicate_size * p_max, 4);  // all-gather across replicas
   }
-  if (o.muon) add_muon(plan, layout, o, shard_rank);
+  if (o.muon) add_muon(plan, layout, o, shard_rank, device);
   // The communicators' own kFp32 accumulation scratch: at most
   // accumulate_chunk_bytes each, in the shard and the replicate group.
   if (p.reduce_accumulate == ReduceAccumulate::kFp32 && !o.deterministic) {

@@ -43,11 +43,13 @@ struct MemoryPlan {
   std::string to_string() const;
 };
 
-// Optimizer kind MUON puts each matrix's momentum on one rank of the shard
-// group (Note [Muon owners] in optim/muon.h), so ranks differ: the plan of
-// shard rank `shard_rank`, or with -1 the rank with the most bytes (what
-// --plan prints and the search compares). Other kinds: every rank alike.
-MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& options, int shard_rank = -1);
+// Optimizer kind MUON's exchange holds the matrices each rank owns (Note
+// [Muon owners] in optim/muon.h), so ranks differ: the plan of shard rank
+// `shard_rank`, or with -1 the rank with the most bytes (what --plan prints
+// and the search compares). Other kinds: every rank alike. `device`: where
+// the engine runs (Muon's Newton-Schulz scratch differs between devices).
+MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& options, int shard_rank = -1,
+                       Device device = Device::cpu());
 MemoryPlan plan_memory(const ModelSpec& model, const proto::EngineConfig& config, int world_size);
 
 // The host snapshot of an asynchronous checkpoint save on replica rank 0 of

@@ -5,8 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/convert.h"
-#include "kernels/remainder_math.h"
+#include "kernels/ops.h"
 
 namespace mp {
 namespace {
@@ -76,19 +75,20 @@ Tables make_tables(const FlatLayout& layout, const MuonHyper& hyper, int shard_s
 }
 
 struct Sizes {
-  int64_t send = 0, recv = 0;  // exchange buffers (a group of one: no receive buffer)
+  int64_t send = 0, recv = 0;  // exchange buffers, fp32 elements (a group of one: no receive buffer)
   int64_t matrix = 0;          // the largest owned matrix
-  int64_t scratch = 0;         // the largest owned matrix's NS scratch
+  int64_t scratch = 0;         // the owned matrices' largest NS scratch, in floats
 };
 
-Sizes sizes(const Tables& t, const MuonHyper& hyper, int rank) {
+Sizes sizes(const Tables& t, const MuonHyper& hyper, int rank, Device device) {
   Sizes s;
   s.send = t.send_total[static_cast<size_t>(rank)];
   s.recv = t.send_total.size() > 1 ? t.recv_total[static_cast<size_t>(rank)] : 0;
   for (const MuonMatrixInfo& m : t.matrices) {
     if (m.owner != rank) continue;
     s.matrix = std::max(s.matrix, m.rows * m.cols);
-    s.scratch = std::max(s.scratch, muon_owner_scratch_elements(m.rows, m.cols, hyper));
+    const int64_t bytes = ops::newton_schulz_scratch_bytes(m.rows, m.cols, muon_ns_options(hyper), device);
+    s.scratch = std::max(s.scratch, (bytes + 3) / 4);
   }
   return s;
 }
@@ -156,12 +156,13 @@ std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, in
   return s;
 }
 
-std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size) {
+std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size,
+                                        Device device) {
   const Tables t = make_tables(layout, hyper, shard_size);
   std::vector<int64_t> out(static_cast<size_t>(shard_size), 0);
   if (t.matrices.empty()) return out;
   for (int r = 0; r < shard_size; ++r) {
-    const Sizes s = sizes(t, hyper, r);
+    const Sizes s = sizes(t, hyper, r, device);
     out[static_cast<size_t>(r)] = (s.send + s.recv + 2 * s.matrix + s.scratch) * 4;
   }
   return out;
@@ -169,7 +170,13 @@ std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHype
 
 MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings,
                            Communicator& shard, CommWatch& comm, Allocator& alloc)
-    : o_(o), settings_(settings), shard_(shard), comm_(comm), rank_(shard.rank()), size_(shard.size()) {
+    : o_(o),
+      settings_(settings),
+      shard_(shard),
+      comm_(comm),
+      device_(alloc.device()),
+      rank_(shard.rank()),
+      size_(shard.size()) {
   Tables t = make_tables(layout, settings.hyper, size_);
   matrices_ = t.matrices;
   units_.resize(static_cast<size_t>(layout.num_units()));
@@ -191,7 +198,7 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
     if (matrices_[i].owner == rank_) owned_.push_back(static_cast<int>(i));
   }
   if (matrices_.empty()) return;
-  const Sizes s = sizes(t, settings.hyper, rank_);
+  const Sizes s = sizes(t, settings.hyper, rank_, alloc.device());
   auto buffer = [&](int64_t count) {
     return count > 0 ? Tensor::zeros(alloc, DType::kF32, {count}, MemCategory::kCommScratch) : Tensor();
   };
@@ -208,23 +215,15 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
 
 void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream) {
   const Unit& table = units_[static_cast<size_t>(u)];
-  if (table.pieces.empty()) return;
   const UpdateArgs args = unit.update_args(o_);
-  stream.host_task([this, &table, args, send = send_.data_as<float>(), offset = unit.offset(), grad_multiplier] {
-    const MuonMomentum mc = muon_momentum_constants(settings_.hyper);
-    for (const MuonPiece& p : table.pieces) {
-      if (p.rank != rank_) continue;
-      const int64_t at = p.begin - offset, len = p.end - p.begin;
-      const char* g = static_cast<const char*>(args.grad) + at * static_cast<int64_t>(dtype_size(args.grad_dtype));
-      float* dst = send + p.send_at;
-      convert(Tensor::wrap(const_cast<char*>(g), Device::cpu(), args.grad_dtype, {len}),
-              Tensor::wrap(dst, Device::cpu(), DType::kF32, {len}));
-      float* buf = static_cast<float*>(args.state0) + at;
-      for (int64_t k = 0; k < len; ++k) {
-        dst[k] = muon_momentum_element(buf[k], grad_multiplier == 1.0f ? dst[k] : dst[k] * grad_multiplier, mc);
-      }
-    }
-  });
+  const MuonMomentum mc = muon_momentum_constants(settings_.hyper);
+  for (const MuonPiece& p : table.pieces) {
+    if (p.rank != rank_) continue;
+    const int64_t at = p.begin - unit.offset();
+    const char* g = static_cast<const char*>(args.grad) + at * static_cast<int64_t>(dtype_size(args.grad_dtype));
+    ops::muon_momentum(g, args.grad_dtype, static_cast<float*>(args.state0) + at, send_.data_as<float>() + p.send_at,
+                       p.end - p.begin, grad_multiplier, mc, device_, stream);
+  }
 }
 
 // Unit u's pieces to their owners (back: from them), after `ready`; null
@@ -249,55 +248,44 @@ WorkPtr MuonExchange::exchange(int u, bool back, const Event& ready) {
 // O's slices back where U's were in the receive buffer.
 void MuonExchange::orthogonalize(int u, Stream& stream) {
   const Unit& table = units_[static_cast<size_t>(u)];
-  stream.host_task([this, u, &table, pieces = recv_.data_as<float>()] {
-    float* whole = u_.data_as<float>();
-    float* o = o_mat_.data_as<float>();
-    for (const int i : owned_) {
-      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
-      if (m.unit != u) continue;
-      for (const MuonPiece& p : table.pieces) {
-        if (p.matrix == i) std::copy_n(pieces + p.recv_at, p.end - p.begin, whole + (p.begin - m.offset));
-      }
-      muon_orthogonalize_cpu(settings_.hyper, whole, m.rows, m.cols, o, 0, scratch_.data_as<float>(),
-                             scratch_.numel());
-      for (const MuonPiece& p : table.pieces) {
-        if (p.matrix == i) std::copy_n(o + (p.begin - m.offset), p.end - p.begin, pieces + p.recv_at);
-      }
+  float* pieces = recv_.data_as<float>();
+  float* whole = u_.data_as<float>();
+  float* o = o_mat_.data_as<float>();
+  const NewtonSchulzOptions options = muon_ns_options(settings_.hyper);
+  auto copy = [&](float* dst, const float* src, int64_t n) {
+    ops::copy_bytes(dst, device_, src, device_, n * static_cast<int64_t>(sizeof(float)), stream);
+  };
+  for (const int i : owned_) {
+    const MuonMatrixInfo& m = matrices_[static_cast<size_t>(i)];
+    if (m.unit != u) continue;
+    for (const MuonPiece& p : table.pieces) {
+      if (p.matrix == i) copy(whole + (p.begin - m.offset), pieces + p.recv_at, p.end - p.begin);
     }
-  });
+    ops::newton_schulz(whole, o, m.rows, m.cols, options, scratch_.data(), static_cast<int64_t>(scratch_.size_bytes()), device_,
+                       stream);
+    for (const MuonPiece& p : table.pieces) {
+      if (p.matrix == i) copy(pieces + p.recv_at, o + (p.begin - m.offset), p.end - p.begin);
+    }
+  }
 }
 
-// Step 5 for unit u: the element part on this rank's master slices, and the copy.
+// Step 5 for unit u: the element part on this rank's master slices, and
+// the parameter copies.
 void MuonExchange::apply(int u, const UnitState& unit, double lr, Stream& stream) {
   const Unit& table = units_[static_cast<size_t>(u)];
   const UpdateArgs args = unit.update_args(o_);
-  stream.host_task([this, &table, in = send_.data_as<float>(), args, offset = unit.offset(), lr] {
-    for (const MuonPiece& p : table.pieces) {
-      if (p.rank != rank_) continue;
-      const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
-      const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
-      const float* o = in + p.send_at;
-      const int64_t at = p.begin - offset, len = p.end - p.begin;
-      if (args.master_mode == MasterMode::kFp32) {
-        float* w = args.master + at;
-        for (int64_t k = 0; k < len; ++k) w[k] = muon_apply_element(w[k], o[k], c);
-        if (args.param_out != nullptr) {
-          char* out = static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
-          convert(Tensor::wrap(w, Device::cpu(), DType::kF32, {len}),
-                  Tensor::wrap(out, Device::cpu(), args.param_dtype, {len}));
-        }
-      } else {  // kBf16Remainder (the engine refuses kNone with MUON)
-        uint16_t* h = static_cast<uint16_t*>(args.param_out) + at;
-        int16_t* r = args.master_remainder + at;
-        for (int64_t k = 0; k < len; ++k) {
-          const float w = muon_apply_element(math::merge_bf16_remainder(h[k], r[k]), o[k], c);
-          const math::Bf16Remainder split = math::split_bf16_remainder(w);
-          h[k] = split.h;
-          r[k] = split.r;
-        }
-      }
-    }
-  });
+  const bool fp32 = args.master_mode == MasterMode::kFp32;  // else bf16 + remainder (kNone is refused)
+  for (const MuonPiece& p : table.pieces) {
+    if (p.rank != rank_) continue;
+    const MuonMatrixInfo& m = matrices_[static_cast<size_t>(p.matrix)];
+    const MuonApply c = muon_apply_constants(settings_.hyper, lr, settings_.weight_decay, m.lr_a, m.lr_b);
+    const int64_t at = p.begin - unit.offset();
+    char* out = args.param_out == nullptr
+                    ? nullptr
+                    : static_cast<char*>(args.param_out) + at * static_cast<int64_t>(dtype_size(args.param_dtype));
+    ops::muon_apply(fp32 ? args.master + at : nullptr, fp32 ? nullptr : args.master_remainder + at, out,
+                    args.param_dtype, send_.data_as<float>() + p.send_at, p.end - p.begin, c, device_, stream);
+  }
 }
 
 // The exchanges go out unit by unit, back to back on the communication

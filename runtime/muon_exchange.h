@@ -39,8 +39,9 @@
 // the owner: with deterministic reductions every layout gives the same bits
 // as one rank. NO_SHARD (a shard group of one) keeps every matrix on every
 // rank, each its own owner. The AdamW second moment (state1) of Muon's
-// elements is allocated and unused. Host tasks on the compute stream: CPU
-// devices only for now.
+// elements is allocated and unused. Every part is an op on a stream
+// (kernels/ops.h: muon_momentum, newton_schulz, muon_apply, copy_bytes), so
+// the exchange runs on CPU and CUDA devices alike.
 //
 // Note [Muon overlapped]
 // With sharding.optimizer_in_backward the step is decided before the
@@ -109,7 +110,8 @@ std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, in
 // rank's Muon elements) and the receive buffer (its matrices' elements;
 // none in a group of one), its largest owned matrix's U and O, and that
 // matrix's Newton-Schulz scratch. [shard rank].
-std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
+std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size,
+                                        Device device = Device::cpu());
 
 class MuonExchange {
  public:
@@ -155,6 +157,7 @@ class MuonExchange {
   const MuonSettings& settings_;
   Communicator& shard_;
   CommWatch& comm_;
+  Device device_;
   int rank_ = 0, size_ = 1;
   std::vector<MuonMatrixInfo> matrices_;
   std::vector<int> owned_;      // the matrices this rank owns

@@ -14,12 +14,14 @@
 //   model and data, so the losses agree to fp32 rounding (fp32) or to the
 //   bf16 band (bf16_master) over several steps.
 // - The GPT with every block's activations recomputed: the same bits.
+// - The GPT under optimizer kind MUON against the same on the CPU.
 // - gpu_engine_np2: two ranks share the GPU (the staged MPI backend, as on
 //   any one-GPU machine); NCCL runs only where every rank has its own GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,9 +127,11 @@ TEST_F(GpuEngine, NcclStepsEqualTheCpuSteps) {
 }
 
 // Five steps of a small GPT: the losses, on `world`'s device, with the
-// blocks' activations recomputed every `recompute_every`-th block (0: none).
+// blocks' activations recomputed every `recompute_every`-th block (0: none),
+// the config then changed by `adjust`.
 std::vector<double> gpt_losses(Communicator& world, Device device, const std::string& recipe,
-                               int recompute_every = 0) {
+                               int recompute_every = 0,
+                               const std::function<void(proto::EngineConfig&)>& adjust = nullptr) {
   GptConfig g;
   g.vocab = 70;
   g.context = 40;
@@ -146,6 +150,7 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
   if (recompute_every > 0) {
     c.mutable_activation_checkpointing()->set_policy(proto::ActivationCheckpointing::EVERY_UNIT);
   }
+  if (adjust) adjust(c);
   Allocator alloc(device);
   auto model = std::make_unique<Gpt>(g, alloc, nullptr, o);  // on the allocator's device
   Engine engine(model->spec(), c, world, alloc);
@@ -153,6 +158,12 @@ std::vector<double> gpt_losses(Communicator& world, Device device, const std::st
   for (int s = 0; s < 5; ++s) losses.push_back(engine.step(*model).loss);
   EXPECT_EQ(static_cast<int64_t>(alloc.stats().current(MemCategory::kActivations)),
             Gpt::activation_bytes(g, device, o));
+  const MemoryPlan plan = engine.plan();  // as planned for this device
+  for (int k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+    EXPECT_EQ(alloc.stats().current(cat), plan.at(cat)) << mem_category_name(cat) << " on " << to_string(device);
+  }
   return losses;
 }
 
@@ -168,6 +179,29 @@ TEST_F(GpuEngine, GptTrainsAsOnTheCpu) {
     for (size_t s = 0; s < cpu.size(); ++s) {
       EXPECT_NEAR(gpu[s], cpu[s], tol * cpu[s]) << "step " << s + 1;
     }
+    EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
+  }
+}
+
+// Optimizer kind MUON on the GPU (Note [Muon in the engine]): the momentum
+// and the update as kernels, Newton-Schulz through cuBLASLt, fp32
+// iterations; after the backward and overlapped with it (Note [Muon
+// overlapped]). The losses follow the CPU engine's to fp32 rounding.
+TEST_F(GpuEngine, GptWithMuonTrainsAsOnTheCpu) {
+  for (const bool in_backward : {false, true}) {
+    SCOPED_TRACE(in_backward ? "optimizer_in_backward" : "after the backward");
+    auto muon = [&](proto::EngineConfig& c) {
+      c.mutable_optimizer()->set_kind(proto::OptimizerConfig::MUON);
+      c.mutable_optimizer()->set_lr(2e-2);
+      c.mutable_optimizer()->mutable_muon()->set_iteration_dtype(proto::FP32);
+      c.mutable_sharding()->set_optimizer_in_backward(in_backward);
+    };
+    auto cpu_world = MpiCommunicator::create_world("cpu muon", testing::gpu_test_comm_options());
+    const std::vector<double> cpu = gpt_losses(*cpu_world, Device::cpu(), "fp32", 0, muon);
+    auto staged = StagedMpiCommunicator::create(
+        MpiCommunicator::create_world("staged muon", testing::gpu_test_comm_options()), device_);
+    const std::vector<double> gpu = gpt_losses(*staged, device_, "fp32", 0, muon);
+    for (size_t s = 0; s < cpu.size(); ++s) EXPECT_NEAR(gpu[s], cpu[s], 1e-4 * cpu[s]) << "step " << s + 1;
     EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run does not learn";
   }
 }
