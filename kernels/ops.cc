@@ -39,13 +39,14 @@ namespace {
 // (Note [Op dispatch] in kernels/dispatch.h), once the memory's device is
 // the stream's.
 template <class Cpu, class Cuda>
-void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda) {
+void dispatch(Device device, Stream& stream, const char* op, Cpu&& cpu, Cuda&& cuda,
+              OpFamily family = OpFamily::kElementwise) {
 #if !MP_WITH_CUDA
   if (!device.is_cpu()) MP_THROW(ConfigError, op, " on ", to_string(device), ": mp was built without CUDA");
 #endif
   MP_ENFORCE(stream.device() == device, op, " of ", to_string(device), " memory on ", to_string(stream.device()),
              " stream '", stream.name(), "'");
-  OpContext{stream}.run(op, OpFamily::kElementwise, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
+  OpContext{stream}.run(op, family, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
 }
 
 bool accumulable(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
@@ -360,7 +361,8 @@ void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, const
 #else
         (void)cs;
 #endif
-      });
+      },
+      OpFamily::kGemm);  // the op profile counts its products with the GEMMs
 }
 
 }  // namespace mp::ops
