@@ -20,7 +20,7 @@
 //      shard group brings every owner its pieces, in rank order; every
 //      unit's is issued back to back;
 //   3. each owner assembles its matrices' U and computes O = NS(U)
-//      (muon_orthogonalize_cpu), all of them in a row, and writes O's
+//      (ops::newton_schulz, muon_ns_options), all of them in a row, and writes O's
 //      slices where U's pieces were;
 //   4. per unit, the all-to-all back brings every rank O for its pieces,
 //      where U's were in its send buffer;
