@@ -28,4 +28,18 @@ GemmProblem ns_apply_problem(int64_t m, int64_t n, DType s) {
   return gemm_problem(m, n, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, n, false}, nullptr);
 }
 
+NsProducts ns_products(int64_t m, int64_t n, DType s, void* x, void* a, void* b, float* p) {
+  NsProducts q{ns_gram_problem(m, n, s), ns_square_problem(m, s), ns_apply_problem(m, n, s)};
+  q.gram.a.data = x;
+  q.gram.b.data = x;
+  q.gram.c = a;
+  q.square.a.data = a;
+  q.square.b.data = a;
+  q.square.c = p;
+  q.apply.a.data = b;
+  q.apply.b.data = x;
+  q.apply.c = p;
+  return q;
+}
+
 }  // namespace mp

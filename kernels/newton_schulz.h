@@ -33,4 +33,10 @@ GemmProblem ns_square_problem(int64_t m, DType s);
 // P = B X [m, n], fp32.
 GemmProblem ns_apply_problem(int64_t m, int64_t n, DType s);
 
+// The three, on X, A and B (stored in s) and P (fp32).
+struct NsProducts {
+  GemmProblem gram, square, apply;
+};
+NsProducts ns_products(int64_t m, int64_t n, DType s, void* x, void* a, void* b, float* p);
+
 }  // namespace mp

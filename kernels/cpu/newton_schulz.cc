@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -13,6 +11,7 @@
 #include "kernels/cpu/grad_stats.h"
 #include "kernels/gemm_problem.h"
 #include "kernels/newton_schulz.h"
+#include "kernels/newton_schulz_math.h"
 
 namespace mp {
 namespace {
@@ -22,19 +21,6 @@ namespace {
 constexpr int64_t kAlignFloats = 16;
 
 int64_t aligned_floats(int64_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
-
-// The iteration dtype's storage: float, or bf16 bits.
-inline float widen(float v) { return v; }
-inline float widen(bf16 v) { return math::bf16_bits_to_f32(v.bits); }
-
-template <class T>
-T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return bf16{math::f32_to_bf16_bits(v)};
-  }
-}
 
 // Where the parts of the scratch lie, for X [m, n] (m <= n).
 struct Layout {
@@ -92,7 +78,7 @@ void transpose_into(const Src* src, Dst* dst, int64_t rows, int64_t cols, int th
 template <class T>
 void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
   const int64_t m = l.m, n = l.n;
-  const auto round = [](float v) { return narrow<T>(v); };
+  const auto round = [](float v) { return math::from_f32<T>(v); };
   if (transposed) return transpose_into(g, x, m, n, threads, round);
   for_rows(m, threads, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = round(g[i]);
@@ -103,7 +89,7 @@ void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
 template <class T>
 void store(const T* x, float* out, const Layout& l, bool transposed, int threads) {
   const int64_t m = l.m, n = l.n;
-  const auto to_f32 = [](T v) { return widen(v); };
+  const auto to_f32 = [](T v) { return math::to_f32(v); };
   if (transposed) return transpose_into(x, out, n, m, threads, to_f32);
   for_rows(m, threads, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * n; i < r1 * n; ++i) out[i] = to_f32(x[i]);
@@ -129,36 +115,22 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
 
   // X /= max(||X||_F, eps), the norm and eps rounded to s as torch's are.
   const GradStats stats = grad_stats_cpu(x, s, m * n, 1.0f);
-  const float norm = stats.non_finite ? std::numeric_limits<float>::quiet_NaN()
-                                      : widen(narrow<T>(static_cast<float>(std::sqrt(stats.sum_sq))));
-  const float floor = widen(narrow<T>(static_cast<float>(o.eps)));
-  const float d = std::isnan(norm) ? norm : std::max(norm, floor);
+  const float d = ns_divisor<T>(stats.sum_sq, stats.non_finite, o.eps);
   for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(widen(x[i]) / d);
+    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = ns_scaled(x[i], d);
   });
 
   const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
-  GemmProblem gram = ns_gram_problem(m, n, s);
-  gram.a.data = x;
-  gram.b.data = x;
-  gram.c = a;
-  GemmProblem square = ns_square_problem(m, s);
-  square.a.data = a;
-  square.b.data = a;
-  square.c = p;
-  GemmProblem apply = ns_apply_problem(m, n, s);
-  apply.a.data = b;
-  apply.b.data = x;
-  apply.c = p;
+  const NsProducts q = ns_products(m, n, s, x, a, b, p);
   for (int step = 0; step < o.steps; ++step) {
-    gemm_cpu(gram, gopt);    // A = round_s(X X^T)
-    gemm_cpu(square, gopt);  // P = A A (fp32)
+    gemm_cpu(q.gram, gopt);    // A = round_s(X X^T)
+    gemm_cpu(q.square, gopt);  // P = A A (fp32)
     for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * m; i < r1 * m; ++i) b[i] = narrow<T>(cb * widen(a[i]) + cc * p[i]);
+      for (int64_t i = r0 * m; i < r1 * m; ++i) b[i] = ns_combine_b(a[i], p[i], cb, cc);
     });
-    gemm_cpu(apply, gopt);   // P = B X (fp32)
+    gemm_cpu(q.apply, gopt);   // P = B X (fp32)
     for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = narrow<T>(ca * widen(x[i]) + p[i]);
+      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = ns_combine_x(x[i], p[i], ca);
     });
   }
 

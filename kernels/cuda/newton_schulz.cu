@@ -1,7 +1,7 @@
 // kernels/cuda/newton_schulz.cu: Note [Newton-Schulz iteration] on the
-// device. The element passes are newton_schulz_cpu's loops, one thread per
-// element, with __fmul_rn / __fadd_rn / __fdiv_rn so that nothing is
-// contracted into an FMA; the products are gemm_cuda's.
+// device. The element passes are newton_schulz_cpu's, one thread per
+// element, through the same functions (kernels/newton_schulz_math.h,
+// compiled with --fmad=false); the products are gemm_cuda's.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cuda/newton_schulz_cuda.h"
+#include "kernels/newton_schulz_math.h"
 
 namespace mp {
 namespace {
@@ -20,24 +21,6 @@ constexpr int kThreads = 256;
 constexpr int64_t kAlignBytes = 256;
 
 int64_t aligned(int64_t bytes) { return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
-
-// The iteration dtype's storage on the device: float, or bf16 bits.
-template <class T>
-__device__ __forceinline__ float widen(T v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else {
-    return math::bf16_bits_to_f32(v);
-  }
-}
-template <class T>
-__device__ __forceinline__ T narrow(float v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else {
-    return math::f32_to_bf16_bits(v);
-  }
-}
 
 // Where the parts of the scratch lie, in bytes, for X [m, n] (m <= n).
 struct Layout {
@@ -70,7 +53,7 @@ __global__ void load_kernel(const float* g, T* x, int64_t m, int64_t n, bool tra
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * n; i += stride) {
     const int64_t r = i / n, c = i % n;
-    x[i] = narrow<T>(transposed ? g[c * m + r] : g[i]);
+    x[i] = math::from_f32<T>(transposed ? g[c * m + r] : g[i]);
   }
 }
 
@@ -80,44 +63,34 @@ __global__ void store_kernel(const T* x, float* out, int64_t m, int64_t n, bool 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * n; i += stride) {
     const int64_t r = i / n, c = i % n;
-    out[transposed ? c * m + r : i] = widen(x[i]);
+    out[transposed ? c * m + r : i] = math::to_f32(x[i]);
   }
 }
 
-// X /= max(||X||_F, eps): the norm from the device statistics, rounded to s
-// as newton_schulz_cpu rounds it; `floor` is eps rounded to s.
+// X /= max(||X||_F, eps) (ns_divisor from the device statistics).
 template <class T>
-__global__ void scale_kernel(T* x, int64_t count, const DeviceGradStats* stats, float floor) {
-  const float norm = stats->non_finite != 0 ? __int_as_float(0x7fc00000)
-                                            : widen(narrow<T>(static_cast<float>(sqrt(stats->sum_sq))));
-  const float d = norm != norm ? norm : (norm < floor ? floor : norm);
+__global__ void scale_kernel(T* x, int64_t count, const DeviceGradStats* stats, double eps) {
+  const float d = ns_divisor<T>(stats->sum_sq, stats->non_finite != 0, eps);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    x[i] = narrow<T>(__fdiv_rn(widen(x[i]), d));
+    x[i] = ns_scaled(x[i], d);
   }
 }
 
-// B = round_s(cb A + cc P).
 template <class T>
 __global__ void combine_b_kernel(const T* a, const float* p, T* b, int64_t count, float cb, float cc) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    b[i] = narrow<T>(__fadd_rn(__fmul_rn(cb, widen(a[i])), __fmul_rn(cc, p[i])));
+    b[i] = ns_combine_b(a[i], p[i], cb, cc);
   }
 }
 
-// X = round_s(ca X + P).
 template <class T>
 __global__ void combine_x_kernel(T* x, const float* p, int64_t count, float ca) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    x[i] = narrow<T>(__fadd_rn(__fmul_rn(ca, widen(x[i])), p[i]));
+    x[i] = ns_combine_x(x[i], p[i], ca);
   }
-}
-
-float round_host(double v, DType s) {
-  const float f = static_cast<float>(v);
-  return s == DType::kBF16 ? math::bf16_bits_to_f32(math::f32_to_bf16_bits(f)) : f;
 }
 
 template <class T>
@@ -135,28 +108,17 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
   load_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(g, x, m, n, transposed);
   MP_CHECK_CUDA(cudaGetLastError());
   grad_stats_cuda(x, s, m * n, 1.0f, stats, scratch + l.workspace, stream);
-  scale_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, m * n, stats, round_host(o.eps, s));
+  scale_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, m * n, stats, o.eps);
   MP_CHECK_CUDA(cudaGetLastError());
 
   const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
-  GemmProblem gram = ns_gram_problem(m, n, s);
-  gram.a.data = x;
-  gram.b.data = x;
-  gram.c = a;
-  GemmProblem square = ns_square_problem(m, s);
-  square.a.data = a;
-  square.b.data = a;
-  square.c = p;
-  GemmProblem apply = ns_apply_problem(m, n, s);
-  apply.a.data = b;
-  apply.b.data = x;
-  apply.c = p;
+  const NsProducts q = ns_products(m, n, s, x, a, b, p);
   for (int step = 0; step < o.steps; ++step) {
-    gemm_cuda(gram, stream);    // A = round_s(X X^T)
-    gemm_cuda(square, stream);  // P = A A (fp32)
+    gemm_cuda(q.gram, stream);    // A = round_s(X X^T)
+    gemm_cuda(q.square, stream);  // P = A A (fp32)
     combine_b_kernel<T><<<blocks_for(m * m), kThreads, 0, stream>>>(a, p, b, m * m, cb, cc);
     MP_CHECK_CUDA(cudaGetLastError());
-    gemm_cuda(apply, stream);   // P = B X (fp32)
+    gemm_cuda(q.apply, stream);   // P = B X (fp32)
     combine_x_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, p, m * n, ca);
     MP_CHECK_CUDA(cudaGetLastError());
   }
@@ -179,7 +141,7 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
   MP_ENFORCE(scratch_bytes >= l.total, "newton_schulz_cuda: scratch of ", scratch_bytes, " bytes for a [", rows,
              ", ", cols, "] matrix in ", dtype_name(options.dtype), ", needs ", l.total);
   if (options.dtype == DType::kBF16) {
-    iterate<uint16_t>(g, out, rows, cols, options, l, static_cast<char*>(scratch), stream);
+    iterate<bf16>(g, out, rows, cols, options, l, static_cast<char*>(scratch), stream);
   } else {
     iterate<float>(g, out, rows, cols, options, l, static_cast<char*>(scratch), stream);
   }

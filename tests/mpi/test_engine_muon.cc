@@ -75,34 +75,48 @@ void expect_config_error(const std::function<void()>& f, const std::string& what
   }
 }
 
-// Deterministic mode: every strategy on N ranks gives the bits of one rank
-// running all 12 micro-batches, with clipping on (the multiplier reaches
-// Muon's gradient). The GPT's matrices straddle the shard boundaries.
-TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
-  const int n = size();
-  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
-    const std::unique_ptr<Model> model = make_model(m);
-    const ModelSpec spec = m == TestModel::kMlp ? mlp_spec_one_matrix(*model) : model->spec();
-    proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
-    ref_config.set_deterministic(true);
-    ref_config.mutable_optimizer()->set_grad_clip(0.5);
-    const TrainRun ref = train(*self_, ref_config, *model, spec, kSteps);
-    EXPECT_LT(ref.losses.back(), ref.losses.front()) << test_model_name(m) << ": Muon did not train";
-    for (Strategy s : all_strategies()) {
-      SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
-                   std::to_string(n) + " ranks");
-      proto::EngineConfig config = muon_config(s, n, kGlobalMicroBatches / n);
-      config.set_deterministic(true);
-      config.mutable_optimizer()->set_grad_clip(0.5);
-      const std::unique_ptr<Model> local = make_model(m);
-      const TrainRun run = train(*world_, config, *local, spec, kSteps);
-      expect_memory_is_the_plan(run);
-      for (int i = 0; i < kSteps; ++i) {
-        EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
-        EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
-      }
-      EXPECT_TRUE(same_bits(run.weights, ref.weights));
+using ConfigChange = std::function<void(proto::EngineConfig&)>;
+
+// Deterministic mode: model m trained by every strategy on this test's
+// ranks (its config changed by `change`) gives the bits of one rank running
+// all 12 micro-batches (changed by `ref_change`), with memory as planned;
+// returns the one-rank run.
+TrainRun expect_every_strategy_is_one_rank(Communicator& self, Communicator& world, TestModel m,
+                                           const ConfigChange& ref_change, const ConfigChange& change,
+                                           const std::string& what) {
+  const int n = world.size();
+  const std::unique_ptr<Model> model = make_model(m);
+  const ModelSpec spec = m == TestModel::kMlp ? mlp_spec_one_matrix(*model) : model->spec();
+  proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
+  ref_config.set_deterministic(true);
+  ref_change(ref_config);
+  const TrainRun ref = train(self, ref_config, *model, spec, kSteps);
+  for (Strategy s : all_strategies()) {
+    SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
+                 std::to_string(n) + " ranks" + what);
+    proto::EngineConfig config = muon_config(s, n, kGlobalMicroBatches / n);
+    config.set_deterministic(true);
+    change(config);
+    const std::unique_ptr<Model> local = make_model(m);
+    const TrainRun run = train(world, config, *local, spec, kSteps);
+    expect_memory_is_the_plan(run);
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
+      EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
     }
+    EXPECT_TRUE(same_bits(run.weights, ref.weights));
+  }
+  return ref;
+}
+
+// Every strategy on N ranks gives the bits of one rank, with clipping on
+// (the multiplier reaches Muon's gradient). The GPT's matrices straddle the
+// shard boundaries.
+TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
+  const ConfigChange clip = [](proto::EngineConfig& c) { c.mutable_optimizer()->set_grad_clip(0.5); };
+  for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
+    const TrainRun ref = expect_every_strategy_is_one_rank(*self_, *world_, m, clip, clip, "");
+    EXPECT_LT(ref.losses.back(), ref.losses.front()) << test_model_name(m) << ": Muon did not train";
   }
 }
 
@@ -111,28 +125,12 @@ TEST_F(MuonEngineTest, EveryStrategyIsBitwiseOneRank) {
 // gives the bits of one rank running Muon after the backward (no clipping:
 // in-backward updates have none).
 TEST_F(MuonEngineTest, OverlappedWithTheBackwardGivesTheSameBits) {
-  const int n = size();
+  const ConfigChange none = [](proto::EngineConfig&) {};
+  const ConfigChange in_backward = [](proto::EngineConfig& c) {
+    c.mutable_sharding()->set_optimizer_in_backward(true);
+  };
   for (TestModel m : {TestModel::kMlp, TestModel::kGpt}) {
-    const std::unique_ptr<Model> model = make_model(m);
-    const ModelSpec spec = m == TestModel::kMlp ? mlp_spec_one_matrix(*model) : model->spec();
-    proto::EngineConfig ref_config = muon_config(SC::FULL_SHARD, 1, kGlobalMicroBatches);
-    ref_config.set_deterministic(true);
-    const TrainRun ref = train(*self_, ref_config, *model, spec, kSteps);
-    for (Strategy s : all_strategies()) {
-      SCOPED_TRACE(std::string(test_model_name(m)) + " " + std::string(strategy_name(s)) + " on " +
-                   std::to_string(n) + " ranks, in the backward");
-      proto::EngineConfig config = muon_config(s, n, kGlobalMicroBatches / n);
-      config.set_deterministic(true);
-      config.mutable_sharding()->set_optimizer_in_backward(true);
-      const std::unique_ptr<Model> local = make_model(m);
-      const TrainRun run = train(*world_, config, *local, spec, kSteps);
-      expect_memory_is_the_plan(run);
-      for (int i = 0; i < kSteps; ++i) {
-        EXPECT_EQ(run.losses[i], ref.losses[i]) << "step " << i + 1;
-        EXPECT_EQ(run.norms[i], ref.norms[i]) << "step " << i + 1;
-      }
-      EXPECT_TRUE(same_bits(run.weights, ref.weights));
-    }
+    expect_every_strategy_is_one_rank(*self_, *world_, m, none, in_backward, ", in the backward");
   }
 }
 
