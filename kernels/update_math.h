@@ -74,8 +74,8 @@ struct UpdateRange {
   float weight_decay_scale = 1.0f;
   // Nonzero: the update leaves these elements alone (no moment, master or
   // copy written): optimizer kind MUON's matrices, which the engine updates
-  // apart (runtime/muon_exchange.h). Read by the CPU loop; the engine does
-  // not run MUON on CUDA devices.
+  // apart (runtime/muon_exchange.h). Read by the CPU loop and the CUDA
+  // kernel alike.
   int32_t skip = 0;
   int32_t pad_ = 0;
 };

@@ -37,6 +37,7 @@ struct RangeCursor {
   int64_t num_ranges;
   int64_t begin = 1;
   int64_t end = 0;
+  bool skip = false;  // the range's elements are left alone (UpdateRange::skip)
   math::StepConstants c;
 
   __device__ __forceinline__ void seek(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
@@ -47,6 +48,7 @@ struct RangeCursor {
     if (ranges == nullptr) {
       begin = 0;
       end = n;
+      skip = false;
       c = math::make_step_constants(h, s, 1.0f, 1.0f);
       return;
     }
@@ -57,6 +59,7 @@ struct RangeCursor {
     }
     begin = ranges[lo].begin;
     end = ranges[lo].end;
+    skip = ranges[lo].skip != 0;
     c = math::make_step_constants(h, s, ranges[lo].lr_scale, ranges[lo].weight_decay_scale);
   }
 };
@@ -110,6 +113,7 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
   // Element i straight in global memory, with its range's constants.
   const auto element = [&](int64_t i) {
     cursor.seek(i, h, s, n);
+    if (cursor.skip) return;
     math::update_element<kKind, kMode, kCopy>(p, i, gm, cursor.c, a.seed, step,
                                               a.index_offset + static_cast<uint64_t>(i));
   };
@@ -122,6 +126,7 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
       const int64_t i0 = j * kVec;
       cursor.seek(i0, h, s, n);
       if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
+        if (cursor.skip) continue;
         update_pack<kKind, kMode, kCopy>(p, j, gm, cursor.c, a.seed, step, a.index_offset + static_cast<uint64_t>(i0));
       } else {
         // A pack across a range boundary (at most one per boundary): element

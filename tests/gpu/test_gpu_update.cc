@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -103,7 +104,9 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
                                     << dtype_name(param) << " stochastic " << (rounding == Rounding::kStochastic)
                                     << " misalign " << misalign << " found_inf " << found_inf);
   const int64_t n = (int64_t{1} << 20) + 13;
-  const std::vector<UpdateRange> table{{0, 4096, 1.0f, 1.0f}, {4096, 4099, 0.5f, 0.0f}, {4099, n, 2.0f, 1.0f}};
+  // A skipped range (Muon's matrices) from inside a pack to inside another.
+  const std::vector<UpdateRange> table{
+      {0, 4096, 1.0f, 1.0f}, {4096, 4099, 0.5f, 0.0f}, {4099, 8203, 1.0f, 1.0f, 1}, {8203, n, 2.0f, 1.0f}};
   auto g = random_array(n, grad, 1.0f, 1, false);
   auto s0 = random_array(n, state, 0.1f, 2, false), s1 = random_array(n, state, 0.1f, 3, true);
   auto master = random_array(n, DType::kF32, 0.05f, 4, false);
@@ -173,6 +176,8 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
   EXPECT_TRUE(same(want_s1, got_s1, state)) << "state1";
   EXPECT_TRUE(same(want_out, got_out, param)) << "param_out";
   EXPECT_TRUE(same_remainders(want_r, got_r, want_out)) << "remainder";
+  EXPECT_TRUE(std::equal(got_m.begin() + 4 * 4099, got_m.begin() + 4 * 8203, master.begin() + 4 * 4099))
+      << "a skipped range's master was written";
   if (found_inf) {
     EXPECT_EQ(got_m, master) << "found_inf must leave the master untouched";
   }
