@@ -23,6 +23,8 @@ struct UpdateArgs {
   // (state1 unused; both unused for SGD without momentum).
   void* state0 = nullptr;
   void* state1 = nullptr;
+  // Elements in state1 (the range table's state1_shift leave some out); -1: n.
+  int64_t state1_numel = -1;
   DType state_dtype = DType::kF32;  // fp32 or bf16
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;   // fp32, bf16 or fp16

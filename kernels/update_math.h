@@ -78,6 +78,11 @@ struct UpdateRange {
   // kernel alike.
   int32_t skip = 0;
   int32_t pad_ = 0;
+  // AdamW's second moment of element i is state1[i - state1_shift]: state1
+  // need not hold the skipped elements' (compact_state1 in
+  // optim/optimizer.h). A multiple of 64, so every array's packs and cache
+  // lines stay aligned with each other; 0 for every range of a full state1.
+  int64_t state1_shift = 0;
 };
 
 namespace math {

@@ -242,17 +242,23 @@ void Optimizer::apply_cpu(UpdateArgs args, const StepPlan& plan) const {
   fused_update_cpu(args, plan.scalars);
 }
 
-std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& params, int64_t shard_numel) const {
-  std::vector<std::regex> patterns;
-  for (const auto& g : groups_) patterns.emplace_back(g.name_regex);
+namespace {
+
+struct Scales {
+  float lr = 1.0f, weight_decay = 1.0f;
+};
+
+// The range table of ranges_for, each parameter's scales from `scales`.
+template <class ScalesOf>
+std::vector<UpdateRange> range_table(const std::vector<ShardParam>& params, int64_t shard_numel, ScalesOf scales) {
   std::vector<UpdateRange> out;
-  auto add = [&](int64_t begin, int64_t end, float lr_scale, float wd_scale, int32_t skip) {
+  auto add = [&](int64_t begin, int64_t end, Scales sc, int32_t skip) {
     if (begin >= end) return;
-    if (!out.empty() && out.back().lr_scale == lr_scale && out.back().weight_decay_scale == wd_scale &&
+    if (!out.empty() && out.back().lr_scale == sc.lr && out.back().weight_decay_scale == sc.weight_decay &&
         out.back().skip == skip) {
       out.back().end = end;
     } else {
-      out.push_back(UpdateRange{begin, end, lr_scale, wd_scale, skip});
+      out.push_back(UpdateRange{begin, end, sc.lr, sc.weight_decay, skip});
     }
   };
   int64_t at = 0;
@@ -262,19 +268,11 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
                ") overlaps the one before it, is unsorted or leaves the shard of ", shard_numel, " elements");
     }
     if (p.begin == p.end) continue;
-    double lr_scale = 1.0, wd_scale = (p.ndim <= 1 && !weight_decay_1d_) ? 0.0 : 1.0;
-    for (size_t k = 0; k < groups_.size(); ++k) {
-      if (std::regex_match(p.name, patterns[k])) {
-        lr_scale = groups_[k].lr_scale;
-        wd_scale *= groups_[k].weight_decay_scale;
-        break;
-      }
-    }
     // Padding before a parameter joins the range before it; padding at the
     // start of the shard joins the first parameter's range.
     const int64_t from = out.empty() ? 0 : p.begin;
     if (!out.empty()) out.back().end = p.begin;
-    add(from, p.end, static_cast<float>(lr_scale), static_cast<float>(wd_scale), p.skip ? 1 : 0);
+    add(from, p.end, scales(p), p.skip ? 1 : 0);
     at = p.end;
   }
   if (out.empty()) {
@@ -283,6 +281,44 @@ std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& pa
     out.back().end = shard_numel;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<UpdateRange> Optimizer::ranges_for(const std::vector<ShardParam>& params, int64_t shard_numel) const {
+  std::vector<std::regex> patterns;
+  for (const auto& g : groups_) patterns.emplace_back(g.name_regex);
+  return range_table(params, shard_numel, [&](const ShardParam& p) {
+    double lr_scale = 1.0, wd_scale = (p.ndim <= 1 && !weight_decay_1d_) ? 0.0 : 1.0;
+    for (size_t k = 0; k < groups_.size(); ++k) {
+      if (std::regex_match(p.name, patterns[k])) {
+        lr_scale = groups_[k].lr_scale;
+        wd_scale *= groups_[k].weight_decay_scale;
+        break;
+      }
+    }
+    return Scales{static_cast<float>(lr_scale), static_cast<float>(wd_scale)};
+  });
+}
+
+int64_t compact_state1(std::vector<UpdateRange>& ranges, int64_t shard_numel) {
+  int64_t shift = 0, run = 0;  // run: the skipped elements since the last updated range
+  for (UpdateRange& r : ranges) {
+    if (r.skip != 0) {
+      r.state1_shift = shift;
+      run += r.end - r.begin;
+      continue;
+    }
+    shift += run / 64 * 64;
+    run = 0;
+    r.state1_shift = shift;
+  }
+  return shard_numel - shift - run / 64 * 64;
+}
+
+int64_t compact_state1_numel(const std::vector<ShardParam>& params, int64_t shard_numel) {
+  std::vector<UpdateRange> table = range_table(params, shard_numel, [](const ShardParam&) { return Scales{}; });
+  return compact_state1(table, shard_numel);
 }
 
 void Optimizer::set_lr(double lr) {

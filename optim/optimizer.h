@@ -127,4 +127,14 @@ class Optimizer {
   int64_t steps_skipped_ = 0;
 };
 
+// Sets the table's state1_shift (UpdateRange) so that AdamW's second moment
+// is kept for the updated ranges only: each run of skipped elements (Muon's
+// matrices, with their padding) is left out of state1 but for its length
+// modulo 64. Returns the elements state1 then needs: the shard's own when
+// nothing is skipped.
+int64_t compact_state1(std::vector<UpdateRange>& ranges, int64_t shard_numel);
+// The same count for a shard's parameters, whatever their groups (the
+// memory plan's).
+int64_t compact_state1_numel(const std::vector<ShardParam>& params, int64_t shard_numel);
+
 }  // namespace mp

@@ -535,7 +535,7 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
       for (size_t f = 0; f < num_fields; ++f) {
         const int field = static_cast<int>(f);
         reader.read(u, field, lo, hi, need_hi, state.write_target(u, field, 0, hi - lo, staging));
-        state.commit_write(u, field, 0, staging);
+        state.commit_write(u, field, 0, hi - lo, staging);
       }
     }
     bytes_read = reader.bytes_read();

@@ -10,6 +10,7 @@
 #include "kernels/cpu/quant.h"
 #include "runtime/muon_exchange.h"
 #include "runtime/param_gathers.h"
+#include "runtime/unit_state.h"
 
 namespace mp {
 
@@ -52,6 +53,22 @@ std::string MemoryPlan::to_string() const {
 
 namespace {
 
+// AdamW's second moments kept on `shard_rank` (compact_state1), or on the
+// rank with the most: every element's but Muon's matrices'.
+int64_t state1_elements(const FlatLayout& layout, const EngineOptions& o, int shard_rank) {
+  int64_t most = 0;
+  for (int r = 0; r < o.shard_size; ++r) {
+    if (shard_rank >= 0 && r != shard_rank) continue;
+    int64_t sum = 0;
+    for (const UnitLayout& u : layout.units()) {
+      const int64_t n = u.shard_numel;
+      sum += o.muon ? compact_state1_numel(shard_params(u, r * n, n, true), n) : n;
+    }
+    most = std::max(most, sum);
+  }
+  return most;
+}
+
 // Kind MUON (Note [Muon in the engine]): the exchange's buffers on
 // `shard_rank`, or on the rank with the most. (Its momentum is state0.)
 void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o, int shard_rank, Device device) {
@@ -83,7 +100,7 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
     if (p.master == MasterMode::kFp32) add(MemCategory::kMaster, n, 4);
     if (p.master == MasterMode::kBf16Remainder) add(MemCategory::kMaster, n, 2);
     if (o.persistent_param_shard()) add(MemCategory::kParamShards, n, ps);
-    add(MemCategory::kOptimizerState, n * o.state_count, dtype_size(p.state_dtype));
+    if (o.state_count >= 1) add(MemCategory::kOptimizerState, n, dtype_size(p.state_dtype));
     // Gradients.
     if (o.deterministic) {
       add(MemCategory::kGradient, n, 8);  // fp64 accumulator
@@ -124,6 +141,7 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
     if (o.shard_size > 1) add(MemCategory::kCommScratch, p_max, 4);                    // all-to-all output
     if (o.replicate_size > 1) add(MemCategory::kCommScratch, o.replicate_size * p_max, 4);  // all-gather across replicas
   }
+  if (o.state_count >= 2) add(MemCategory::kOptimizerState, state1_elements(layout, o, shard_rank), dtype_size(p.state_dtype));
   if (o.muon) add_muon(plan, layout, o, shard_rank, device);
   // The communicators' own kFp32 accumulation scratch: at most
   // accumulate_chunk_bytes each, in the shard and the replicate group.

@@ -38,8 +38,9 @@
 // matrix, so the result does not depend on the strategy, the world size or
 // the owner: with deterministic reductions every layout gives the same bits
 // as one rank. NO_SHARD (a shard group of one) keeps every matrix on every
-// rank, each its own owner. The AdamW second moment (state1) of Muon's
-// elements is allocated and unused. Every part is an op on a stream
+// rank, each its own owner. AdamW's second moment (state1) is not kept for
+// Muon's elements (compact_state1 in optim/optimizer.h; checkpoints see
+// zeros there). Every part is an op on a stream
 // (kernels/ops.h: muon_momentum, newton_schulz, muon_apply, copy_bytes), so
 // the exchange runs on CPU and CUDA devices alike.
 //

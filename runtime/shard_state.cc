@@ -1,5 +1,7 @@
 #include "runtime/shard_state.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "runtime/engine_impl.h"
@@ -19,44 +21,73 @@ int64_t ShardStateView::shard_begin(int unit) const { return impl_->unit(unit).o
 int64_t ShardStateView::shard_numel(int unit) const { return impl_->unit(unit).n(); }
 std::vector<ShardField> ShardStateView::fields(int unit) const { return impl_->unit(unit).fields(); }
 
-// Field `field` of unit u's shard from element `begin` on: where it is and
-// how many bytes `count` elements take.
-ShardStateView::FieldRange ShardStateView::field_range(int unit, int field, int64_t begin, int64_t count) const {
-  const std::vector<ShardField> f = fields(unit);
-  MP_ENFORCE(field >= 0 && field < static_cast<int>(f.size()), "unit ", unit, " has no field ", field);
-  MP_ENFORCE(begin >= 0 && count >= 0 && begin + count <= shard_numel(unit), "elements [", begin, ", ",
-             begin + count, ") of a shard of ", shard_numel(unit));
-  const ShardField& sf = f[static_cast<size_t>(field)];
-  return FieldRange{sf.device_data + begin * sf.element_bytes, count * sf.element_bytes};
+std::vector<ShardFieldPiece> ShardStateView::pieces(int unit, int field, int64_t begin, int64_t count) const {
+  return impl_->unit(unit).field_pieces(field, begin, count);
+}
+
+int64_t ShardStateView::element_bytes(int unit, int field) const {
+  return fields(unit)[static_cast<size_t>(field)].element_bytes;  // field_pieces checked the index
 }
 
 const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const {
-  const FieldRange r = field_range(unit, field, begin, count);
-  return static_cast<const char*>(host_view(r.data, impl_->allocator().device(), r.bytes, impl_->compute(), staging));
+  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
+  const int64_t eb = element_bytes(unit, field);
+  const Device device = impl_->allocator().device();
+  if (ps.size() == 1 && ps[0].data != nullptr) {
+    return static_cast<const char*>(host_view(ps[0].data, device, count * eb, impl_->compute(), staging));
+  }
+  staging.assign(static_cast<size_t>(count * eb), 0);  // what the field does not keep reads as zeros
+  for (const ShardFieldPiece& p : ps) {
+    if (p.data != nullptr) stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device, p.count * eb, impl_->compute());
+  }
+  return staging.data();
 }
 
 void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count, const PinnedBuffer& snapshot,
                                int64_t offset) const {
-  const FieldRange r = field_range(unit, field, begin, count);
+  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
+  const int64_t eb = element_bytes(unit, field);
   const Device device = impl_->allocator().device();
   MP_ENFORCE(snapshot.device() == device, "a snapshot pinned for ", to_string(snapshot.device()),
              " cannot take copies from ", to_string(device));
-  MP_ENFORCE(offset >= 0 && offset + r.bytes <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset, ", ",
-             offset + r.bytes, ") of a snapshot of ", snapshot.size_bytes());
+  MP_ENFORCE(offset >= 0 && offset + count * eb <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset,
+             ", ", offset + count * eb, ") of a snapshot of ", snapshot.size_bytes());
   Stream& s = impl_->compute();
-  ops::copy_bytes(static_cast<char*>(snapshot.data()) + offset, Device::cpu(), r.data, device, r.bytes, s);
+  char* out = static_cast<char*>(snapshot.data()) + offset;
+  for (const ShardFieldPiece& p : ps) {
+    char* to = out + (p.begin - begin) * eb;
+    if (p.data == nullptr) {
+      std::memset(to, 0, static_cast<size_t>(p.count * eb));  // host memory no copy on `s` touches
+    } else {
+      ops::copy_bytes(to, Device::cpu(), p.data, device, p.count * eb, s);
+    }
+  }
   s.synchronize();
 }
 
 char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
-  const FieldRange r = field_range(unit, field, begin, count);
+  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
+  const int64_t eb = element_bytes(unit, field);
   impl_->synchronize();  // nothing still reads or writes the state (gathers on the communication streams too)
-  return static_cast<char*>(host_target(r.data, impl_->allocator().device(), r.bytes, impl_->compute(), staging));
+  if (ps.size() == 1 && ps[0].data != nullptr) {
+    return static_cast<char*>(host_target(ps[0].data, impl_->allocator().device(), count * eb, impl_->compute(), staging));
+  }
+  staging.assign(static_cast<size_t>(count * eb), 0);
+  return staging.data();
 }
 
-void ShardStateView::commit_write(int unit, int field, int64_t begin, std::vector<char>& staging) {
-  const FieldRange r = field_range(unit, field, begin, 0);
-  commit_host_write(r.data, impl_->allocator().device(), staging, impl_->compute());
+void ShardStateView::commit_write(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
+  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
+  const int64_t eb = element_bytes(unit, field);
+  const Device device = impl_->allocator().device();
+  if (ps.size() == 1 && ps[0].data != nullptr) {
+    commit_host_write(ps[0].data, device, staging, impl_->compute());
+    return;
+  }
+  // What the field does not keep is dropped (zeros, as it was saved).
+  for (const ShardFieldPiece& p : ps) {
+    if (p.data != nullptr) stage_from_host(p.data, device, staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
+  }
 }
 
 int64_t ShardStateView::steps_run() const { return impl_->steps_run(); }

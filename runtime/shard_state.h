@@ -6,9 +6,12 @@
 // shard_begin(u) + shard_numel(u)) of the unit's padded flat buffer
 // (models/flat_layout.h). fields(u) lists what this rank stores for it, in a
 // fixed order (master, param, remainder, state0, state1; those the precision
-// policy keeps), each shard_numel(u) elements of its dtype in the engine's
-// device memory: read and write them through read() and write() (Note [Host
-// staging] in runtime/host_staging.h), never through the pointer.
+// policy keeps), each shard_numel(u) elements of its dtype as seen here, in
+// the engine's device memory: read and write them through read() and
+// write() (Note [Host staging] in runtime/host_staging.h), never through the
+// pointer. state1 keeps nothing for the elements the fused update skips
+// (Muon's matrices; UnitState::field_pieces): they read as zeros and
+// writes to them are dropped.
 // Replicas (replicate_size() > 1) hold the same shards.
 //
 // Writing through the view: write the fields and the optimizer's state, then
@@ -32,6 +35,16 @@ struct ShardField {
   std::string dtype;          // "fp32", "bf16", "fp16", "int16"
   int64_t element_bytes = 0;
   char* device_data = nullptr;  // shard_numel elements, the engine's device memory
+};
+
+// Where some elements of a field are (UnitState::field_pieces): `count`
+// elements from shard-relative `begin` at `data` in device memory, or null
+// where the field keeps nothing (state1 of the elements the fused update
+// skips: read as zeros, written nowhere).
+struct ShardFieldPiece {
+  int64_t begin = 0;
+  int64_t count = 0;
+  char* data = nullptr;
 };
 
 class ShardStateView {
@@ -60,7 +73,7 @@ class ShardStateView {
   // The same range to fill on the host, then commit_write() with the same
   // arguments stores it.
   char* write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging);
-  void commit_write(int unit, int field, int64_t begin, std::vector<char>& staging);
+  void commit_write(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging);
 
   int64_t steps_run() const;
   void set_steps_run(int64_t steps);
@@ -70,11 +83,8 @@ class ShardStateView {
  private:
   friend class Engine;
   explicit ShardStateView(Engine::Impl& impl) : impl_(&impl) {}
-  struct FieldRange {
-    char* data;     // device memory
-    int64_t bytes;
-  };
-  FieldRange field_range(int unit, int field, int64_t begin, int64_t count) const;
+  std::vector<ShardFieldPiece> pieces(int unit, int field, int64_t begin, int64_t count) const;
+  int64_t element_bytes(int unit, int field) const;
 
   Engine::Impl* impl_;
 };

@@ -31,6 +31,17 @@ std::string dtype_label(DType t) {
 
 }  // namespace
 
+std::vector<ShardParam> shard_params(const UnitLayout& ul, int64_t offset, int64_t n, bool muon) {
+  std::vector<ShardParam> params;
+  for (const ParamPlacement& pp : ul.params) {
+    const int64_t b = std::max(pp.offset, offset), e = std::min(pp.offset + pp.numel, offset + n);
+    if (b < e) {
+      params.push_back(ShardParam{pp.name, b - offset, e - offset, static_cast<int>(pp.shape.size()), pp.muon && muon});
+    }
+  }
+  return params;
+}
+
 UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const EngineOptions& o, const Optimizer& opt,
                      Allocator& alloc, Stream& stream)
     : index_(index), master_mode_(o.precision.master) {
@@ -43,7 +54,10 @@ UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const Engi
   if (p.master == MasterMode::kBf16Remainder) remainder_ = alloc.allocate(static_cast<size_t>(n_) * 2, MemCategory::kMaster);
   if (o.persistent_param_shard()) param_shard_ = tensor(p.param_dtype, n_, MemCategory::kParamShards);
   if (o.state_count >= 1) state0_ = tensor(p.state_dtype, n_, MemCategory::kOptimizerState);
-  if (o.state_count >= 2) state1_ = tensor(p.state_dtype, n_, MemCategory::kOptimizerState);
+  const std::vector<ShardParam> params = shard_params(ul, offset_, n_, opt.muon() != nullptr);
+  ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
+  state1_numel_ = compact_state1(ranges_, n_);
+  if (o.state_count >= 2) state1_ = tensor(p.state_dtype, state1_numel_, MemCategory::kOptimizerState);
   if (o.deterministic) {
     acc64_ = alloc.allocate(static_cast<size_t>(n_) * 8, MemCategory::kGradient);
     grad_shard_ = tensor(DType::kF32, n_, MemCategory::kGradient);
@@ -52,13 +66,6 @@ UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const Engi
     grad_shard_ = o.strategy == SC::NO_SHARD ? acc_full_ : tensor(o.grad_shard_dtype(), n_, MemCategory::kGradient);
   }
   if (o.keeps_full_params()) full_params_ = tensor(p.param_dtype, full_, MemCategory::kGatheredParams);
-  std::vector<ShardParam> params;
-  for (const ParamPlacement& pp : ul.params) {
-    const int64_t b = std::max(pp.offset, offset_), e = std::min(pp.offset + pp.numel, offset_ + n_);
-    if (b < e) params.push_back(ShardParam{pp.name, b - offset_, e - offset_, static_cast<int>(pp.shape.size()),
-                                          pp.muon && opt.muon() != nullptr});
-  }
-  ranges_ = params.empty() ? std::vector<UpdateRange>{UpdateRange{0, n_, 1.0f, 0.0f}} : opt.ranges_for(params, n_);
   const int64_t bytes = static_cast<int64_t>(ranges_.size() * sizeof(UpdateRange));
   ranges_device_ = alloc.allocate(static_cast<size_t>(bytes), MemCategory::kOther);
   // Through pinned memory, as every host write to the device (Note [Host staging]).
@@ -120,6 +127,7 @@ UpdateArgs UnitState::update_args(const EngineOptions& o) const {
   a.master_remainder = static_cast<int16_t*>(remainder_.data());
   a.state0 = state0_.defined() ? state0_.data() : nullptr;
   a.state1 = state1_.defined() ? state1_.data() : nullptr;
+  a.state1_numel = state1_numel_;
   a.state_dtype = p.state_dtype;
   a.grad = grad_shard_.data();
   a.grad_dtype = grad_shard_.dtype();
@@ -146,6 +154,31 @@ std::vector<ShardField> UnitState::fields() const {
   add("state0", state0_);
   add("state1", state1_);
   return f;
+}
+
+std::vector<ShardFieldPiece> UnitState::field_pieces(int field, int64_t begin, int64_t count) const {
+  const std::vector<ShardField> f = fields();
+  MP_ENFORCE(field >= 0 && field < static_cast<int>(f.size()), "unit ", index_, " has no field ", field);
+  MP_ENFORCE(begin >= 0 && count >= 0 && begin + count <= n_, "elements [", begin, ", ", begin + count,
+             ") of a shard of ", n_);
+  const ShardField& sf = f[static_cast<size_t>(field)];
+  if (sf.name != "state1" || state1_numel_ == n_) return {ShardFieldPiece{begin, count, sf.device_data + begin * sf.element_bytes}};
+  std::vector<ShardFieldPiece> out;
+  for (const UpdateRange& r : ranges_) {
+    const int64_t b = std::max(begin, r.begin), e = std::min(begin + count, r.end);
+    if (b >= e) continue;
+    char* data = r.skip != 0 ? nullptr : sf.device_data + (b - r.state1_shift) * sf.element_bytes;
+    ShardFieldPiece* last = out.empty() ? nullptr : &out.back();
+    const bool joins = last != nullptr && (data == nullptr ? last->data == nullptr
+                                                          : last->data != nullptr &&
+                                                                last->data + last->count * sf.element_bytes == data);
+    if (joins) {
+      last->count += e - b;
+    } else {
+      out.push_back(ShardFieldPiece{b, e - b, data});
+    }
+  }
+  return out;
 }
 
 }  // namespace mp

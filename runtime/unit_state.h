@@ -9,7 +9,10 @@
 //              param_shard: param dtype [n], persistent  (when the update
 //                writes it; with kBf16Remainder it is the bf16 half and
 //                remainder the int16 rest, together the fp32 value exactly)
-//   moments    state0, state1: state dtype [n]           (state_count of them)
+//   moments    state0, state1: state dtype               (state_count of them)
+//              state0 [n]; state1 [state1_numel]: AdamW's second moment is
+//              kept only where the fused update runs (compact_state1 in
+//              optim/optimizer.h): n unless Muon's matrices are skipped
 //   gradients  grad_shard [n]: the reduced gradient the update reads
 //              acc_full [full]: grad_accum dtype, summed over micro-batches
 //                (NO_SHARD, SHARD_OPTIMIZER, UNSHARDED accumulation)
@@ -43,6 +46,10 @@
 
 namespace mp {
 
+// The parameters in a unit's shard [offset, offset + n), shard-relative,
+// Muon's marked to be skipped when `muon` (the optimizer is MUON).
+std::vector<ShardParam> shard_params(const UnitLayout& ul, int64_t offset, int64_t n, bool muon);
+
 class UnitState {
  public:
   // Allocates the buffers of unit `index` for this rank (shard_rank in its
@@ -74,8 +81,13 @@ class UnitState {
 
   // What the fused update of this shard reads and writes.
   UpdateArgs update_args(const EngineOptions& o) const;
-  // The stored fields (Note [Checkpoint format]), in checkpoint order.
+  // The stored fields (Note [Checkpoint format]), in checkpoint order:
+  // each n elements as checkpoints see it.
   std::vector<ShardField> fields() const;
+  // Where elements [begin, begin + count) of fields()[field] are: pieces
+  // of the request in order (ShardFieldPiece). One piece for every field
+  // but a compact state1.
+  std::vector<ShardFieldPiece> field_pieces(int field, int64_t begin, int64_t count) const;
 
   const Event& reduced() const { return reduced_; }
   void set_reduced(Event e) { reduced_ = std::move(e); }
@@ -88,6 +100,7 @@ class UnitState {
   Buffer remainder_;  // int16 [n]
   Tensor param_shard_;
   Tensor state0_, state1_;
+  int64_t state1_numel_ = 0;
   Tensor acc_full_;
   Tensor grad_shard_;
   Buffer acc64_;      // double [n]

@@ -198,6 +198,25 @@ TEST(Optimizer, RangesFollowGroupsAndTheOneDimensionalRule) {
   }
 }
 
+// Muon's matrices keep no AdamW second moment: each run of them (padding
+// included, groups apart) leaves state1 but for its length modulo 64.
+TEST(Optimizer, CompactStateLeavesOutTheSkippedRuns) {
+  const Optimizer opt(parse(R"(kind: MUON param_groups { name_regex: "h0.w2" lr_scale: 0.5 })"));
+  // emb | h0.w1 h0.w2 (skipped, two groups: one run of 200 + 4 + 96) | h0.b | h1.w (skipped, with the tail)
+  const std::vector<ShardParam> params{{"emb", 0, 100, 2},        {"h0.w1", 100, 300, 2, true},
+                                       {"h0.w2", 304, 400, 2, true}, {"h0.b", 400, 410, 1},
+                                       {"h1.w", 410, 600, 2, true}};
+  std::vector<UpdateRange> r = opt.ranges_for(params, 650);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(compact_state1(r, 650), 650 - 256 - 192);
+  const std::vector<int64_t> shifts{0, 0, 0, 256, 256};
+  for (size_t k = 0; k < r.size(); ++k) EXPECT_EQ(r[k].state1_shift, shifts[k]) << "range " << k;
+  EXPECT_EQ(compact_state1_numel(params, 650), 650 - 256 - 192) << "the plan's count, whatever the groups";
+  std::vector<UpdateRange> none = opt.ranges_for({{"emb", 0, 100, 2}, {"b", 100, 110, 1}}, 128);
+  EXPECT_EQ(compact_state1(none, 128), 128);
+  for (const UpdateRange& x : none) EXPECT_EQ(x.state1_shift, 0);
+}
+
 // Two shards of one model, as two ranks would hold them: statistics per
 // shard, summed, one plan, fused updates; against a float64 AdamW with the
 // same clipping and loss scale, over 200 steps with a scripted overflow.

@@ -438,6 +438,46 @@ TEST(FusedUpdate, RangeTableAppliesEachGroupsLrAndWeightDecay) {
   }
 }
 
+// Skipped ranges (Muon's matrices) are left alone, and the second moments
+// of the others can live in a compact state1 (UpdateRange::state1_shift):
+// the same bits as a full one, with nothing kept for the skipped elements.
+TEST(FusedUpdate, SkippedRangesNeedNoSecondMoment) {
+  const int64_t n = 1000, kept = 1000 - 192 - 256;
+  // AdamW | skipped 200 + 10 (two groups, one run) | AdamW | skipped 300
+  const std::vector<UpdateRange> full{
+      {0, 100, 1.0f, 1.0f}, {100, 300, 1.0f, 1.0f, 1}, {300, 310, 0.5f, 1.0f, 1}, {310, 700, 2.0f, 0.0f}, {700, n, 1.0f, 1.0f, 1}};
+  std::vector<UpdateRange> compact = full;
+  compact[3].state1_shift = compact[4].state1_shift = 192;  // the first run's 210, less 210 mod 64
+  const auto init = initial_params(n, 5);
+  Shard a(n, MasterMode::kFp32, DType::kF32, DType::kBF16, init), b = a;
+  b.s1 = Array(DType::kF32, kept);
+  for (int t = 1; t <= 3; ++t) {
+    const Array g = gradients(DType::kBF16, n, t);
+    StepScalars sc;
+    sc.lr = 1e-2f;
+    sc.step = t;
+    for (auto [shard, table] : {std::pair{&a, &full}, std::pair{&b, static_cast<const std::vector<UpdateRange>*>(&compact)}}) {
+      UpdateArgs args = shard->args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven);
+      args.ranges = table->data();
+      args.num_ranges = static_cast<int64_t>(table->size());
+      args.state1_numel = shard == &b ? kept : -1;
+      fused_update_cpu(args, sc);
+    }
+  }
+  EXPECT_EQ(a.master, b.master);
+  EXPECT_EQ(a.s0.bytes, b.s0.bytes);
+  EXPECT_EQ(a.out.bytes, b.out.bytes);
+  for (const UpdateRange& r : compact) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      if (r.skip != 0) {
+        ASSERT_EQ(math::f32_bits(a.master[i]), math::f32_bits(init[i])) << "skipped element " << i << " was written";
+      } else {
+        ASSERT_EQ(a.s1.get(i), b.s1.get(i - r.state1_shift)) << "second moment of element " << i;
+      }
+    }
+  }
+}
+
 void expect_error(const UpdateArgs& a, const std::string& needle) {
   try {
     fused_update_cpu(a, StepScalars{});
@@ -465,6 +505,21 @@ TEST(FusedUpdate, BadArgumentsAreNamed) {
   a.ranges = nan_scale.data();
   a.num_ranges = 1;
   expect_error(a, "range 0 has a non-finite scale");
+
+  std::vector<UpdateRange> odd_shift{{0, 50, 1, 1, 1}, {50, 100, 1, 1, 0, 0, 32}};
+  a.ranges = odd_shift.data();
+  a.num_ranges = 2;
+  expect_error(a, "range 1 has state1_shift 32 (a multiple of 64");
+  std::vector<UpdateRange> overlapping{{0, 70, 1, 1}, {70, 80, 1, 1, 1}, {80, 100, 1, 1, 0, 0, 64}};
+  a.ranges = overlapping.data();
+  a.num_ranges = 3;
+  a.state1_numel = 90;
+  expect_error(a, "range 2 keeps its state1 at [16, 36), overlapping the range before it");
+  overlapping[2].state1_shift = 0;
+  expect_error(a, "range 2 keeps its state1 at [80, 100), overlapping the range before it or past state1's 90");
+  a.ranges = nullptr;
+  a.num_ranges = 0;
+  expect_error(a, "state1 has 90 elements for a shard of 100 updated whole");
 
   a = ok;
   a.state1 = a.state0;

@@ -38,6 +38,28 @@ struct Extent {
   int64_t bytes;
 };
 
+int64_t state1_numel(const UpdateArgs& a) { return a.state1_numel < 0 ? a.n : a.state1_numel; }
+
+// Where the ranges keep their second moments: each updated range's
+// [begin, end) - state1_shift inside state1, after the one before it.
+void check_state1_shifts(const UpdateArgs& a) {
+  const int64_t numel = state1_numel(a);
+  MP_ENFORCE(numel >= 0 && numel <= a.n, "fused update: state1 has ", numel, " elements for a shard of ", a.n);
+  int64_t used = 0, shift = 0;
+  for (int64_t k = 0; a.ranges != nullptr && k < a.num_ranges; ++k) {
+    const UpdateRange& r = a.ranges[k];
+    MP_ENFORCE(r.state1_shift % 64 == 0 && r.state1_shift >= shift && r.state1_shift <= r.begin, "fused update: range ",
+               k, " has state1_shift ", r.state1_shift, " (a multiple of 64, non-decreasing, at most its begin ",
+               r.begin, ")");
+    shift = r.state1_shift;
+    if (r.skip != 0) continue;
+    MP_ENFORCE(r.begin - shift >= used && r.end - shift <= numel, "fused update: range ", k, " keeps its state1 at [",
+               r.begin - shift, ", ", r.end - shift, "), overlapping the range before it or past state1's ", numel,
+               " elements");
+    used = r.end - shift;
+  }
+}
+
 void check_disjoint(const std::vector<Extent>& xs) {
   for (size_t i = 0; i < xs.size(); ++i) {
     for (size_t j = i + 1; j < xs.size(); ++j) {
@@ -55,6 +77,8 @@ namespace detail {
 void check_ranges(const UpdateArgs& a) {
   if (a.ranges == nullptr) {
     MP_ENFORCE(a.num_ranges == 0, "fused update: num_ranges is ", a.num_ranges, " but ranges is null");
+    MP_ENFORCE(state1_numel(a) == a.n, "fused update: state1 has ", state1_numel(a), " elements for a shard of ", a.n,
+               " updated whole");
     return;
   }
   MP_ENFORCE(a.num_ranges > 0, "fused update: an empty range table");
@@ -68,6 +92,7 @@ void check_ranges(const UpdateArgs& a) {
     expect = r.end;
   }
   MP_ENFORCE(expect == a.n, "fused update: the ranges cover [0, ", expect, ") but the shard has ", a.n, " elements");
+  check_state1_shifts(a);
 }
 
 }  // namespace detail
@@ -119,7 +144,8 @@ SpanVariant plan_update(const UpdateArgs& a) {
              "optimizer state must be fp32 or bf16, not ", dtype_name(a.state_dtype));
   MP_ENFORCE(!is_fp8(a.grad_dtype) && !is_fp8(a.param_dtype), "fused update with fp8 gradients or parameters");
   MP_ENFORCE(a.n == 0 || !stateful || a.state0 != nullptr, "optimizer state missing");
-  MP_ENFORCE(a.n == 0 || kind != math::ElementKind::kAdamW || a.state1 != nullptr, "AdamW needs two moments");
+  MP_ENFORCE(state1_numel(a) == 0 || kind != math::ElementKind::kAdamW || a.state1 != nullptr,
+             "AdamW needs two moments");
 
   const int64_t gs = dtype_size(a.grad_dtype), ss = dtype_size(a.state_dtype), os = dtype_size(a.param_dtype);
   std::vector<Extent> extents{{"grad", a.grad, a.n * gs}};
@@ -127,7 +153,7 @@ SpanVariant plan_update(const UpdateArgs& a) {
   if (remainder) extents.push_back({"master_remainder", a.master_remainder, a.n * 2});
   if (a.param_out != nullptr) extents.push_back({"param_out", a.param_out, a.n * os});
   if (stateful) extents.push_back({"state0", a.state0, a.n * ss});
-  if (kind == math::ElementKind::kAdamW) extents.push_back({"state1", a.state1, a.n * ss});
+  if (kind == math::ElementKind::kAdamW) extents.push_back({"state1", a.state1, state1_numel(a) * ss});
   if (a.n > 0) check_disjoint(extents);
 
   SpanVariant v;
@@ -157,6 +183,7 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
 
   const detail::SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
                             scalars.grad_multiplier, a.seed, static_cast<uint64_t>(scalars.step), a.index_offset};
+  const int64_t state_bytes = static_cast<int64_t>(dtype_size(a.state_dtype));
   const UpdateRange whole{0, a.n, 1.0f, 1.0f};
   const UpdateRange* ranges = a.ranges ? a.ranges : &whole;
   const int64_t num_ranges = a.ranges ? a.num_ranges : 1;
@@ -171,7 +198,9 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
       if (ranges[k].skip != 0) continue;
       const math::StepConstants c =
           math::make_step_constants(a.hyper, scalars, ranges[k].lr_scale, ranges[k].weight_decay_scale);
-      fn(sa, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), c);
+      detail::SpanArgs ra = sa;
+      if (ra.state1 != nullptr) ra.state1 = static_cast<char*>(ra.state1) - ranges[k].state1_shift * state_bytes;
+      fn(ra, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), c);
     }
   });
 }

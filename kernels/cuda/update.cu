@@ -38,6 +38,7 @@ struct RangeCursor {
   int64_t begin = 1;
   int64_t end = 0;
   bool skip = false;  // the range's elements are left alone (UpdateRange::skip)
+  int64_t state1_shift = 0;
   math::StepConstants c;
 
   __device__ __forceinline__ void seek(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
@@ -49,6 +50,7 @@ struct RangeCursor {
       begin = 0;
       end = n;
       skip = false;
+      state1_shift = 0;
       c = math::make_step_constants(h, s, 1.0f, 1.0f);
       return;
     }
@@ -60,12 +62,21 @@ struct RangeCursor {
     begin = ranges[lo].begin;
     end = ranges[lo].end;
     skip = ranges[lo].skip != 0;
+    state1_shift = ranges[lo].state1_shift;
     c = math::make_step_constants(h, s, ranges[lo].lr_scale, ranges[lo].weight_decay_scale);
   }
 };
 
 template <class T>
 __device__ __forceinline__ T* typed(void* p) { return static_cast<T*>(p); }
+
+// The pointers with state1 where the range keeps it (UpdateRange::state1_shift).
+template <ElementKind kKind, class G, class S, class Out>
+__device__ __forceinline__ math::UpdatePointers<G, S, Out> in_range(math::UpdatePointers<G, S, Out> p,
+                                                                    int64_t state1_shift) {
+  if constexpr (kKind == ElementKind::kAdamW) p.state1 -= state1_shift;
+  return p;
+}
 
 // Pack j (elements 8j..8j+7), all in one range: 16-byte loads into
 // registers, the element function on them at the constant indices 0..7 (so
@@ -114,7 +125,7 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
   const auto element = [&](int64_t i) {
     cursor.seek(i, h, s, n);
     if (cursor.skip) return;
-    math::update_element<kKind, kMode, kCopy>(p, i, gm, cursor.c, a.seed, step,
+    math::update_element<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), i, gm, cursor.c, a.seed, step,
                                               a.index_offset + static_cast<uint64_t>(i));
   };
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -127,7 +138,7 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
       cursor.seek(i0, h, s, n);
       if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
         if (cursor.skip) continue;
-        update_pack<kKind, kMode, kCopy>(p, j, gm, cursor.c, a.seed, step, a.index_offset + static_cast<uint64_t>(i0));
+        update_pack<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), j, gm, cursor.c, a.seed, step, a.index_offset + static_cast<uint64_t>(i0));
       } else {
         // A pack across a range boundary (at most one per boundary): element
         // by element in global memory, each with its own range's constants.

@@ -245,6 +245,38 @@ TEST_F(MuonEngineTest, MeasuredMemoryEqualsThePlanOnEveryRank) {
   }
 }
 
+// AdamW's second moment is kept for its own elements only: every run of
+// Muon matrices (from the first one's start, with the padding up to the
+// next parameter) leaves state1 but for the run's length modulo 64.
+TEST_F(MuonEngineTest, SecondMomentsAreKeptForAdamWsElementsOnly) {
+  const int n = size();
+  Gpt model(small_gpt());
+  const FlatLayout layout(model.spec(), 1);  // NO_SHARD: each rank's shards are the whole units
+  int64_t padded = 0, muon = 0, dropped = 0;
+  for (const UnitLayout& u : layout.units()) {
+    padded += u.padded_numel;
+    int64_t run_begin = -1;
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      const ParamPlacement& p = u.params[k];
+      if (p.muon) muon += p.numel;
+      if (p.muon && run_begin < 0) run_begin = k == 0 ? 0 : p.offset;
+      if (!p.muon && run_begin >= 0) {
+        dropped += (p.offset - run_begin) / 64 * 64;
+        run_begin = -1;
+      }
+    }
+    if (run_begin >= 0) dropped += (u.padded_numel - run_begin) / 64 * 64;
+  }
+  ASSERT_GT(muon, 0);
+  EXPECT_GE(dropped, muon * 9 / 10) << "the small GPT's matrices should leave most of their second moments";
+
+  const TrainRun a = train(*world_, engine_config(SC::NO_SHARD, "fp32", n, 1), model, 1);
+  const TrainRun m = train(*world_, muon_config(SC::NO_SHARD, n, 1), model, 1);
+  EXPECT_EQ(a.memory.current(MemCategory::kOptimizerState), static_cast<size_t>(8 * padded));
+  EXPECT_EQ(m.memory.current(MemCategory::kOptimizerState), static_cast<size_t>(4 * padded + 4 * (padded - dropped)));
+  expect_memory_is_the_plan(m);
+}
+
 // tests/golden/muon_gpt_torch.json (tests/muon_gpt_torch_reference.py):
 // torch.optim.Muon + torch.optim.AdamW training tests/gpt_torch_reference.py's
 // tiny GPT for 20 steps, its batches one per step.
