@@ -141,7 +141,9 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
     if (o.shard_size > 1) add(MemCategory::kCommScratch, p_max, 4);                    // all-to-all output
     if (o.replicate_size > 1) add(MemCategory::kCommScratch, o.replicate_size * p_max, 4);  // all-gather across replicas
   }
-  if (o.state_count >= 2) add(MemCategory::kOptimizerState, state1_elements(layout, o, shard_rank), dtype_size(p.state_dtype));
+  if (o.state_count >= 2) {
+    add(MemCategory::kOptimizerState, state1_elements(layout, o, shard_rank), dtype_size(p.state_dtype));
+  }
   if (o.muon) add_muon(plan, layout, o, shard_rank, device);
   // The communicators' own kFp32 accumulation scratch: at most
   // accumulate_chunk_bytes each, in the shard and the replicate group.

@@ -38,7 +38,9 @@ const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t cou
   }
   staging.assign(static_cast<size_t>(count * eb), 0);  // what the field does not keep reads as zeros
   for (const ShardFieldPiece& p : ps) {
-    if (p.data != nullptr) stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device, p.count * eb, impl_->compute());
+    if (p.data != nullptr) {
+      stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device, p.count * eb, impl_->compute());
+    }
   }
   return staging.data();
 }
@@ -50,8 +52,8 @@ void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count
   const Device device = impl_->allocator().device();
   MP_ENFORCE(snapshot.device() == device, "a snapshot pinned for ", to_string(snapshot.device()),
              " cannot take copies from ", to_string(device));
-  MP_ENFORCE(offset >= 0 && offset + count * eb <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset,
-             ", ", offset + count * eb, ") of a snapshot of ", snapshot.size_bytes());
+  MP_ENFORCE(offset >= 0 && offset + count * eb <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset, ", ",
+             offset + count * eb, ") of a snapshot of ", snapshot.size_bytes());
   Stream& s = impl_->compute();
   char* out = static_cast<char*>(snapshot.data()) + offset;
   for (const ShardFieldPiece& p : ps) {
@@ -70,7 +72,8 @@ char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t c
   const int64_t eb = element_bytes(unit, field);
   impl_->synchronize();  // nothing still reads or writes the state (gathers on the communication streams too)
   if (ps.size() == 1 && ps[0].data != nullptr) {
-    return static_cast<char*>(host_target(ps[0].data, impl_->allocator().device(), count * eb, impl_->compute(), staging));
+    return static_cast<char*>(
+        host_target(ps[0].data, impl_->allocator().device(), count * eb, impl_->compute(), staging));
   }
   staging.assign(static_cast<size_t>(count * eb), 0);
   return staging.data();
@@ -86,7 +89,9 @@ void ShardStateView::commit_write(int unit, int field, int64_t begin, int64_t co
   }
   // What the field does not keep is dropped (zeros, as it was saved).
   for (const ShardFieldPiece& p : ps) {
-    if (p.data != nullptr) stage_from_host(p.data, device, staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
+    if (p.data != nullptr) {
+      stage_from_host(p.data, device, staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
+    }
   }
 }
 

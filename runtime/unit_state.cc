@@ -162,16 +162,18 @@ std::vector<ShardFieldPiece> UnitState::field_pieces(int field, int64_t begin, i
   MP_ENFORCE(begin >= 0 && count >= 0 && begin + count <= n_, "elements [", begin, ", ", begin + count,
              ") of a shard of ", n_);
   const ShardField& sf = f[static_cast<size_t>(field)];
-  if (sf.name != "state1" || state1_numel_ == n_) return {ShardFieldPiece{begin, count, sf.device_data + begin * sf.element_bytes}};
+  if (sf.name != "state1" || state1_numel_ == n_) {
+    return {ShardFieldPiece{begin, count, sf.device_data + begin * sf.element_bytes}};
+  }
   std::vector<ShardFieldPiece> out;
   for (const UpdateRange& r : ranges_) {
     const int64_t b = std::max(begin, r.begin), e = std::min(begin + count, r.end);
     if (b >= e) continue;
     char* data = r.skip != 0 ? nullptr : sf.device_data + (b - r.state1_shift) * sf.element_bytes;
     ShardFieldPiece* last = out.empty() ? nullptr : &out.back();
-    const bool joins = last != nullptr && (data == nullptr ? last->data == nullptr
-                                                          : last->data != nullptr &&
-                                                                last->data + last->count * sf.element_bytes == data);
+    const bool joins = last != nullptr &&
+                       (data == nullptr ? last->data == nullptr
+                                        : last->data != nullptr && last->data + last->count * sf.element_bytes == data);
     if (joins) {
       last->count += e - b;
     } else {

@@ -203,8 +203,10 @@ TEST(Optimizer, RangesFollowGroupsAndTheOneDimensionalRule) {
 TEST(Optimizer, CompactStateLeavesOutTheSkippedRuns) {
   const Optimizer opt(parse(R"(kind: MUON param_groups { name_regex: "h0.w2" lr_scale: 0.5 })"));
   // emb | h0.w1 h0.w2 (skipped, two groups: one run of 200 + 4 + 96) | h0.b | h1.w (skipped, with the tail)
-  const std::vector<ShardParam> params{{"emb", 0, 100, 2},        {"h0.w1", 100, 300, 2, true},
-                                       {"h0.w2", 304, 400, 2, true}, {"h0.b", 400, 410, 1},
+  const std::vector<ShardParam> params{{"emb", 0, 100, 2},
+                                       {"h0.w1", 100, 300, 2, true},
+                                       {"h0.w2", 304, 400, 2, true},
+                                       {"h0.b", 400, 410, 1},
                                        {"h1.w", 410, 600, 2, true}};
   std::vector<UpdateRange> r = opt.ranges_for(params, 650);
   ASSERT_EQ(r.size(), 5u);

@@ -138,7 +138,8 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
       cursor.seek(i0, h, s, n);
       if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
         if (cursor.skip) continue;
-        update_pack<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), j, gm, cursor.c, a.seed, step, a.index_offset + static_cast<uint64_t>(i0));
+        update_pack<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), j, gm, cursor.c, a.seed, step,
+                                         a.index_offset + static_cast<uint64_t>(i0));
       } else {
         // A pack across a range boundary (at most one per boundary): element
         // by element in global memory, each with its own range's constants.
