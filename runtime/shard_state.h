@@ -34,7 +34,7 @@ struct ShardField {
   std::string name;           // "master", "param", "remainder", "state0", "state1"
   std::string dtype;          // "fp32", "bf16", "fp16", "int16"
   int64_t element_bytes = 0;
-  char* device_data = nullptr;  // shard_numel elements, the engine's device memory
+  char* device_data = nullptr;  // the engine's device memory: shard_numel elements (a compact state1 fewer)
 };
 
 // Where some elements of a field are (UnitState::field_pieces): `count`
