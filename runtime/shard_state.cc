@@ -21,23 +21,23 @@ int64_t ShardStateView::shard_begin(int unit) const { return impl_->unit(unit).o
 int64_t ShardStateView::shard_numel(int unit) const { return impl_->unit(unit).n(); }
 std::vector<ShardField> ShardStateView::fields(int unit) const { return impl_->unit(unit).fields(); }
 
-std::vector<ShardFieldPiece> ShardStateView::pieces(int unit, int field, int64_t begin, int64_t count) const {
-  return impl_->unit(unit).field_pieces(field, begin, count);
-}
-
-int64_t ShardStateView::element_bytes(int unit, int field) const {
-  return fields(unit)[static_cast<size_t>(field)].element_bytes;  // field_pieces checked the index
+ShardStateView::Located ShardStateView::locate(int unit, int field, int64_t begin, int64_t count) const {
+  Located l;
+  l.pieces = impl_->unit(unit).field_pieces(field, begin, count);  // checks the field and the range
+  l.element_bytes = fields(unit)[static_cast<size_t>(field)].element_bytes;
+  if (l.pieces.size() == 1) l.whole = l.pieces[0].data;
+  return l;
 }
 
 const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const {
-  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
-  const int64_t eb = element_bytes(unit, field);
+  const Located l = locate(unit, field, begin, count);
+  const int64_t eb = l.element_bytes;
   const Device device = impl_->allocator().device();
-  if (ps.size() == 1 && ps[0].data != nullptr) {
-    return static_cast<const char*>(host_view(ps[0].data, device, count * eb, impl_->compute(), staging));
+  if (l.whole != nullptr) {
+    return static_cast<const char*>(host_view(l.whole, device, count * eb, impl_->compute(), staging));
   }
   staging.assign(static_cast<size_t>(count * eb), 0);  // what the field does not keep reads as zeros
-  for (const ShardFieldPiece& p : ps) {
+  for (const ShardFieldPiece& p : l.pieces) {
     if (p.data != nullptr) {
       stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device, p.count * eb, impl_->compute());
     }
@@ -47,8 +47,8 @@ const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t cou
 
 void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count, const PinnedBuffer& snapshot,
                                int64_t offset) const {
-  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
-  const int64_t eb = element_bytes(unit, field);
+  const Located l = locate(unit, field, begin, count);
+  const int64_t eb = l.element_bytes;
   const Device device = impl_->allocator().device();
   MP_ENFORCE(snapshot.device() == device, "a snapshot pinned for ", to_string(snapshot.device()),
              " cannot take copies from ", to_string(device));
@@ -56,7 +56,7 @@ void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count
              offset + count * eb, ") of a snapshot of ", snapshot.size_bytes());
   Stream& s = impl_->compute();
   char* out = static_cast<char*>(snapshot.data()) + offset;
-  for (const ShardFieldPiece& p : ps) {
+  for (const ShardFieldPiece& p : l.pieces) {
     char* to = out + (p.begin - begin) * eb;
     if (p.data == nullptr) {
       std::memset(to, 0, static_cast<size_t>(p.count * eb));  // host memory no copy on `s` touches
@@ -68,27 +68,26 @@ void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count
 }
 
 char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
-  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
-  const int64_t eb = element_bytes(unit, field);
+  const Located l = locate(unit, field, begin, count);
+  const int64_t eb = l.element_bytes;
   impl_->synchronize();  // nothing still reads or writes the state (gathers on the communication streams too)
-  if (ps.size() == 1 && ps[0].data != nullptr) {
-    return static_cast<char*>(
-        host_target(ps[0].data, impl_->allocator().device(), count * eb, impl_->compute(), staging));
+  if (l.whole != nullptr) {
+    return static_cast<char*>(host_target(l.whole, impl_->allocator().device(), count * eb, impl_->compute(), staging));
   }
   staging.assign(static_cast<size_t>(count * eb), 0);
   return staging.data();
 }
 
 void ShardStateView::commit_write(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
-  const std::vector<ShardFieldPiece> ps = pieces(unit, field, begin, count);
-  const int64_t eb = element_bytes(unit, field);
+  const Located l = locate(unit, field, begin, count);
+  const int64_t eb = l.element_bytes;
   const Device device = impl_->allocator().device();
-  if (ps.size() == 1 && ps[0].data != nullptr) {
-    commit_host_write(ps[0].data, device, staging, impl_->compute());
+  if (l.whole != nullptr) {
+    commit_host_write(l.whole, device, staging, impl_->compute());
     return;
   }
   // What the field does not keep is dropped (zeros, as it was saved).
-  for (const ShardFieldPiece& p : ps) {
+  for (const ShardFieldPiece& p : l.pieces) {
     if (p.data != nullptr) {
       stage_from_host(p.data, device, staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
     }

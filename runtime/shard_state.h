@@ -83,8 +83,13 @@ class ShardStateView {
  private:
   friend class Engine;
   explicit ShardStateView(Engine::Impl& impl) : impl_(&impl) {}
-  std::vector<ShardFieldPiece> pieces(int unit, int field, int64_t begin, int64_t count) const;
-  int64_t element_bytes(int unit, int field) const;
+  // Where elements [begin, begin + count) of a field are.
+  struct Located {
+    std::vector<ShardFieldPiece> pieces;
+    int64_t element_bytes = 0;
+    char* whole = nullptr;  // all of them in one stored span (every field but a compact state1), else null
+  };
+  Located locate(int unit, int field, int64_t begin, int64_t count) const;
 
   Engine::Impl* impl_;
 };

@@ -444,11 +444,11 @@ TEST(FusedUpdate, RangeTableAppliesEachGroupsLrAndWeightDecay) {
 TEST(FusedUpdate, SkippedRangesNeedNoSecondMoment) {
   const int64_t n = 1000, kept = 1000 - 192 - 256;
   // AdamW | skipped 200 + 10 (two groups, one run) | AdamW | skipped 300
-  const std::vector<UpdateRange> full{{0, 100, 1.0f, 1.0f},
-                                      {100, 300, 1.0f, 1.0f, 1},
-                                      {300, 310, 0.5f, 1.0f, 1},
-                                      {310, 700, 2.0f, 0.0f},
-                                      {700, n, 1.0f, 1.0f, 1}};
+  std::vector<UpdateRange> full{{0, 100, 1.0f, 1.0f},
+                                {100, 300, 1.0f, 1.0f, 1},
+                                {300, 310, 0.5f, 1.0f, 1},
+                                {310, 700, 2.0f, 0.0f},
+                                {700, n, 1.0f, 1.0f, 1}};
   std::vector<UpdateRange> compact = full;
   compact[3].state1_shift = compact[4].state1_shift = 192;  // the first run's 210, less 210 mod 64
   const auto init = initial_params(n, 5);
@@ -459,8 +459,7 @@ TEST(FusedUpdate, SkippedRangesNeedNoSecondMoment) {
     StepScalars sc;
     sc.lr = 1e-2f;
     sc.step = t;
-    for (auto [shard, table] :
-         {std::pair{&a, &full}, std::pair{&b, static_cast<const std::vector<UpdateRange>*>(&compact)}}) {
+    for (auto [shard, table] : {std::pair{&a, &full}, std::pair{&b, &compact}}) {
       UpdateArgs args = shard->args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven);
       args.ranges = table->data();
       args.num_ranges = static_cast<int64_t>(table->size());
