@@ -1,0 +1,157 @@
+// kernels/cuda_launch.cc: Note [CUDA launch configurations] in cuda_launch.h.
+#include "kernels/cuda_launch.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mp {
+
+using detail::str;
+
+std::string launch_problem(const LaunchConfig& c, const ArchLimits& arch) {
+  std::string out;
+  const auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+  const LaunchDims g = c.grid, b = c.block;
+  if (g.x < 1 || g.y < 1 || g.z < 1) add(str("grid ", g.x, " x ", g.y, " x ", g.z, " has an empty dimension"));
+  if (g.x > 2147483647 || g.y > 65535 || g.z > 65535)
+    add(str("grid ", g.x, " x ", g.y, " x ", g.z, " > 2^31-1 x 65535 x 65535"));
+  if (b.x < 1 || b.y < 1 || b.z < 1 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+    add(str("block ", b.x, " x ", b.y, " x ", b.z, " outside 1..1024 x 1..1024 x 1..64"));
+  }
+  if (c.threads() > kMaxThreadsPerBlock) add(str(c.threads(), " threads per block > ", kMaxThreadsPerBlock));
+  if (c.static_smem_bytes > kDefaultSmemBytes) {
+    add(str(c.static_smem_bytes, " B of static shared memory > ", kDefaultSmemBytes));
+  }
+  if (c.dynamic_smem_bytes < 0) add(str(c.dynamic_smem_bytes, " B of dynamic shared memory"));
+  const int64_t smem = c.dynamic_smem_bytes + c.static_smem_bytes;
+  if (smem > arch.smem_optin_bytes) {
+    add(str(smem, " B of shared memory (", c.dynamic_smem_bytes, " dynamic + ", c.static_smem_bytes, " static) > ",
+            arch.name, "'s ", arch.smem_optin_bytes));
+  }
+  return out.empty() ? out : str(c.kernel, " on ", arch.name, ": ", out);
+}
+
+namespace cuda_launch {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+LaunchConfig config(const char* kernel, LaunchDims grid, LaunchDims block, int64_t dynamic_smem = 0,
+                    int64_t static_smem = 0) {
+  return LaunchConfig{kernel, grid, block, dynamic_smem, static_smem};
+}
+
+// A block-wide reduction's shared memory: one T per warp (block_reduce and
+// block_sum in kernels/cuda/), `count` of them in one kernel.
+constexpr int64_t warp_slots(int64_t bytes, int count = 1) { return count * kWarp * bytes; }
+
+// The fp32 flash kernels' staged tiles: `tiles` tiles of kFlashTile rows of
+// head_dim + 1 floats, and `extra` floats (flash_attention.cu).
+int64_t flash_tile_bytes(int64_t head_dim, int tiles, int64_t extra) {
+  return (tiles * kFlashTile * (head_dim + 1) + extra) * static_cast<int64_t>(sizeof(float));
+}
+LaunchDims flash_grid(int64_t batch, int64_t seq, int64_t heads) {
+  return LaunchDims{ceil_div(seq, kFlashRows), batch * heads, 1};
+}
+
+}  // namespace
+
+LaunchConfig grid_stride(const char* kernel, int64_t work, int64_t max_blocks, int threads) {
+  return config(kernel, {std::clamp<int64_t>(ceil_div(work, threads), 1, max_blocks)}, {threads});
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------
+
+LaunchConfig layernorm_forward(int64_t rows) {
+  return config("layernorm_forward_kernel", {std::max<int64_t>(1, ceil_div(rows, kLnWarps))}, {kLnThreads});
+}
+
+LaunchConfig layernorm_backward(int64_t rows, int64_t channels) {
+  // A shared-memory row of dw and db per warp: the launcher asks for the
+  // rows of kLnMaxChannels (cudaFuncSetAttribute) whatever the width.
+  (void)channels;
+  return config("layernorm_backward_kernel", {std::max<int64_t>(1, ceil_div(rows, kLnWarps * kLnRowsPerWarp))},
+                {kLnThreads}, 2 * kLnWarps * kLnMaxChannels * static_cast<int64_t>(sizeof(float)), 16);
+}
+
+// ---- GPT element ops ---------------------------------------------------------------------
+
+ColumnChunks column_chunks(int64_t rows) {
+  const int64_t per = std::max(kColumnMinRowsPerChunk, ceil_div(rows, kColumnMaxChunks));
+  return ColumnChunks{per, std::max<int64_t>(1, ceil_div(rows, per))};
+}
+
+LaunchConfig column_partials(int64_t rows, int64_t cols) {
+  return config("column_partials_kernel", {ceil_div(cols, kThreads), column_chunks(rows).chunks}, {kThreads});
+}
+
+LaunchConfig embedding_wte_backward(int64_t rows, int64_t channels) {
+  return config("embedding_wte_backward_kernel", {rows, ceil_div(channels, kThreads)}, {kThreads});
+}
+
+LaunchConfig attention_rows(const char* kernel, int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
+  // One block per query row; a head_dim vector and a row of seq scores.
+  const int64_t smem = (seq + channels / heads) * static_cast<int64_t>(sizeof(float));
+  return config(kernel, {batch * heads * seq}, {kAttentionThreads}, smem, warp_slots(sizeof(float), 2));
+}
+
+LaunchConfig attention_dqkv(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
+  const int64_t threads = std::min<int64_t>(kAttentionThreads, ceil_div(channels / heads, kWarp) * kWarp);
+  return config("attention_dqkv_kernel", {batch * heads * seq}, {threads});
+}
+
+LaunchConfig softmax_xent(int64_t rows) {
+  return config("softmax_xent_kernel", {rows}, {kXentThreads}, 0, warp_slots(sizeof(float), 2));
+}
+
+LaunchConfig mean_loss() { return config("mean_loss_kernel", {1}, {1024}, 0, warp_slots(sizeof(double))); }
+
+LaunchConfig classifier(int64_t rows) {
+  // block_max, block_sum and the target's logit.
+  return config("classifier_kernel", {rows}, {kClassifierThreads}, 0, warp_slots(sizeof(float), 2) + 16);
+}
+
+// ---- flash attention --------------------------------------------------------------------
+
+LaunchConfig flash_forward(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  return config("flash_forward_kernel", flash_grid(batch, seq, heads), {kFlashRows * kWarp},
+                flash_tile_bytes(head_dim, 2, kFlashRows * head_dim));
+}
+
+LaunchConfig flash_dq(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  return config("flash_dq_kernel", flash_grid(batch, seq, heads), {kFlashRows * kWarp},
+                flash_tile_bytes(head_dim, 2, 2 * kFlashRows * head_dim));
+}
+
+LaunchConfig flash_dkv(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  return config("flash_dkv_kernel", flash_grid(batch, seq, heads), {kFlashRows * kWarp},
+                flash_tile_bytes(head_dim, 2, 2 * kFlashTile + 2 * kFlashRows * head_dim));
+}
+
+LaunchConfig flash_delta(int64_t rows, int64_t heads) {
+  return config("flash_delta_kernel", {std::max<int64_t>(1, ceil_div(rows * heads * kWarp, kFlashDeltaThreads))},
+                {kFlashDeltaThreads});
+}
+
+// ---- gradient statistics, the update -------------------------------------------------------
+
+LaunchConfig grad_stats_partials(int64_t n) {
+  // A double and an int per thread (the block's fixed-tree sum).
+  LaunchConfig c = grid_stride("partials_kernel", n, kGradStatsMaxBlocks);
+  c.static_smem_bytes = kThreads * static_cast<int64_t>(sizeof(double) + sizeof(int));
+  return c;
+}
+
+LaunchConfig grad_stats_finish() {
+  LaunchConfig c = config("finish_kernel", {1}, {kThreads});
+  c.static_smem_bytes = kThreads * static_cast<int64_t>(sizeof(double) + sizeof(int));
+  return c;
+}
+
+LaunchConfig update(int64_t work) { return grid_stride("update_kernel", work, 8192); }
+
+LaunchConfig device_fault() { return config("device_fault_kernel", {1}, {1}); }
+
+}  // namespace cuda_launch
+}  // namespace mp
