@@ -63,16 +63,26 @@ LaunchConfig grid_stride(const char* kernel, int64_t work, int64_t max_blocks, i
 
 // ---- LayerNorm -----------------------------------------------------------------------
 
+int64_t layernorm_backward_rows_per_block(int64_t rows) {
+  return std::max(kLnMinRowsPerBlock, ceil_div(rows, kLnMaxBackwardBlocks));
+}
+
 LaunchConfig layernorm_forward(int64_t rows) {
   return config("layernorm_forward_kernel", {std::max<int64_t>(1, ceil_div(rows, kLnWarps))}, {kLnThreads});
 }
 
-LaunchConfig layernorm_backward(int64_t rows, int64_t channels) {
-  // A shared-memory row of dw and db per warp: the launcher asks for the
-  // rows of kLnMaxChannels (cudaFuncSetAttribute) whatever the width.
-  (void)channels;
-  return config("layernorm_backward_kernel", {std::max<int64_t>(1, ceil_div(rows, kLnWarps * kLnRowsPerWarp))},
-                {kLnThreads}, 2 * kLnWarps * kLnMaxChannels * static_cast<int64_t>(sizeof(float)), 16);
+LaunchConfig layernorm_backward(int64_t rows) {
+  // The warps' partial column tiles (dw and db).
+  const int64_t tiles = int64_t{kLnWarps} * 2 * kLnTile * static_cast<int64_t>(sizeof(float));
+  return config("layernorm_backward_kernel",
+                {std::max<int64_t>(1, ceil_div(rows, layernorm_backward_rows_per_block(rows)))}, {kLnThreads}, 0,
+                tiles);
+}
+
+LaunchConfig layernorm_backward_sum(int64_t channels) {
+  const int64_t slices = int64_t{kLnSumSlices} * kLnSumColumns * static_cast<int64_t>(sizeof(float));
+  return config("layernorm_backward_sum_kernel", {ceil_div(2 * channels, kLnSumColumns)}, {kLnSumColumns, kLnSumSlices},
+                0, slices);
 }
 
 // ---- GPT element ops ---------------------------------------------------------------------

@@ -70,10 +70,18 @@ LaunchConfig grid_stride(const char* kernel, int64_t work, int64_t max_blocks = 
 // ---- LayerNorm (kernels/cuda/layernorm_cuda.cu) ----------------------------------
 inline constexpr int kLnWarps = 8;  // per block
 inline constexpr int kLnThreads = kLnWarps * kWarp;
-inline constexpr int kLnRowsPerWarp = 4;         // backward
-inline constexpr int64_t kLnMaxChannels = 7168;  // backward
+inline constexpr int kLnVec = 8;                       // channels per lane per step
+inline constexpr int kLnTile = kWarp * kLnVec;         // backward: channels per column tile
+inline constexpr int64_t kLnMinRowsPerBlock = 32;      // backward
+inline constexpr int64_t kLnMaxBackwardBlocks = 1024;  // backward: partial rows at most
+inline constexpr int kLnSumColumns = 32;               // backward's column sum: columns per block
+inline constexpr int kLnSumSlices = 8;                 // and row slices per block
+// Rows one backward block takes: at least kLnMinRowsPerBlock, and so many that
+// at most kLnMaxBackwardBlocks blocks (the partial rows) cover `rows`.
+int64_t layernorm_backward_rows_per_block(int64_t rows);
 LaunchConfig layernorm_forward(int64_t rows);
-LaunchConfig layernorm_backward(int64_t rows, int64_t channels);
+LaunchConfig layernorm_backward(int64_t rows);
+LaunchConfig layernorm_backward_sum(int64_t channels);
 
 // ---- GPT element ops (kernels/cuda/gpt_ops_cuda.cu) ------------------------------
 inline constexpr int64_t kColumnMinRowsPerChunk = 64;  // column sums: rows per partial

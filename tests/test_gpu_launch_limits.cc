@@ -74,7 +74,8 @@ std::vector<LaunchConfig> gpt_step_launches(int64_t batch, int64_t seq, int64_t 
   const int64_t rows = batch * seq, hd = channels / heads;
   std::vector<LaunchConfig> out = {
       cl::layernorm_forward(rows),
-      cl::layernorm_backward(rows, channels),
+      cl::layernorm_backward(rows),
+      cl::layernorm_backward_sum(channels),
       cl::classifier(rows),
       cl::softmax_xent(rows),
       cl::mean_loss(),
@@ -103,7 +104,8 @@ std::vector<LaunchConfig> gpt_step_launches(int64_t batch, int64_t seq, int64_t 
 std::vector<LaunchConfig> gpu_test_launches() {
   std::vector<LaunchConfig> out;
   for (const auto& [rows, channels] : gpu_shapes::kLayerNorm) {
-    for (const LaunchConfig& c : {cl::layernorm_forward(rows), cl::layernorm_backward(rows, channels)}) {
+    for (const LaunchConfig& c :
+         {cl::layernorm_forward(rows), cl::layernorm_backward(rows), cl::layernorm_backward_sum(channels)}) {
       out.push_back(c);
     }
   }
@@ -160,14 +162,17 @@ TEST(GpuLaunchLimits, EveryKernelAtEveryModelAndTestShapeFitsSm80AndSm90) {
 TEST(GpuLaunchLimits, LayerNormBackwardSharedMemoryDoesNotGrowWithWidth) {
   // Any width the GPT config accepts runs: the backward's shared memory is
   // the same at 8 channels as at 2^24.
-  for (const int64_t channels : {int64_t{8}, int64_t{1} << 24}) {
-    const LaunchConfig c = cl::layernorm_backward(65536, channels);
-    EXPECT_LE(c.dynamic_smem_bytes + c.static_smem_bytes, kDefaultSmemBytes) << channels << " channels";
+  for (const int64_t rows : {int64_t{1}, int64_t{65536}, int64_t{1} << 30}) {
+    const LaunchConfig c = cl::layernorm_backward(rows);
+    EXPECT_LE(c.dynamic_smem_bytes + c.static_smem_bytes, kDefaultSmemBytes);
+    EXPECT_LE(c.grid.x, cl::kLnMaxBackwardBlocks) << rows << " rows";
+    EXPECT_GE(c.grid.x * cl::layernorm_backward_rows_per_block(rows), rows) << rows << " rows";
   }
+  EXPECT_EQ(launch_problem(cl::layernorm_backward_sum(int64_t{1} << 24), kSm80), "");
 }
 
 TEST(GpuLaunchLimits, ProblemsAreNamed) {
-  LaunchConfig c = cl::layernorm_backward(100, 768);
+  LaunchConfig c = cl::layernorm_backward(100);
   c.dynamic_smem_bytes = 458752;  // the request of a backward that kept a row per warp at 7168 channels
   const std::string problem = launch_problem(c, kSm90);
   EXPECT_NE(problem.find("layernorm_backward_kernel on sm_90"), std::string::npos) << problem;

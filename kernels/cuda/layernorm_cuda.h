@@ -8,17 +8,18 @@
 // - Forward: one warp per row, 16-byte loads and stores where the row
 //   allows (channels a multiple of 8, 16-byte aligned pointers), the row's
 //   mean and variance as warp sums (fixed trees).
-// - Backward, one kernel: a block of kLnWarps warps takes kLnRowsPerWarp
-//   rows per warp; each warp writes its rows' dx (accumulated into the
-//   residual gradient, or overwriting it, and its bf16 copy in the same
-//   pass) and sums its rows' dw, db terms in its own shared-memory row; the
-//   block adds its warps' rows in order into its partial row in the
-//   workspace; the last block to finish (a counter in the workspace, left
-//   at zero again) adds the blocks' partials in block order. No
-//   floating-point atomics: the same inputs give the same bits, and those
-//   depend only on the shape.
-// - The workspace must be zero before its first use (the counter); the
-//   model's workspace is zeroed when allocated.
+// - Backward, two kernels (launch configurations: kernels/cuda_launch.h).
+//   A block takes a run of rows (at least 32; enough that at most 1024
+//   blocks cover the rows). Each warp first finds its rows' two sums (the
+//   means of w g and of w g norm); then, one column tile of 256 channels at
+//   a time, each warp writes its rows' dx (accumulated into the residual
+//   gradient, or overwriting it, and its bf16 copy in the same pass) and
+//   adds their dw, db terms in row order, and the block adds its warps'
+//   terms in warp order into its partial row in the workspace. Its shared
+//   memory is 16 KiB at any width. The second kernel adds the blocks'
+//   partial rows in block order, a column per thread over eight slices of
+//   the blocks. No floating-point atomics: the same inputs give the same
+//   bits, and those depend only on the shape.
 // - Asynchronous on `stream`; shapes and pointers are checked on the host
 //   (EnforceError).
 #pragma once
@@ -30,10 +31,6 @@
 #include "kernels/act.h"
 
 namespace mp {
-
-// The widest rows the backward takes (its shared memory: 2 kLnWarps
-// channels floats).
-inline constexpr int64_t kLnMaxChannels = 7168;
 
 void gpt_layernorm_forward_cuda(const float* x, const float* w, const float* b, int64_t rows, int64_t channels,
                                 Act out, float* mean, float* rstd, cudaStream_t stream);

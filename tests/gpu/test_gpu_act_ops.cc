@@ -26,6 +26,7 @@
 #include "kernels/cuda/classifier_cuda.h"
 #include "kernels/cuda/layernorm_cuda.h"
 #include "tests/gpu/gpu_data.h"
+#include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {
@@ -54,9 +55,7 @@ Act bf16_act(void* p) { return Act{p, DType::kBF16, true}; }
 // ---- layernorm --------------------------------------------------------------------
 
 TEST_F(GpuActOps, LayerNormMatchesTheCpuBodyInFp32AndBf16AndRepeats) {
-  // A scalar row (37), 16-byte rows (768), one element, and more rows than
-  // one block's (the last block adds the partials of many).
-  for (const auto& [rows, channels] : {std::pair<int64_t, int64_t>{6, 37}, {200, 768}, {1, 1}, {3001, 64}}) {
+  for (const auto& [rows, channels] : gpu_shapes::kLayerNorm) {
     SCOPED_TRACE(detail::str(rows, " rows x ", channels, " channels"));
     const auto x = random_floats(rows * channels, 1, -2.0f, 3.0f), w = random_floats(channels, 2),
                b = random_floats(channels, 3), g = random_floats(rows * channels, 4),
@@ -70,7 +69,7 @@ TEST_F(GpuActOps, LayerNormMatchesTheCpuBodyInFp32AndBf16AndRepeats) {
     const int64_t ws_bytes = gpt_layernorm_backward_cuda_workspace_bytes(rows, channels);
     DeviceVector<float> dxin(x, stream_), dwt(w, stream_), dbt(b, stream_);
     DeviceVector<uint16_t> dg(to_bf16_bits(g), stream_);
-    DeviceVector<char> ws(std::vector<char>(static_cast<size_t>(ws_bytes), 0), stream_);  // zeroed once
+    DeviceVector<char> ws(static_cast<size_t>(ws_bytes), stream_);
     std::vector<float> runs[2][7];
     for (auto& run : runs) {
       DeviceVector<float> o(random_floats(x.size(), 6), stream_), m(rows, stream_), r(rows, stream_),
@@ -117,8 +116,7 @@ TEST_F(GpuActOps, LayerNormMatchesTheCpuBodyInFp32AndBf16AndRepeats) {
 // ---- classifier -------------------------------------------------------------------
 
 TEST_F(GpuActOps, ClassifierMatchesTheCpuBodyAndRepeats) {
-  for (const auto& [rows, vocab, padded] :
-       {std::tuple<int64_t, int64_t, int64_t>{7, 50, 64}, {3, 1000, 1000}, {5, 50257, 50304}}) {
+  for (const auto& [rows, vocab, padded] : gpu_shapes::kClassifier) {
     SCOPED_TRACE(detail::str(rows, " rows, vocab ", vocab, ", padded ", padded));
     const auto logits = random_floats(rows * padded, 1, -8.0f, 8.0f);
     std::vector<int32_t> targets(rows);
@@ -197,7 +195,7 @@ TEST_F(GpuActOps, CastsGiveTheCpuBitsAlignedOrNot) {
 // ---- attention's fp32 kernels on bf16 activations ------------------------------------
 
 TEST_F(GpuActOps, FlashAttentionOnBf16ActivationsRoundsItsFp32Result) {
-  const AttentionCudaShape s{2, 70, 32, 4};
+  const AttentionCudaShape s{2, 70, 32, 4};  // in gpu_shapes::kFlashAttention
   const int64_t rows = s.batch * s.seq, rc = rows * s.channels;
   const auto qkv = widen_bits(to_bf16_bits(random_floats(3 * rc, 1, -2.0f, 2.0f)));
   const auto g = widen_bits(to_bf16_bits(random_floats(rc, 2)));
