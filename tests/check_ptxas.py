@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tests/check_ptxas.py: hot CUDA kernels keep no stack frame and no spills.
+"""tests/check_ptxas.py: hot CUDA kernels keep no stack frame and no spills;
+every kernel fits the launches it is given.
 
 Reads ptxas' resource report that the build leaves beside each CUDA object
 (OBJECT.ptxas, cmake/MpPtxasReport.cmake) and checks every kernel whose
@@ -15,6 +16,15 @@ A pattern is a piece of a demangled kernel name, `*` standing for any run of
 characters (tests/ptxas_hot_kernels.txt, one a line). Objects that are not
 CUDA objects (*.cu.o) are ignored, so the test can pass a target's whole
 object list (as arguments, or as one ;-separated CMake list).
+
+With --launches BINARY (tests/test_gpu_launch_limits.cc's binary, whose
+--table gives each kernel's widest block and declared static shared memory,
+kernels/cuda_launch.h): every kernel in the reports must have a line there
+(a kernel of mp's launched without a configuration from
+kernels/cuda_launch.h fails; a library's own, such as CUB's sort, is the
+library's), its static shared memory must be at most the declared, and its
+registers must let its widest block start (65536 a block, allocated per
+warp in units of 256).
 
 Exit 0: every hot kernel is clean; 1: a violation or an unmatched pattern,
 each named; 2: bad input (a report missing or older than its object, a list
@@ -33,6 +43,7 @@ PROPERTIES = re.compile(r"^ptxas info\s*: Function properties for (\S+)")
 FRAME = re.compile(r"^\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 USED = re.compile(r"^ptxas info\s*: Used (\d+) registers")
 CUMULATIVE = re.compile(r"(\d+) bytes cumulative stack size")
+SMEM = re.compile(r"(\d+) bytes smem")
 
 
 class InputError(Exception):
@@ -49,6 +60,7 @@ class Kernel:
     spill_stores: int = -1
     spill_loads: int = -1
     cumulative: int = 0  # ptxas prints it only when nonzero
+    smem: int = 0  # static shared memory; ptxas prints it only when nonzero
     name: str = ""
 
     def problems(self):
@@ -98,6 +110,8 @@ def parse_report(text, report):
             current.registers = int(m.group(1))
             c = CUMULATIVE.search(line)
             current.cumulative = int(c.group(1)) if c else 0
+            m = SMEM.search(line)
+            current.smem = int(m.group(1)) if m else 0
     for k in kernels:
         if k.registers < 0 or k.frame < 0:
             raise InputError(f"{report}: kernel {k.mangled} ({k.arch}) has no "
@@ -186,30 +200,87 @@ def check(kernels, patterns, verbose):
     return failures
 
 
+def read_launches(binary):
+    """{kernel name: (threads, dynamic bytes, static bytes)} from BINARY --table."""
+    try:
+        out = subprocess.run([binary, "--table"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise InputError(f"{binary} --table failed: {e}") from e
+    table = {}
+    for line in out.splitlines():
+        name, threads, dynamic, static = line.split()
+        table[name] = (int(threads), int(dynamic), int(static))
+    if not table:
+        raise InputError(f"{binary} --table printed no kernel")
+    return table
+
+
+def base_name(demangled):
+    """'void mp::(anonymous namespace)::update_kernel<...>(...)' -> 'update_kernel'."""
+    plain = demangled.replace("(anonymous namespace)", "")
+    head = re.split(r"[<(]", plain, maxsplit=1)[0]
+    return head.rsplit("::", 1)[-1].split()[-1]
+
+
+def check_launches(kernels, table):
+    """Static shared memory and registers against each kernel's launches; returns the failures."""
+    failures = 0
+    seen = set()
+    for k in kernels:
+        if not re.match(r"(void )?mp::", k.name):
+            continue  # a library's own kernel (CUB's sort), launched by the library
+        name = base_name(k.name)
+        seen.add(name)
+        if name not in table:
+            print(f"FAIL: {k.arch} {k.name}: launched with no configuration from kernels/cuda_launch.h "
+                  f"(tests/test_gpu_launch_limits.cc lists none) [{k.report}]")
+            failures += 1
+            continue
+        threads, _, static = table[name]
+        warps = -(-threads // 32)
+        per_warp = -(-k.registers * 32 // 256) * 256
+        problems = []
+        if k.smem > static:
+            problems.append(f"{k.smem} bytes of static shared memory, {static} declared")
+        if warps * per_warp > 65536:
+            problems.append(f"{k.registers} registers x {threads} threads: {warps * per_warp} of 65536 a block")
+        for p in problems:
+            print(f"FAIL: {k.arch} {k.name}: {p} [{k.report}]")
+        failures += len(problems)
+    for name in sorted(set(table) - seen):
+        print(f"FAIL: kernels/cuda_launch.h configures '{name}', which no report holds: renamed or removed?")
+        failures += 1
+    print(f"{len(kernels)} kernel builds (mp's) against the launches of {len(table)} kernels: {failures} failures")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hot", action="append", default=[], help="a file of patterns, one a line")
     parser.add_argument("--pattern", action="append", default=[], help="one more pattern")
     parser.add_argument("--verbose", action="store_true", help="print every matched kernel's numbers")
+    parser.add_argument("--launches", help="a binary whose --table lists each kernel's launches")
     parser.add_argument("objects", nargs="+")
     args = parser.parse_args()
     try:
         patterns = [p for path in args.hot for p in read_patterns(path)] + args.pattern
-        if not patterns:
+        if not patterns and not args.launches:
             raise InputError("no pattern: pass --hot FILE or --pattern PATTERN")
         kernels = read_reports(args.objects)
         if not kernels:
             raise InputError("the ptxas reports hold no kernel compiled to machine code "
                              "(CMAKE_CUDA_ARCHITECTURES with only virtual architectures?)")
         demangle(kernels)
-        failures = check(kernels, patterns, args.verbose)
+        failures = check(kernels, patterns, args.verbose) if patterns else 0
+        if args.launches:
+            failures += check_launches(kernels, read_launches(args.launches))
     except InputError as e:
         print(f"check_ptxas.py: {e}", file=sys.stderr)
         return 2
     if failures:
-        print(f"{failures} failures: hot kernels must keep no stack frame and no spills (docs/testing.md)")
+        print(f"{failures} failures (docs/testing.md)")
         return 1
-    print("every hot kernel keeps no stack frame and no spills")
+    print("every hot kernel keeps no stack frame and no spills" if patterns else "every kernel fits its launches")
     return 0
 
 

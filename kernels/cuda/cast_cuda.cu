@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cuda/cast_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed.cuh"
 
 namespace mp {
@@ -16,13 +17,8 @@ using cuda_packed::aligned16;
 using cuda_packed::from_f32;
 using cuda_packed::to_f32;
 
-constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 constexpr int kVec = 8;
-
-unsigned blocks_for(int64_t work) {
-  return static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 template <class T>
 struct alignas(16) Vec8 {
@@ -52,9 +48,9 @@ __global__ void convert_kernel(const Src* src, Dst* dst, int64_t n, bool round, 
 template <class Src, class Dst>
 void launch_convert(const void* src, void* dst, int64_t n, bool round, cudaStream_t stream) {
   const bool vector = aligned16(src) && aligned16(dst);
-  convert_kernel<Src, Dst><<<blocks_for(vector ? n / kVec + 1 : n), kThreads, 0, stream>>>(
-      static_cast<const Src*>(src), static_cast<Dst*>(dst), n, round, vector);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&convert_kernel<Src, Dst>,
+                cuda_launch::grid_stride("convert_kernel", vector ? n / kVec + 1 : n, kMaxBlocks), stream,
+                static_cast<const Src*>(src), static_cast<Dst*>(dst), n, round, vector);
 }
 
 struct Ranges {
@@ -130,19 +126,20 @@ void widen_ranges_cuda(const void* src, DType src_dtype, float* dst, const int64
   const int64_t total = r.offset[count];
   if (total == 0) return;
   MP_ENFORCE(src != nullptr && dst != nullptr, "widening null memory");
+  const LaunchConfig c = cuda_launch::grid_stride("widen_ranges_kernel", total, kMaxBlocks);
   switch (src_dtype) {
     case DType::kF32:
-      widen_ranges_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const float*>(src), dst, r);
+      launch_kernel(&widen_ranges_kernel<float>, c, stream, static_cast<const float*>(src), dst, r);
       break;
     case DType::kBF16:
-      widen_ranges_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const bf16*>(src), dst, r);
+      launch_kernel(&widen_ranges_kernel<bf16>, c, stream, static_cast<const bf16*>(src), dst, r);
       break;
     case DType::kF16:
-      widen_ranges_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const fp16*>(src), dst, r);
+      launch_kernel(&widen_ranges_kernel<fp16>, c, stream, static_cast<const fp16*>(src), dst, r);
       break;
-    default: MP_THROW(EnforceError, "widening ", dtype_name(src_dtype), " parameters");
+    default:
+      MP_THROW(EnforceError, "widening ", dtype_name(src_dtype), " parameters");
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mp

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cuda/classifier_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed.cuh"
 #include "kernels/gpt_math.h"
 
@@ -19,7 +20,7 @@ using cuda_packed::Packed128;
 using cuda_packed::store128;
 using cuda_packed::to_f32;
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = cuda_launch::kClassifierThreads;
 
 // The running (max, sum of exp(x - max)) of a thread, with x added.
 __device__ __forceinline__ void online_add(float x, float& m, float& s) {
@@ -87,15 +88,9 @@ void launch(const Act& logits, const int32_t* targets, int64_t rows, int64_t voc
             float* row_loss, cudaStream_t stream) {
   auto* z = static_cast<T*>(logits.data);
   const auto pv = static_cast<int>(padded_vocab), v = static_cast<int>(vocab);
-  const auto blocks = static_cast<unsigned>(rows);
-  if (padded_vocab % Packed128<T>::kSize == 0 && cuda_packed::aligned16(z)) {
-    classifier_kernel<T, true><<<blocks, kThreads, 0, stream>>>(z, targets, rows, v, pv, scale, logits.bf16,
-                                                                 row_loss);
-  } else {
-    classifier_kernel<T, false><<<blocks, kThreads, 0, stream>>>(z, targets, rows, v, pv, scale, logits.bf16,
-                                                                  row_loss);
-  }
-  MP_CHECK_CUDA(cudaGetLastError());
+  const bool vector = padded_vocab % Packed128<T>::kSize == 0 && cuda_packed::aligned16(z);
+  launch_kernel(vector ? &classifier_kernel<T, true> : &classifier_kernel<T, false>, cuda_launch::classifier(rows),
+                stream, z, targets, rows, v, pv, scale, logits.bf16, row_loss);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "core/error_cuda.h"
 #include "kernels/convert_loop.h"
 #include "kernels/cuda/convert_cuda.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace mp {
 namespace {
@@ -23,13 +24,9 @@ __global__ void convert_elements_kernel(const Src* src, Dst* dst, int64_t n, mat
 template <class Src, class Dst, bool kStochastic>
 void launch_convert(const void* src, void* dst, int64_t n, const ConvertOptions& o,
                     cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  constexpr int64_t kMaxBlocks = 65535;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
-  convert_elements_kernel<Src, Dst, kStochastic><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const Src*>(src), static_cast<Dst*>(dst), n,
-      math::make_convert_params(o.seed, o.step, o.index_offset, o.divisor));
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&convert_elements_kernel<Src, Dst, kStochastic>, cuda_launch::grid_stride("convert_elements_kernel", n),
+                stream, static_cast<const Src*>(src), static_cast<Dst*>(dst), n,
+                math::make_convert_params(o.seed, o.step, o.index_offset, o.divisor));
 }
 
 }  // namespace

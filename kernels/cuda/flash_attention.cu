@@ -6,14 +6,15 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cuda/flash_attention_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace mp {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kFlashRows = 4;  // warps per block: query rows (forward, dq) or key rows (dk, dv)
-constexpr int kTile = 32;      // keys (or queries) staged per round: one per lane
+using cuda_launch::kFlashRows;  // warps per block: query rows (forward, dq) or key rows (dk, dv)
+using cuda_launch::kWarp;
+constexpr int kTile = cuda_launch::kFlashTile;  // keys (or queries) staged per round: one per lane
 constexpr unsigned kFull = cuda_warp::kFullMask;
 
 struct Shape {
@@ -242,14 +243,6 @@ Shape flash_shape(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
   return Shape{seq, channels, heads, static_cast<int>(hd), 1.0f / sqrtf(static_cast<float>(hd))};
 }
 
-dim3 flash_grid(int64_t batch, int64_t seq, int64_t heads) {
-  return dim3(static_cast<unsigned>((seq + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(batch * heads));
-}
-
-size_t tile_bytes(int hd, int tiles, int extra_floats) {
-  return static_cast<size_t>(tiles * kTile * (hd + 1) + extra_floats) * sizeof(float);
-}
-
 // kernel<kDims> for kDims = ceil(hd / 32).
 template <template <int> class Launch, class... Args>
 void dispatch_dims(int hd, Args&&... args) {
@@ -263,21 +256,20 @@ void dispatch_dims(int hd, Args&&... args) {
 
 template <int kDims>
 struct LaunchForward {
-  static void run(const float* qkv, const Shape& sh, dim3 grid, float* out, float* lse, cudaStream_t stream) {
-    const size_t smem = tile_bytes(sh.hd, 2, kFlashRows * sh.hd);
-    flash_forward_kernel<kDims><<<grid, kFlashRows * kWarp, smem, stream>>>(qkv, sh, out, lse);
+  static void run(const float* qkv, const Shape& sh, int64_t batch, float* out, float* lse, cudaStream_t stream) {
+    launch_kernel(&flash_forward_kernel<kDims>, cuda_launch::flash_forward(batch, sh.seq, sh.heads, sh.hd), stream, qkv,
+                  sh, out, lse);
   }
 };
 
 template <int kDims>
 struct LaunchBackward {
   static void run(const float* qkv, const float* lse, const float* delta, const float* dout, const Shape& sh,
-                  dim3 grid, float* dqkv, cudaStream_t stream) {
-    const size_t dq_smem = tile_bytes(sh.hd, 2, 2 * kFlashRows * sh.hd);
-    flash_dq_kernel<kDims><<<grid, kFlashRows * kWarp, dq_smem, stream>>>(qkv, lse, delta, dout, sh, dqkv);
-    MP_CHECK_CUDA(cudaGetLastError());
-    const size_t dkv_smem = tile_bytes(sh.hd, 2, 2 * kTile + 2 * kFlashRows * sh.hd);
-    flash_dkv_kernel<kDims><<<grid, kFlashRows * kWarp, dkv_smem, stream>>>(qkv, lse, delta, dout, sh, dqkv);
+                  int64_t batch, float* dqkv, cudaStream_t stream) {
+    launch_kernel(&flash_dq_kernel<kDims>, cuda_launch::flash_dq(batch, sh.seq, sh.heads, sh.hd), stream, qkv, lse,
+                  delta, dout, sh, dqkv);
+    launch_kernel(&flash_dkv_kernel<kDims>, cuda_launch::flash_dkv(batch, sh.seq, sh.heads, sh.hd), stream, qkv, lse,
+                  delta, dout, sh, dqkv);
   }
 };
 
@@ -288,8 +280,7 @@ void flash_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, 
   const Shape sh = flash_shape(batch, seq, channels, heads);
   if (batch * seq == 0) return;
   MP_ENFORCE(qkv && out && lse, "flash attention forward of null memory");
-  dispatch_dims<LaunchForward>(sh.hd, qkv, sh, flash_grid(batch, seq, heads), out, lse, stream);
-  MP_CHECK_CUDA(cudaGetLastError());
+  dispatch_dims<LaunchForward>(sh.hd, qkv, sh, batch, out, lse, stream);
 }
 
 int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, int64_t heads) {
@@ -303,12 +294,7 @@ void flash_attention_delta_cuda(const float* out, const float* dout, int64_t bat
   if (rows == 0) return;
   MP_ENFORCE(out && dout && delta, "flash attention delta of null memory");
   const Shape sh{seq, channels, heads, static_cast<int>(channels / heads), 1.0f};
-  constexpr int kDeltaThreads = 256;
-  const int64_t warps = rows * heads;
-  const int64_t blocks = (warps * kWarp + kDeltaThreads - 1) / kDeltaThreads;
-  MP_ENFORCE(blocks <= INT32_MAX, "flash attention delta grid of ", blocks, " blocks");
-  flash_delta_kernel<<<static_cast<unsigned>(blocks), kDeltaThreads, 0, stream>>>(out, dout, sh, rows, delta);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&flash_delta_kernel, cuda_launch::flash_delta(rows, heads), stream, out, dout, sh, rows, delta);
 }
 
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
@@ -319,9 +305,7 @@ void flash_attention_backward_cuda(const float* qkv, const float* out, const flo
   if (rows == 0) return;
   MP_ENFORCE(qkv && out && lse && dout && scratch && dqkv, "flash attention backward of null memory");
   flash_attention_delta_cuda(out, dout, batch, seq, channels, heads, scratch, stream);
-  dispatch_dims<LaunchBackward>(sh.hd, qkv, lse, static_cast<const float*>(scratch), dout, sh,
-                                flash_grid(batch, seq, heads), dqkv, stream);
-  MP_CHECK_CUDA(cudaGetLastError());
+  dispatch_dims<LaunchBackward>(sh.hd, qkv, lse, static_cast<const float*>(scratch), dout, sh, batch, dqkv, stream);
 }
 
 }  // namespace mp

@@ -527,7 +527,10 @@ cublasStatus_t GemmCuda::Impl::enqueue(const Plan& plan, const cublasLtMatmulAlg
                                             static_cast<size_t>(workspace_bytes), stream);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
   gemm_epilogue_cuda(p, d, stream);
-  if (p.bias_grad != nullptr) gemm_bias_grad_cuda(p, stream);
+  if (p.bias_grad != nullptr) {
+    StreamScratch partials;
+    gemm_bias_grad_cuda(p, partials.allocate(gemm_bias_grad_cuda_workspace_bytes(p) / 4 + 1, stream), stream);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -565,7 +568,10 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
   MP_CHECK_CUDA(cudaGetDevice(&current));
   MP_ENFORCE_EQ(current, impl_->device, "the current device must be the GemmCuda's");
   if (p.m == 0 || p.k == 0) {  // no product: the kernels alone
-    if (p.bias_grad != nullptr) gemm_bias_grad_cuda(p, stream);
+    if (p.bias_grad != nullptr) {
+      StreamScratch partials;
+      gemm_bias_grad_cuda(p, partials.allocate(gemm_bias_grad_cuda_workspace_bytes(p) / 4 + 1, stream), stream);
+    }
     if (p.m > 0) gemm_epilogue_cuda(p, nullptr, stream);
     return;
   }

@@ -7,18 +7,13 @@
 #include "core/error_cuda.h"
 #include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/gemm_kernels_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/gpt_math.h"
 
 namespace mp {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 template <class T>
 __global__ void pack_fp32_kernel(const T* src, int64_t src_ld, int64_t rows, int64_t cols, float* dst) {
@@ -73,14 +68,21 @@ __global__ void epilogue_kernel(EpilogueArgs a) {
   }
 }
 
+// op(B)[k, j]: B[k, j], or B[j, k] when transposed.
 template <class T>
-__global__ void bias_grad_kernel(const T* b, int64_t k_step, int64_t j_step, int64_t k, int64_t n, float* out) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
-    float s = 0.0f;
-    for (int64_t kk = 0; kk < k; ++kk) s += math::to_f32(b[kk * k_step + j * j_step]);
-    out[j] = s;
+struct BiasGradTerm {
+  const T* b;
+  int64_t k_step, j_step;
+  __device__ void operator()(int64_t k, int64_t j, float* acc) const {
+    acc[0] += math::to_f32(b[k * k_step + j * j_step]);
   }
+};
+
+template <class T>
+void bias_grad(const GemmProblem& p, void* workspace, cudaStream_t stream) {
+  const int64_t k_step = p.b.transposed ? 1 : p.b.ld, j_step = p.b.transposed ? p.b.ld : 1;
+  cuda_column::column_sums<1>(BiasGradTerm<T>{static_cast<const T*>(p.b.data), k_step, j_step}, p.k, p.n,
+                              cuda_column::Outputs{{p.bias_grad, nullptr}}, workspace, stream);
 }
 
 }  // namespace
@@ -89,13 +91,12 @@ void gemm_pack_fp32_cuda(const void* src, DType dtype, int64_t ld, int64_t rows,
                          cudaStream_t stream) {
   if (rows * cols == 0) return;
   if (dtype == DType::kBF16) {
-    pack_fp32_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<const bf16*>(src), ld, rows, cols,
-                                                                       dst);
+    launch_kernel(&pack_fp32_kernel<bf16>, cuda_launch::grid_stride("pack_fp32_kernel", rows * cols), stream,
+                  static_cast<const bf16*>(src), ld, rows, cols, dst);
   } else {
-    pack_fp32_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<const float*>(src), ld, rows, cols,
-                                                                       dst);
+    launch_kernel(&pack_fp32_kernel<float>, cuda_launch::grid_stride("pack_fp32_kernel", rows * cols), stream,
+                  static_cast<const float*>(src), ld, rows, cols, dst);
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void gemm_epilogue_cuda(const GemmProblem& p, const float* product, cudaStream_t stream) {
@@ -103,25 +104,21 @@ void gemm_epilogue_cuda(const GemmProblem& p, const float* product, cudaStream_t
   const EpilogueArgs a{p.m,         p.n,        product, p.bias,     p.addend, p.c,     p.ldc, p.accumulate,
                        p.bf16_output(), p.epilogue, p.aux, p.aux_ld};
   if (p.c_dtype == DType::kBF16) {
-    epilogue_kernel<bf16><<<blocks_for(p.m * p.n), kThreads, 0, stream>>>(a);
+    launch_kernel(&epilogue_kernel<bf16>, cuda_launch::grid_stride("epilogue_kernel", p.m * p.n), stream, a);
   } else {
-    epilogue_kernel<float><<<blocks_for(p.m * p.n), kThreads, 0, stream>>>(a);
+    launch_kernel(&epilogue_kernel<float>, cuda_launch::grid_stride("epilogue_kernel", p.m * p.n), stream, a);
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
-void gemm_bias_grad_cuda(const GemmProblem& p, cudaStream_t stream) {
+int64_t gemm_bias_grad_cuda_workspace_bytes(const GemmProblem& p) { return cuda_column::workspace_bytes(p.k, p.n, 1); }
+
+void gemm_bias_grad_cuda(const GemmProblem& p, void* workspace, cudaStream_t stream) {
   if (p.n == 0) return;
-  // op(B)[k, j] is B[k, j], or B[j, k] when transposed.
-  const int64_t k_step = p.b.transposed ? 1 : p.b.ld, j_step = p.b.transposed ? p.b.ld : 1;
   if (p.b.dtype == DType::kBF16) {
-    bias_grad_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(static_cast<const bf16*>(p.b.data), k_step, j_step,
-                                                               p.k, p.n, p.bias_grad);
+    bias_grad<bf16>(p, workspace, stream);
   } else {
-    bias_grad_kernel<<<blocks_for(p.n), kThreads, 0, stream>>>(static_cast<const float*>(p.b.data), k_step, j_step,
-                                                               p.k, p.n, p.bias_grad);
+    bias_grad<float>(p, workspace, stream);
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mp

@@ -23,8 +23,10 @@ void gemm_pack_fp32_cuda(const void* src, DType dtype, int64_t ld, int64_t rows,
 // the rounding of Note [GEMM epilogue].
 void gemm_epilogue_cuda(const GemmProblem& p, const float* product, cudaStream_t stream);
 
-// p.bias_grad[j] := sum over k of op(B)[k, j] (one thread per column, k in
-// order).
-void gemm_bias_grad_cuda(const GemmProblem& p, cudaStream_t stream);
+// p.bias_grad[j] := sum over k of op(B)[k, j], in two passes
+// (kernels/cuda/column_sums.cuh: the same bits for the same inputs).
+// `workspace`: gemm_bias_grad_cuda_workspace_bytes(p).
+int64_t gemm_bias_grad_cuda_workspace_bytes(const GemmProblem& p);
+void gemm_bias_grad_cuda(const GemmProblem& p, void* workspace, cudaStream_t stream);
 
 }  // namespace mp

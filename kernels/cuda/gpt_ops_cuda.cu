@@ -11,25 +11,17 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/gpt_ops_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/packed.cuh"
 #include "kernels/gpt_math.h"
 
 namespace mp {
 namespace {
 
-
-constexpr int kThreads = 256;           // elementwise and column kernels
-constexpr int64_t kMaxBlocks = 65535;   // grid-stride loops cover the rest
-constexpr int kWarp = 32;
-constexpr int kAttentionThreads = 128;
-constexpr int kXentThreads = 512;
-constexpr int64_t kMinRowsPerChunk = 64;  // column sums: rows per partial
-constexpr int64_t kMaxChunks = 4096;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
+using cuda_launch::kThreads;
+using cuda_launch::kWarp;
 
 __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -69,65 +61,11 @@ __device__ T block_reduce(T v, Op op, T identity) {
   return warp_reduce(v, op);
 }
 
-// ---- column sums (two passes) -----------------------------------------------------
-// out_s[c] = sum over rows of term_s(r, c): chunk j of rows_per_chunk rows gives
-// partials[s][j][c] (one thread per column, rows in order); then one thread
-// per column adds the chunks in order.
-
-struct ColumnChunks {
-  int64_t rows_per_chunk, chunks;
-};
-ColumnChunks column_chunks(int64_t rows) {
-  const int64_t per = std::max(kMinRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
-  return ColumnChunks{per, std::max<int64_t>(1, (rows + per - 1) / per)};
-}
-int64_t column_sums_workspace_bytes(int64_t rows, int64_t cols, int sums) {
-  return sums * column_chunks(rows).chunks * cols * static_cast<int64_t>(sizeof(float));
-}
-
 struct BiasTerm {
   const float* dy;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float* acc) const { acc[0] += dy[r * cols + c]; }
 };
-
-// dw = sum of dout * norm, db = sum of dout (gpt_layernorm_backward).
-template <int kSums, class Term>
-__global__ void column_partials_kernel(Term term, int64_t rows, int64_t cols, int64_t rows_per_chunk,
-                                       float* partials) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, chunk = blockIdx.y;
-  if (c >= cols) return;
-  float acc[kSums] = {};
-  const int64_t r1 = std::min(rows, (chunk + 1) * rows_per_chunk);
-  for (int64_t r = chunk * rows_per_chunk; r < r1; ++r) term(r, c, acc);
-  for (int s = 0; s < kSums; ++s) partials[(s * static_cast<int64_t>(gridDim.y) + chunk) * cols + c] = acc[s];
-}
-
-struct ColumnOutputs {
-  float* out[2];
-};
-
-template <int kSums>
-__global__ void column_finish_kernel(const float* partials, int64_t chunks, int64_t cols, ColumnOutputs outs) {
-  for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
-    for (int s = 0; s < kSums; ++s) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < chunks; ++j) acc += partials[(s * chunks + j) * cols + c];
-      outs.out[s][c] = acc;
-    }
-  }
-}
-
-template <int kSums, class Term>
-void column_sums(Term term, int64_t rows, int64_t cols, ColumnOutputs outs, void* workspace, cudaStream_t stream) {
-  const ColumnChunks ch = column_chunks(rows);
-  auto* partials = static_cast<float*>(workspace);
-  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(ch.chunks));
-  column_partials_kernel<kSums><<<grid, kThreads, 0, stream>>>(term, rows, cols, ch.rows_per_chunk, partials);
-  MP_CHECK_CUDA(cudaGetLastError());
-  column_finish_kernel<kSums><<<blocks_for(cols), kThreads, 0, stream>>>(partials, ch.chunks, cols, outs);
-  MP_CHECK_CUDA(cudaGetLastError());
-}
 
 // ---- embedding ------------------------------------------------------------------
 
@@ -396,13 +334,12 @@ void embedding_forward(const int32_t* tokens, const E* wte, const float* wpe, in
   if (count == 0) return;
   MP_ENFORCE(tokens != nullptr && wte != nullptr && wpe != nullptr && out != nullptr, "embedding of null memory");
   if (channels % 8 == 0 && cuda_packed::aligned16(wte) && cuda_packed::aligned16(wpe) && cuda_packed::aligned16(out)) {
-    embedding_forward_vec_kernel<E><<<blocks_for(count / 8), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
-                                                                                    vocab_rows, count, out);
+    launch_kernel(&embedding_forward_vec_kernel<E>, cuda_launch::grid_stride("embedding_forward_vec_kernel", count / 8),
+                  stream, tokens, wte, wpe, seq, channels, vocab_rows, count, out);
   } else {
-    embedding_forward_kernel<E><<<blocks_for(count), kThreads, 0, stream>>>(tokens, wte, wpe, seq, channels,
-                                                                            vocab_rows, count, out);
+    launch_kernel(&embedding_forward_kernel<E>, cuda_launch::grid_stride("embedding_forward_kernel", count), stream,
+                  tokens, wte, wpe, seq, channels, vocab_rows, count, out);
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void gpt_embedding_forward_cuda(const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
@@ -437,22 +374,21 @@ void gpt_embedding_backward_cuda(const int32_t* tokens, const float* dout, int64
   auto* keys_out = reinterpret_cast<uint32_t*>(bytes + w.array_bytes);
   auto* ids_in = reinterpret_cast<int32_t*>(bytes + 2 * w.array_bytes);
   auto* ids_out = reinterpret_cast<int32_t*>(bytes + 3 * w.array_bytes);
-  embedding_keys_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(tokens, rows, vocab_rows, keys_in, ids_in);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&embedding_keys_kernel, cuda_launch::grid_stride("embedding_keys_kernel", rows), stream, tokens, rows,
+                vocab_rows, keys_in, ids_in);
   auto cub_bytes = static_cast<size_t>(w.cub_bytes);
   MP_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(bytes + 4 * w.array_bytes, cub_bytes, keys_in, keys_out, ids_in,
                                                 ids_out, static_cast<int>(rows), 0, w.end_bit, stream));
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((channels + kThreads - 1) / kThreads));
-  embedding_wte_backward_kernel<<<grid, kThreads, 0, stream>>>(keys_out, ids_out, dout, rows, channels,
-                                                               static_cast<uint32_t>(vocab_rows), dwte);
-  MP_CHECK_CUDA(cudaGetLastError());
-  embedding_wpe_backward_kernel<<<blocks_for(seq * channels), kThreads, 0, stream>>>(dout, batch, seq, channels,
-                                                                                     dwpe);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&embedding_wte_backward_kernel, cuda_launch::embedding_wte_backward(rows, channels), stream,
+                static_cast<const uint32_t*>(keys_out), static_cast<const int32_t*>(ids_out), dout, rows, channels,
+                static_cast<uint32_t>(vocab_rows), dwte);
+  launch_kernel(&embedding_wpe_backward_kernel,
+                cuda_launch::grid_stride("embedding_wpe_backward_kernel", seq * channels), stream, dout, batch, seq,
+                channels, dwpe);
 }
 
 int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out) {
-  return column_sums_workspace_bytes(rows, out, 1);
+  return cuda_column::workspace_bytes(rows, out, 1);
 }
 
 void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* db, void* workspace,
@@ -460,7 +396,7 @@ void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* d
   MP_ENFORCE(rows >= 0 && out >= 0, "bias backward of ", rows, " x ", out);
   if (out == 0) return;
   MP_ENFORCE(db && workspace && (rows == 0 || dy), "bias backward of null memory");
-  column_sums<1>(BiasTerm{dy, out}, rows, out, ColumnOutputs{{db, nullptr}}, workspace, stream);
+  cuda_column::column_sums<1>(BiasTerm{dy, out}, rows, out, cuda_column::Outputs{{db, nullptr}}, workspace, stream);
 }
 
 void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
@@ -469,10 +405,9 @@ void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, in
   const int64_t blocks = batch * heads * seq;
   if (blocks == 0) return;
   MP_ENFORCE(qkv && att && out, "attention of null memory");
-  const auto smem_bytes = static_cast<size_t>((seq + sh.hd) * sizeof(float));
-  attention_forward_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem_bytes, stream>>>(qkv, sh, att,
-                                                                                                     out);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&attention_forward_kernel,
+                cuda_launch::attention_rows("attention_forward_kernel", batch, seq, channels, heads), stream, qkv, sh,
+                att, out);
 }
 
 int64_t gpt_attention_backward_cuda_scratch_elements(int64_t batch, int64_t seq, int64_t heads) {
@@ -486,13 +421,11 @@ void gpt_attention_backward_cuda(const float* qkv, const float* att, const float
   const int64_t blocks = batch * heads * seq;
   if (blocks == 0) return;
   MP_ENFORCE(qkv && att && dout && scratch && dqkv, "attention backward of null memory");
-  const auto smem_bytes = static_cast<size_t>((seq + sh.hd) * sizeof(float));
-  attention_dscore_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem_bytes, stream>>>(qkv, att, dout,
-                                                                                                    sh, scratch);
-  MP_CHECK_CUDA(cudaGetLastError());
-  const int threads = static_cast<int>(std::min<int64_t>(kAttentionThreads, (sh.hd + kWarp - 1) / kWarp * kWarp));
-  attention_dqkv_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(qkv, att, dout, scratch, sh, dqkv);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&attention_dscore_kernel,
+                cuda_launch::attention_rows("attention_dscore_kernel", batch, seq, channels, heads), stream, qkv, att,
+                dout, sh, scratch);
+  launch_kernel(&attention_dqkv_kernel, cuda_launch::attention_dqkv(batch, seq, channels, heads), stream, qkv, att,
+                dout, static_cast<const float*>(scratch), sh, dqkv);
 }
 
 void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
@@ -503,15 +436,13 @@ void gpt_softmax_xent_rows_cuda(const float* logits, const int32_t* targets, int
              loss_rows);
   if (rows == 0) return;
   MP_ENFORCE(logits && targets && row_loss && dlogits, "cross-entropy of null memory");
-  softmax_xent_kernel<<<static_cast<unsigned>(rows), kXentThreads, 0, stream>>>(
-      logits, targets, vocab, padded_vocab, 1.0f / static_cast<float>(loss_rows), row_loss, dlogits);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&softmax_xent_kernel, cuda_launch::softmax_xent(rows), stream, logits, targets, vocab, padded_vocab,
+                1.0f / static_cast<float>(loss_rows), row_loss, dlogits);
 }
 
 void gpt_mean_loss_cuda(const float* row_loss, int64_t rows, double* mean_loss, cudaStream_t stream) {
   MP_ENFORCE(rows > 0 && row_loss && mean_loss, "mean loss of ", rows, " rows");
-  mean_loss_kernel<<<1, 1024, 0, stream>>>(row_loss, rows, mean_loss);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&mean_loss_kernel, cuda_launch::mean_loss(), stream, row_loss, rows, mean_loss);
 }
 
 }  // namespace mp

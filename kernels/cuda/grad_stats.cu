@@ -8,12 +8,13 @@
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
 #include "kernels/cuda/grad_stats_cuda.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace mp {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 1024;
+constexpr int kThreads = cuda_launch::kThreads;
+constexpr int64_t kMaxBlocks = cuda_launch::kGradStatsMaxBlocks;
 
 struct Partial {
   double sum_sq;
@@ -73,17 +74,16 @@ void grad_stats_cuda(const void* grad, DType dtype, int64_t n, float multiplier,
   MP_ENFORCE(!is_fp8(dtype), "gradient statistics of ", dtype_name(dtype), " are not supported");
   MP_ENFORCE(out != nullptr && workspace != nullptr, "gradient statistics without output or workspace");
   MP_ENFORCE(n == 0 || grad != nullptr, "gradient statistics of null memory");
-  const int blocks = static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
+  const LaunchConfig c = cuda_launch::grad_stats_partials(n);
   auto* partials = static_cast<Partial*>(workspace);
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, fp8_e4m3> && !std::is_same_v<T, fp8_e5m2>) {
-      partials_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(grad), n, multiplier, partials);
+      launch_kernel(&partials_kernel<T>, c, stream, static_cast<const T*>(grad), n, multiplier, partials);
     }
   });
-  MP_CHECK_CUDA(cudaGetLastError());
-  finish_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, out);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&finish_kernel, cuda_launch::grad_stats_finish(), stream, static_cast<const Partial*>(partials),
+                static_cast<int>(c.grid.x), out);
 }
 
 }  // namespace mp

@@ -3,18 +3,12 @@
 
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mlp_ops_cuda.h"
 #include "kernels/mlp_math.h"
 
 namespace mp {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 __global__ void tanh_forward_kernel(float* y, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -35,15 +29,13 @@ __global__ void tanh_backward_kernel(const float* y, float* dy, int64_t n) {
 void mlp_tanh_forward_cuda(float* y, int64_t n, cudaStream_t stream) {
   MP_ENFORCE(n >= 0 && (n == 0 || y != nullptr), "tanh of ", n, " elements");
   if (n == 0) return;
-  tanh_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, n);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&tanh_forward_kernel, cuda_launch::grid_stride("tanh_forward_kernel", n), stream, y, n);
 }
 
 void mlp_tanh_backward_cuda(const float* y, float* dy, int64_t n, cudaStream_t stream) {
   MP_ENFORCE(n >= 0 && (n == 0 || (y != nullptr && dy != nullptr)), "tanh backward of ", n, " elements");
   if (n == 0) return;
-  tanh_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, n);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&tanh_backward_kernel, cuda_launch::grid_stride("tanh_backward_kernel", n), stream, y, dy, n);
 }
 
 }  // namespace mp

@@ -6,15 +6,12 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/muon_cuda.h"
 #include "kernels/remainder_math.h"
 
 namespace mp {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535)); }
 
 template <class G>
 __global__ void momentum_kernel(const G* grad, float* momentum, float* u, int64_t n, float multiplier,
@@ -59,11 +56,10 @@ void muon_momentum_cuda(const void* grad, DType grad_dtype, float* momentum, flo
   dispatch_dtype(grad_dtype, [&](auto tag) {
     using G = decltype(tag);
     if constexpr (std::is_same_v<G, float> || std::is_same_v<G, bf16> || std::is_same_v<G, fp16>) {
-      momentum_kernel<G><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const G*>(grad), momentum, u, n,
-                                                                  multiplier, c);
+      launch_kernel(&momentum_kernel<G>, cuda_launch::grid_stride("momentum_kernel", n), stream,
+                    static_cast<const G*>(grad), momentum, u, n, multiplier, c);
     }
   });
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void muon_apply_cuda(float* master, int16_t* remainder, void* param_out, DType param_dtype, const float* o,
@@ -73,19 +69,19 @@ void muon_apply_cuda(float* master, int16_t* remainder, void* param_out, DType p
   if (master == nullptr) {
     MP_ENFORCE(remainder != nullptr && param_out != nullptr && param_dtype == DType::kBF16,
                "muon apply: without an fp32 master, bf16 params and their remainders");
-    apply_remainder_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(param_out), remainder, o,
-                                                                   n, c);
+    launch_kernel(&apply_remainder_kernel, cuda_launch::grid_stride("apply_remainder_kernel", n), stream,
+                  static_cast<uint16_t*>(param_out), remainder, o, n, c);
   } else {
     MP_ENFORCE(param_dtype == DType::kF32 || param_dtype == DType::kBF16 || param_dtype == DType::kF16,
                "muon apply: ", dtype_name(param_dtype), " params");
     dispatch_dtype(param_dtype, [&](auto tag) {
       using P = decltype(tag);
       if constexpr (std::is_same_v<P, float> || std::is_same_v<P, bf16> || std::is_same_v<P, fp16>) {
-        apply_master_kernel<P><<<blocks_for(n), kThreads, 0, stream>>>(master, static_cast<P*>(param_out), o, n, c);
+        launch_kernel(&apply_master_kernel<P>, cuda_launch::grid_stride("apply_master_kernel", n), stream, master,
+                      static_cast<P*>(param_out), o, n, c);
       }
     });
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mp

@@ -11,13 +11,13 @@
 #include "kernels/convert_math.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/grad_stats_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/newton_schulz_cuda.h"
 #include "kernels/newton_schulz_math.h"
 
 namespace mp {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int64_t kAlignBytes = 256;
 
 int64_t aligned(int64_t bytes) { return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
@@ -41,10 +41,6 @@ Layout layout_of(int64_t rows, int64_t cols, DType s) {
   l.workspace = l.stats + aligned(static_cast<int64_t>(sizeof(DeviceGradStats)));
   l.total = l.workspace + aligned(grad_stats_cuda_workspace_bytes());
   return l;
-}
-
-unsigned blocks_for(int64_t count) {
-  return static_cast<unsigned>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535));
 }
 
 // X [m, n] = round_s(G), or round_s(G^T) for G [n, m].
@@ -105,25 +101,21 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
   float* p = reinterpret_cast<float*>(scratch + l.p);
   auto* stats = reinterpret_cast<DeviceGradStats*>(scratch + l.stats);
 
-  load_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(g, x, m, n, transposed);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&load_kernel<T>, cuda_launch::grid_stride("load_kernel", m * n), stream, g, x, m, n, transposed);
   grad_stats_cuda(x, s, m * n, 1.0f, stats, scratch + l.workspace, stream);
-  scale_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, m * n, stats, o.eps);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&scale_kernel<T>, cuda_launch::grid_stride("scale_kernel", m * n), stream, x, m * n, stats, o.eps);
 
   const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
   const NsProducts q = ns_products(m, n, s, x, a, b, p);
   for (int step = 0; step < o.steps; ++step) {
     gemm_cuda(q.gram, stream);    // A = round_s(X X^T)
     gemm_cuda(q.square, stream);  // P = A A (fp32)
-    combine_b_kernel<T><<<blocks_for(m * m), kThreads, 0, stream>>>(a, p, b, m * m, cb, cc);
-    MP_CHECK_CUDA(cudaGetLastError());
-    gemm_cuda(q.apply, stream);   // P = B X (fp32)
-    combine_x_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, p, m * n, ca);
-    MP_CHECK_CUDA(cudaGetLastError());
+    launch_kernel(&combine_b_kernel<T>, cuda_launch::grid_stride("combine_b_kernel", m * m), stream, a, p, b, m * m, cb,
+                  cc);
+    gemm_cuda(q.apply, stream);  // P = B X (fp32)
+    launch_kernel(&combine_x_kernel<T>, cuda_launch::grid_stride("combine_x_kernel", m * n), stream, x, p, m * n, ca);
   }
-  store_kernel<T><<<blocks_for(m * n), kThreads, 0, stream>>>(x, out, m, n, transposed);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&store_kernel<T>, cuda_launch::grid_stride("store_kernel", m * n), stream, x, out, m, n, transposed);
 }
 
 }  // namespace

@@ -9,17 +9,11 @@
 #include "core/error_cuda.h"
 #include "kernels/accumulate_math.h"
 #include "kernels/convert_loop.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops_cuda.h"
 
 namespace mp {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  constexpr int64_t kMaxBlocks = 65535;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)));
-}
 
 #define MP_GRID_STRIDE(i, n)                                                                        \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
@@ -65,21 +59,21 @@ __global__ void device_fault_kernel(uint32_t* bad) { bad[threadIdx.x] = 0xdeadbe
 }  // namespace
 
 void device_fault_cuda(cudaStream_t stream) {
-  device_fault_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<uint32_t*>(uintptr_t{0x10}));
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&device_fault_kernel, cuda_launch::device_fault(), stream,
+                reinterpret_cast<uint32_t*>(uintptr_t{0x10}));
 }
 
 void fill_nan_cuda(void* data, DType dtype, int64_t n, cudaStream_t stream) {
-  MP_ENFORCE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "fill_nan of ",
-             dtype_name(dtype));
+  MP_ENFORCE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "fill_nan of ", dtype_name(dtype));
   if (n <= 0) return;
   if (dtype == DType::kF32) {
-    fill_u32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(data), math::kQuietNanF32Bits, n);
+    launch_kernel(&fill_u32_kernel, cuda_launch::grid_stride("fill_u32_kernel", n), stream,
+                  static_cast<uint32_t*>(data), math::kQuietNanF32Bits, n);
   } else {
     const uint16_t bits = dtype == DType::kBF16 ? math::kQuietNanBf16Bits : math::kQuietNanF16Bits;
-    fill_u16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(data), bits, n);
+    launch_kernel(&fill_u16_kernel, cuda_launch::grid_stride("fill_u16_kernel", n), stream,
+                  static_cast<uint16_t*>(data), bits, n);
   }
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void accumulate_cuda(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, bool overwrite,
@@ -91,27 +85,25 @@ void accumulate_cuda(void* dst, DType dst_dtype, const void* src, DType src_dtyp
       using D = decltype(dtag);
       using S = decltype(stag);
       if constexpr (kAccumulable<D> && kAccumulable<S>) {
-        accumulate_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
-                                                                         static_cast<const S*>(src), n, overwrite);
+        launch_kernel(&accumulate_kernel<D, S>, cuda_launch::grid_stride("accumulate_kernel", n), stream,
+                      static_cast<D*>(dst), static_cast<const S*>(src), n, overwrite);
         launched = true;
       }
     });
   });
   MP_ENFORCE(launched, "accumulate ", dtype_name(src_dtype), " into ", dtype_name(dst_dtype),
              ": fp32, bf16 or fp16 only");
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 void accumulate_f64_cuda(double* acc, const float* src, int blocks, int64_t n, bool first, cudaStream_t stream) {
   if (n <= 0) return;
-  accumulate_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, src, blocks, n, first);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&accumulate_f64_kernel, cuda_launch::grid_stride("accumulate_f64_kernel", n), stream, acc, src, blocks,
+                n, first);
 }
 
 void round_f64_cuda(const double* acc, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  round_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, out, n);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&round_f64_kernel, cuda_launch::grid_stride("round_f64_kernel", n), stream, acc, out, n);
 }
 
 void round_through_cuda(const float* src, float* dst, DType through, double divisor, int64_t n,
@@ -122,12 +114,12 @@ void round_through_cuda(const float* src, float* dst, DType through, double divi
   dispatch_dtype(through, [&](auto tag) {
     using W = decltype(tag);
     if constexpr (kAccumulable<W>) {
-      round_through_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n, p);
+      launch_kernel(&round_through_kernel<W>, cuda_launch::grid_stride("round_through_kernel", n), stream, src, dst, n,
+                    p);
       launched = true;
     }
   });
   MP_ENFORCE(launched, "round_through through ", dtype_name(through), ": fp32, bf16 or fp16 only");
-  MP_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mp

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/error_cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce_cuda.h"
 
 namespace mp {
@@ -29,12 +30,9 @@ __global__ void accumulate_rank_chunks_kernel(const In* chunks, int n, int64_t s
 template <class In, class Out>
 void launch_accumulate(const void* chunks, int n, int64_t stride, int64_t count, void* out,
                        math::ElementOp op, double divisor, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  constexpr int64_t kMaxBlocks = 65535;
-  const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
-  accumulate_rank_chunks_kernel<In, Out><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const In*>(chunks), n, stride, count, static_cast<Out*>(out), op, divisor);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&accumulate_rank_chunks_kernel<In, Out>,
+                cuda_launch::grid_stride("accumulate_rank_chunks_kernel", count), stream,
+                static_cast<const In*>(chunks), n, stride, count, static_cast<Out*>(out), op, divisor);
 }
 
 }  // namespace

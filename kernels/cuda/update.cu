@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cpu/update_span.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/update_cuda.h"
 
 namespace mp {
@@ -158,13 +159,9 @@ using Launcher = void (*)(const SpanArgs&, int64_t, const OptimizerHyper&, const
 template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
 void launch(const SpanArgs& a, int64_t n, const OptimizerHyper& h, const StepScalars* scalars,
             const UpdateRange* ranges, int64_t num_ranges, bool vectorized, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  constexpr int64_t kMaxBlocks = 8192;  // grid-stride beyond this
   const int64_t work = vectorized ? (n + kVec - 1) / kVec : n;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks));
-  update_kernel<kKind, kMode, kCopy, G, S, Out><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      a, n, h, scalars, ranges, num_ranges, vectorized);
-  MP_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(&update_kernel<kKind, kMode, kCopy, G, S, Out>, cuda_launch::update(work), stream, a, n, h, scalars,
+                ranges, num_ranges, vectorized);
 }
 
 struct PickLauncher {

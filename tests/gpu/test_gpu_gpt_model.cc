@@ -31,6 +31,7 @@
 #include "kernels/cuda/gpt_ops_cuda.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {
@@ -72,9 +73,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b, double 
 
 // ---- flash attention ------------------------------------------------------------
 
-struct AttentionCase {
-  int64_t batch, seq, channels, heads;
-};
+using AttentionCase = gpu_shapes::Attention;
 
 class GpuFlashAttention : public testing::GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -144,11 +143,7 @@ TEST_P(GpuFlashAttention, MatchesTheReferenceKernelAndRepeats) {
 }
 
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuFlashAttention,
-                         ::testing::Values(AttentionCase{2, 37, 16, 2}, AttentionCase{1, 70, 64, 2},
-                                           AttentionCase{2, 65, 128, 2}, AttentionCase{1, 33, 384, 3},
-                                           AttentionCase{1, 1, 64, 1}, AttentionCase{3, 96, 256, 2},
-                                           AttentionCase{1, 200, 128, 2}, AttentionCase{2, 300, 256, 2}));
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuFlashAttention, ::testing::ValuesIn(gpu_shapes::kFlashAttention));
 
 // ---- the model --------------------------------------------------------------------
 

@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/gpt_ops_cuda.h"
 #include "tests/gpu/gpu_data.h"
+#include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace mp {
@@ -125,10 +126,7 @@ TEST_F(GpuOps, BiasBackwardMatchesCpuAndRepeats) {
 // ---- attention ----------------------------------------------------------------------
 
 TEST_F(GpuOps, AttentionMatchesCpuAndRepeats) {
-  struct Shape {
-    int64_t batch, seq, channels, heads;
-  };
-  for (const Shape s : {Shape{2, 9, 12, 3}, Shape{1, 130, 16, 2}, Shape{1, 1, 4, 4}}) {
+  for (const gpu_shapes::Attention s : gpu_shapes::kReferenceAttention) {
     SCOPED_TRACE(detail::str("batch ", s.batch, " seq ", s.seq, " channels ", s.channels, " heads ", s.heads));
     const int64_t rows = s.batch * s.seq, att_n = s.batch * s.heads * s.seq * s.seq;
     const auto qkv = random_floats(rows * 3 * s.channels, 1, -2.0f, 2.0f), g = random_floats(rows * s.channels, 2);
@@ -162,7 +160,7 @@ TEST_F(GpuOps, AttentionMatchesCpuAndRepeats) {
 // ---- loss ---------------------------------------------------------------------------
 
 TEST_F(GpuOps, SoftmaxCrossEntropyMatchesCpuAndRepeats) {
-  for (const auto& [rows, vocab, padded] : {std::tuple<int64_t, int64_t, int64_t>{7, 50, 64}, {3, 1000, 1000}}) {
+  for (const auto& [rows, vocab, padded] : gpu_shapes::kClassifier) {
     SCOPED_TRACE(detail::str(rows, " rows, vocab ", vocab, ", padded ", padded));
     const auto logits = random_floats(rows * padded, 1, -8.0f, 8.0f);
     std::vector<int32_t> targets(rows);
