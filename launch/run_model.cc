@@ -50,6 +50,7 @@ void open_gpt_data(const proto::DataConfig& d, const GptConfig& g, RunModel& m) 
 GptOptions gpt_options(const TrainSettings& s) {
   GptOptions o;
   o.allow_tf32 = s.engine_options.precision.tf32_matmul;
+  o.deterministic = s.engine_options.deterministic;
   o.recompute_every = s.engine_options.recompute_every;
   return o;
 }

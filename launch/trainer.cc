@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/stop_signals.h"
+#include "kernels/gemm_choice.h"
 #include "kernels/op_profile.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/gemm_cublaslt.h"
@@ -88,6 +90,15 @@ std::vector<std::string> gemm_plan_lines() {
   return lines;
 }
 
+// Note [GEMM algorithm choice]: on a GPU each rank keeps its GEMM choices in
+// the run directory, and a run that resumes there reads them back first, so
+// it computes with the algorithms of the run it continues. "" where there is
+// nothing to keep (the CPU, no run directory).
+std::string gemm_choices_path(const proto::TrainConfig& c, const Device& device, int rank) {
+  if (device.is_cpu() || c.out_dir().empty()) return "";
+  return detail::str(c.out_dir(), "/gemm_choices.rank", rank, ".tsv");
+}
+
 // Whether step `step` of `steps` is one of every `interval` (> 0), or the last.
 bool every(int64_t interval, int64_t step, int64_t steps) {
   return interval > 0 && (step % interval == 0 || step == steps);
@@ -115,6 +126,11 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   std::string data_plane_name = "MPI";
   std::unique_ptr<Communicator> data_plane;
   if (!device.device.is_cpu()) data_plane = make_data_plane(device.device, comm_options, shared, &data_plane_name);
+  const std::string gemm_choices = gemm_choices_path(c, device.device, world.rank());
+  if (!gemm_choices.empty() && std::filesystem::exists(gemm_choices)) {
+    const int64_t n = gemm_choice_book().load(gemm_choices);
+    if (lead) std::printf("GEMM choices: %lld read from %s\n", static_cast<long long>(n), gemm_choices.c_str());
+  }
   Allocator allocator(device.device);
   RunModel m = make_model(s, threads, allocator);
   Engine engine(m.model->spec(), c.engine(), data_plane ? *data_plane : *comm, allocator);
@@ -145,6 +161,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     if (count) (void)op_count_take();
     report.result = engine.step(*m.model);
     if (count) log.ops(op_count_take(), gemm_plan_lines());
+    if (step == start + 1 && !gemm_choices.empty()) gemm_choice_book().save(gemm_choices);
     if (every(c.val_interval(), step, steps)) report.val = m.validate(engine, std::max(1, c.val_batches()));
     if (m.gpt != nullptr && every(c.sample_interval(), step, steps)) {
       report.sample = m.sample(engine, c.sample_tokens(), c.engine().seed(), step);
@@ -156,6 +173,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
     stop = checkpoints.after_step(step, agreed);
     log.step(report);
   }
+  if (!gemm_choices.empty()) gemm_choice_book().save(gemm_choices);  // with validation's and sampling's too
   if (profile) {
     if (m.gpt != nullptr) m.gpt->flush_profile();
     log.op_profile(op_profile_take());

@@ -221,7 +221,7 @@ void Gpt::block_forward(const OpContext& cx, int unit, const UnitParams& w) {
   const auto l = static_cast<size_t>(unit - 1);
   const size_t op = l * kBlockOps;
   const Layer& y = b_->layers[l];
-  const nn::GemmSettings gs{options_.allow_tf32};
+  const nn::GemmSettings gs{options_.allow_tf32, options_.deterministic};
   const int64_t rows = p.rows, c = p.channels;
   const float* x = b_->residual[l];
   float* out = b_->residual[l + 1];
@@ -270,7 +270,7 @@ void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n) {
   const Plan& p = *plan_;
   const int64_t c = p.channels, vp = p.padded_vocab;
   const DType xdt = p.head_storage();
-  const nn::GemmSettings gs{options_.allow_tf32};
+  const nn::GemmSettings gs{options_.allow_tf32, options_.deterministic};
   const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{wte_head_, xdt, c, false};
   GemmInput wte_t = wte;
   wte_t.transposed = true;
@@ -301,7 +301,7 @@ void Gpt::head_dwte(const OpContext& cx, int64_t r0, int64_t n, float* dwte) {
   GemmProblem dw = gemm_problem(p.padded_vocab, p.channels, n, GemmInput{b_->logits.data, xdt, p.padded_vocab, true},
                                 GemmInput{b_->lnf.at(r0 * p.channels).data, xdt, p.channels, false}, dwte);
   dw.accumulate = r0 > 0;
-  nn::gemm(cx, nn::GemmSettings{options_.allow_tf32}, dw, "head backward (d wte)");
+  nn::gemm(cx, nn::GemmSettings{options_.allow_tf32, options_.deterministic}, dw, "head backward (d wte)");
 }
 
 void Gpt::embed_backward(const OpContext& cx, float* g) {
@@ -332,7 +332,7 @@ void Gpt::block_backward(const OpContext& cx, int unit, const UnitParams& w, flo
   const Layer& y = b_->layers[l];
   const BlockDtypes& d = p.blocks[l];
   Buffers& b = *b_;
-  const nn::GemmSettings gs{options_.allow_tf32};
+  const nn::GemmSettings gs{options_.allow_tf32, options_.deterministic};
   const int64_t rows = p.rows, c = p.channels;
   auto grad = [&](int param) { return g + w.offset(param); };
   const Act dfch = p.act(b.dfch, d.fch), dln2 = p.act(b.dln, d.ln2), datty = p.act(b.datty, d.atty),

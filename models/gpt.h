@@ -324,7 +324,8 @@ struct GptOptions {
   // Rows of logits the loss holds at once; 0: all of them on the CPU, at
   // most kGptLogitsChunkBytes of logits on a GPU (Note [GPT loss]).
   int64_t loss_chunk_rows = 0;
-  bool allow_tf32 = false;  // CUDA: fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
+  bool allow_tf32 = false;     // CUDA: fp32 GEMMs on TF32 tensor cores (the tf32 recipe)
+  bool deterministic = false;  // CUDA: GEMM algorithms chosen untimed (engine.deterministic)
   // Note [GPT recomputation]: the blocks whose activations are recomputed,
   // recomputed_units' k (0: none); the engine's
   // engine.activation_checkpointing must say the same (recompute_every in

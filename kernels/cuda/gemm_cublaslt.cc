@@ -16,6 +16,7 @@
 #include "core/error_cuda.h"
 #include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/gemm_kernels_cuda.h"
+#include "kernels/gemm_choice.h"
 
 namespace mp {
 namespace {
@@ -385,25 +386,67 @@ class DeviceScope {
   int previous_ = 0;
 };
 
-// Device memory freed on the stream when it goes out of scope.
-struct StreamScratch {
-  void* p = nullptr;
-  cudaStream_t stream = nullptr;
+// Device memory of a GemmCuda for the forms that run kernels (packed
+// operands, the fp32 product, the bias gradient's partials): kept between
+// calls, grown in stream order (the calls of one GemmCuda are ordered).
+class StreamScratch {
+ public:
   StreamScratch() = default;
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
   ~StreamScratch() {
-    if (p != nullptr) cudaFreeAsync(p, stream);
+    if (p_ != nullptr) cudaFreeAsync(p_, stream_);
   }
-  float* allocate(int64_t floats, cudaStream_t s) {
-    stream = s;
-    const auto bytes = static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float);
-    MP_CHECK_CUDA(cudaMallocAsync(&p, bytes, s));
-    MP_ENFORCE(alignment(p) >= kFreshAlignment, "cudaMallocAsync gave ", p, ", not ", kFreshAlignment,
-               "-byte aligned");
-    return static_cast<float*>(p);
+  // At least `bytes`, 256-byte aligned, valid for work enqueued on `stream` after this call.
+  char* reserve(int64_t bytes, cudaStream_t stream) {
+    if (bytes > bytes_ || p_ == nullptr) {
+      if (p_ != nullptr) MP_CHECK_CUDA(cudaFreeAsync(p_, stream_));
+      p_ = nullptr;
+      MP_CHECK_CUDA(cudaMallocAsync(&p_, static_cast<size_t>(std::max<int64_t>(bytes, 256)), stream));
+      MP_ENFORCE(alignment(p_) >= kFreshAlignment, "cudaMallocAsync gave ", p_, ", not ", kFreshAlignment,
+                 "-byte aligned");
+      bytes_ = std::max<int64_t>(bytes, 256);
+    }
+    stream_ = stream;
+    return static_cast<char*>(p_);
   }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  int64_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
 };
+
+int64_t round256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The scratch of one call in `form`: its packed operands, its fp32
+// product and its bias gradient's partials, each 256-byte aligned.
+struct ScratchLayout {
+  int64_t pack_a = 0, pack_b = 0, product = 0, bias_grad = 0;
+  int64_t total() const { return pack_a + pack_b + product + bias_grad; }
+};
+ScratchLayout scratch_layout(const Form& form, const GemmProblem& p) {
+  ScratchLayout l;
+  const auto floats = [](Stored s) { return round256(s.rows * s.cols * static_cast<int64_t>(sizeof(float))); };
+  if (form.pack_a) l.pack_a = floats(stored(p.a, p.m, p.k));
+  if (form.pack_b) l.pack_b = floats(stored(p.b, p.k, p.n));
+  if (form.kind != FormKind::kFused) {
+    l.product = round256(p.m * p.n * static_cast<int64_t>(sizeof(float)));
+    if (p.bias_grad != nullptr) l.bias_grad = round256(gemm_bias_grad_cuda_workspace_bytes(p));
+  }
+  return l;
+}
+
+// A plan's key as text: the GEMM choice book's key (Note [GEMM algorithm choice]).
+std::string key_text(const PlanKey& k) {
+  return str(k.m, 'x', k.n, 'x', k.k, " ld ", k.lda, ',', k.ldb, ',', k.ldc, ',', k.aux_ld, ' ', dtype_name(k.a_dtype),
+             k.a_transposed ? "^T" : "", ' ', dtype_name(k.b_dtype), k.b_transposed ? "^T" : "", ' ',
+             dtype_name(k.c_dtype), k.c_bf16 ? "(bf16)" : "", k.accumulate ? " acc" : "", k.tf32 ? " tf32" : "",
+             k.by_kernel ? " by-kernel" : "", " epilogue ", static_cast<int>(k.epilogue), " align ", k.align_a, ',',
+             k.align_b, ',', k.align_c, ',', k.align_bias, ',', k.align_addend, ',', k.align_aux, ',',
+             k.align_bias_grad);
+}
 
 }  // namespace
 
@@ -412,21 +455,25 @@ struct StreamScratch {
 struct GemmCuda::Impl {
   const CublasLt* api = nullptr;
   int device = 0;
+  std::string identity;  // device and library, for the GEMM choice book
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  StreamScratch scratch;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 
   // The plan of the first form of `key` from forms_for(key)[first] on that
-  // the heuristic has algorithms for, its fastest candidate chosen and
-  // reported. Throws CudaError naming the shape when none has.
+  // the heuristic has algorithms for, its candidate chosen and reported.
+  // Throws CudaError naming the shape when none has.
   std::unique_ptr<Plan> make_plan(const PlanKey& key, size_t first, const GemmProblem& p, const GemmCudaOptions& o,
                                   cudaStream_t stream);
   // Runs `p` in `plan`'s form with algorithm `algo`; returns cuBLASLt's status.
-  cublasStatus_t enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
-                         cudaStream_t stream);
-  // Times each candidate on the real problem, keeps the fastest; fills the report's algorithm and TFLOP/s.
-  void choose(Plan& plan, const GemmProblem& p, bool timed, cudaStream_t stream);
+  cublasStatus_t enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p, cudaStream_t stream);
+  // Keeps one candidate (Note [GEMM algorithm choice]): the book's, else
+  // chosen; fills the report's algorithm and TFLOP/s.
+  void choose(Plan& plan, const PlanKey& key, const GemmProblem& p, bool deterministic, cudaStream_t stream);
+  // Milliseconds of one run of `algo`; negative when cuBLASLt refused it.
+  double time_ms(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p, cudaStream_t stream);
 };
 
 std::unique_ptr<Plan> GemmCuda::Impl::make_plan(const PlanKey& key, size_t first, const GemmProblem& p,
@@ -441,7 +488,7 @@ std::unique_ptr<Plan> GemmCuda::Impl::make_plan(const PlanKey& key, size_t first
     if (why != CUBLAS_STATUS_SUCCESS) continue;
     plan->report = GemmPlanReport{device, describe(p), form_name(plan->form), -1,
                                   static_cast<int>(plan->candidates.size()), 0.0};
-    choose(*plan, p, o.time_candidates && !p.accumulate, stream);
+    choose(*plan, key, p, o.deterministic || p.accumulate, stream);
     if (plan->candidates.empty()) continue;  // cuBLASLt refused every candidate when they ran
     report(plan->report);
     return plan;
@@ -453,60 +500,75 @@ std::unique_ptr<Plan> GemmCuda::Impl::make_plan(const PlanKey& key, size_t first
            " (last heuristic status ", static_cast<int>(why), ")");
 }
 
-void GemmCuda::Impl::choose(Plan& plan, const GemmProblem& p, bool timed, cudaStream_t stream) {
-  constexpr int kRuns = 3;
-  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+double GemmCuda::Impl::time_ms(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
+                               cudaStream_t stream) {
   cudaEvent_t start = nullptr, stop = nullptr;
   MP_CHECK_CUDA(cudaEventCreate(&start));
   MP_CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<cublasLtMatmulAlgo_t> kept;
-  float best_ms = 0.0f;
-  for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
-    if (!timed && !kept.empty()) break;
-    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    MP_CHECK_CUDA(cudaEventRecord(start, stream));
-    for (int r = 0; r < (timed ? kRuns : 0) && status == CUBLAS_STATUS_SUCCESS; ++r) {
-      status = enqueue(plan, algo, p, stream);
-    }
-    MP_CHECK_CUDA(cudaEventRecord(stop, stream));
+  MP_CHECK_CUDA(cudaEventRecord(start, stream));
+  const cublasStatus_t status = enqueue(plan, algo, p, stream);
+  MP_CHECK_CUDA(cudaEventRecord(stop, stream));
+  float ms = -1.0f;
+  try {
     wait_for_event(stop, std::chrono::seconds(60), "timing cuBLASLt's candidates for a " + describe(p));
-    if (!refused(status) && status != CUBLAS_STATUS_SUCCESS) {
-      detail::throw_cublas_error(str("cublasLtMatmul for a ", describe(p)).c_str(), static_cast<int>(status),
-                                 __FILE__, __LINE__);
-    }
-    if (status != CUBLAS_STATUS_SUCCESS) continue;  // refused: not a candidate after all
-    float ms = 0.0f;
-    MP_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    if (kept.empty() || ms < best_ms) {
-      kept.insert(kept.begin(), algo);
-      best_ms = ms;
-    } else {
-      kept.push_back(algo);
-    }
+    if (status == CUBLAS_STATUS_SUCCESS) MP_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  } catch (...) {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    throw;
   }
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(stop);
-  plan.candidates = kept;
-  if (kept.empty()) return;
-  plan.algo = kept.front();
+  if (!refused(status) && status != CUBLAS_STATUS_SUCCESS) {
+    detail::throw_cublas_error(str("cublasLtMatmul for a ", describe(p)).c_str(), static_cast<int>(status), __FILE__,
+                               __LINE__);
+  }
+  return status == CUBLAS_STATUS_SUCCESS ? std::max(static_cast<double>(ms), 0.0) : -1.0;
+}
+
+void GemmCuda::Impl::choose(Plan& plan, const PlanKey& key, const GemmProblem& p, bool deterministic,
+                            cudaStream_t stream) {
+  const std::string book_key = str(form_name(plan.form), ": ", key_text(key));
+  const int n = static_cast<int>(plan.candidates.size());
+  int kept = -1;
+  const std::optional<GemmChoice> recorded = gemm_choice_book().find(identity, book_key);
+  if (recorded && recorded->candidate < n &&
+      algorithm_id(*api, plan.candidates[static_cast<size_t>(recorded->candidate)]) == recorded->algorithm) {
+    kept = recorded->candidate;
+  } else {
+    kept = choose_gemm_candidate(
+        n, deterministic, [&](int i) { return time_ms(plan, plan.candidates[static_cast<size_t>(i)], p, stream); });
+  }
+  if (kept < 0) {
+    plan.candidates.clear();
+    return;
+  }
+  plan.algo = plan.candidates[static_cast<size_t>(kept)];
+  plan.candidates = {plan.algo};
   plan.report.algorithm = algorithm_id(*api, plan.algo);
-  if (timed && best_ms > 0.0f) plan.report.tflops = flops * kRuns / (static_cast<double>(best_ms) * 1e-3) / 1e12;
+  gemm_choice_book().record(identity, book_key, GemmChoice{kept, plan.report.algorithm});
+  if (!deterministic && !recorded) {
+    const double ms = time_ms(plan, plan.algo, p, stream);
+    const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+    if (ms > 0) plan.report.tflops = flops / (ms * 1e-3) / 1e12;
+  }
 }
 
 cublasStatus_t GemmCuda::Impl::enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmProblem& p,
                                        cudaStream_t stream) {
-  StreamScratch scratch_a, scratch_b, product;
+  const ScratchLayout l = scratch_layout(plan.form, p);
+  char* base = l.total() > 0 ? scratch.reserve(l.total(), stream) : nullptr;
   const void* a = p.a.data;
   const void* b = p.b.data;
   if (plan.form.pack_a) {
     const Stored s = stored(p.a, p.m, p.k);
-    float* packed = scratch_a.allocate(s.rows * s.cols, stream);
+    auto* packed = reinterpret_cast<float*>(base);
     gemm_pack_fp32_cuda(p.a.data, p.a.dtype, p.a.ld, s.rows, s.cols, packed, stream);
     a = packed;
   }
   if (plan.form.pack_b) {
     const Stored s = stored(p.b, p.k, p.n);
-    float* packed = scratch_b.allocate(s.rows * s.cols, stream);
+    auto* packed = reinterpret_cast<float*>(base + l.pack_a);
     gemm_pack_fp32_cuda(p.b.data, p.b.dtype, p.b.ld, s.rows, s.cols, packed, stream);
     b = packed;
   }
@@ -520,17 +582,14 @@ cublasStatus_t GemmCuda::Impl::enqueue(const Plan& plan, const cublasLtMatmulAlg
     return api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, c, plan.layout_c, p.c,
                        plan.layout_d, &algo, workspace, static_cast<size_t>(workspace_bytes), stream);
   }
-  float* d = product.allocate(p.m * p.n, stream);
+  auto* d = reinterpret_cast<float*>(base + l.pack_a + l.pack_b);
   const float beta = 0.0f;
-  const cublasStatus_t status = api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, d,
-                                            plan.layout_c, d, plan.layout_d, &algo, workspace,
-                                            static_cast<size_t>(workspace_bytes), stream);
+  const cublasStatus_t status =
+      api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, d, plan.layout_c, d,
+                  plan.layout_d, &algo, workspace, static_cast<size_t>(workspace_bytes), stream);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
   gemm_epilogue_cuda(p, d, stream);
-  if (p.bias_grad != nullptr) {
-    StreamScratch partials;
-    gemm_bias_grad_cuda(p, partials.allocate(gemm_bias_grad_cuda_workspace_bytes(p) / 4 + 1, stream), stream);
-  }
+  if (p.bias_grad != nullptr) gemm_bias_grad_cuda(p, base + l.pack_a + l.pack_b + l.product, stream);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -540,6 +599,10 @@ GemmCuda::GemmCuda(int device, int64_t workspace_bytes) : impl_(std::make_unique
   impl_->device = device;
   impl_->workspace_bytes = workspace_bytes;
   const DeviceScope scope(device);
+  cudaDeviceProp prop{};
+  MP_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  impl_->identity = str(prop.name, ", sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs, cuBLASLt ",
+                        impl_->api->get_version());
   MP_CHECK_CUBLAS(impl_->api->create(&impl_->handle));
   if (workspace_bytes > 0) {
     const cudaError_t rc = cudaMalloc(&impl_->workspace, static_cast<size_t>(workspace_bytes));
@@ -569,8 +632,7 @@ void GemmCuda::run(const GemmProblem& p, cudaStream_t stream, const GemmCudaOpti
   MP_ENFORCE_EQ(current, impl_->device, "the current device must be the GemmCuda's");
   if (p.m == 0 || p.k == 0) {  // no product: the kernels alone
     if (p.bias_grad != nullptr) {
-      StreamScratch partials;
-      gemm_bias_grad_cuda(p, partials.allocate(gemm_bias_grad_cuda_workspace_bytes(p) / 4 + 1, stream), stream);
+      gemm_bias_grad_cuda(p, impl_->scratch.reserve(gemm_bias_grad_cuda_workspace_bytes(p), stream), stream);
     }
     if (p.m > 0) gemm_epilogue_cuda(p, nullptr, stream);
     return;

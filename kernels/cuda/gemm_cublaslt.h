@@ -20,10 +20,11 @@
 //      addend as cuBLASLt's C (beta 1, C and D different matrices), and
 //      accumulate as C = D with beta 1. Not where C holds bf16 values in
 //      fp32 storage (cuBLASLt cannot round to them);
-//   2. product, then kernels: the plain product into fp32 scratch
-//      (stream-ordered, cudaMallocAsync), then one kernel for the whole
-//      epilogue (bias, addend, accumulate, GELU or its gradient, rounding)
-//      and one for the bias gradient (kernels/cuda/gemm_kernels_cuda.h);
+//   2. product, then kernels: the plain product into fp32 scratch (the
+//      GemmCuda's own, grown in stream order and kept), then one kernel for
+//      the whole epilogue (bias, addend, accumulate, GELU or its gradient,
+//      rounding) and two for the bias gradient's column sums
+//      (kernels/cuda/gemm_kernels_cuda.h);
 //   3. as 2 with both operands packed to fp32 (the same values): for a
 //      layout or pointer alignment no algorithm takes. Never for a bf16 x
 //      bf16 problem: that is refused (CudaError naming the shape), not run
@@ -35,12 +36,14 @@
 //   and the call runs again in it; later calls go straight to it. When no
 //   form is left, CudaError names the shape.
 // - Algorithms. For a new plan the heuristic is asked for up to
-//   kGemmCandidates algorithms of its form; each runs the real problem
-//   (three times, timed with CUDA events, waiting at most 60 s) and the
-//   fastest is kept. A problem that accumulates into C is not timed (its
-//   first candidate runs). A plan's form, algorithm and measured TFLOP/s are
-//   reported once (gemm_cuda_new_plans: the run log's and mp_bench's GEMM
-//   table).
+//   kGemmCandidates algorithms of its form, and one is kept as Note [GEMM
+//   algorithm choice] (kernels/gemm_choice.h) says: the one recorded in the
+//   process's choice book (a resumed run's), else the first in
+//   deterministic mode, else each timed on the real problem with CUDA
+//   events (waiting at most 60 s a run) and the first kept unless another
+//   is clearly faster. A problem that accumulates into C is not timed. A
+//   plan's form, algorithm and measured TFLOP/s are reported once
+//   (gemm_cuda_new_plans: the run log's and mp_bench's GEMM table).
 // - Alignment. An algorithm may assume the alignment of every pointer it is
 //   given. A plan is chosen for the alignment class (the largest power of
 //   two up to 256 dividing the address) of each of A, B, C, D, bias, aux
@@ -80,9 +83,10 @@ struct GemmCudaOptions {
   // For tests: start at form 2 (the product, then the kernels), so the two
   // can be compared.
   bool epilogue_by_kernel = false;
-  // Time the heuristic's candidates for a new plan and keep the fastest;
-  // off: its first (tests of the plan cache).
-  bool time_candidates = true;
+  // Keep the heuristic's first candidate, untimed (Note [GEMM algorithm
+  // choice]); off: time them, and keep the first unless another is clearly
+  // faster.
+  bool deterministic = false;
 };
 
 // One cuBLASLt handle, workspace and plan cache on one device. Not thread-safe:

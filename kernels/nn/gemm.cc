@@ -28,7 +28,9 @@ void gemm(const OpContext& cx, const GemmSettings& settings, const GemmProblem& 
         o.threads = threads;
         gemm_cpu(problem, o);
       },
-      MP_CUDA_BODY(gemm_cuda(problem, cuda_stream, GemmCudaOptions{.allow_tf32 = settings.allow_tf32})));
+      MP_CUDA_BODY(
+          gemm_cuda(problem, cuda_stream,
+                    GemmCudaOptions{.allow_tf32 = settings.allow_tf32, .deterministic = settings.deterministic})));
   (void)settings;
 }
 

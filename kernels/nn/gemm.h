@@ -20,6 +20,8 @@ namespace mp::nn {
 // GEMM settings of a model (both devices read what applies to them).
 struct GemmSettings {
   bool allow_tf32 = false;  // CUDA: fp32 x fp32 on TF32 tensor cores (the tf32 recipe)
+  // CUDA: GEMM algorithms chosen untimed (Note [GEMM algorithm choice])
+  bool deterministic = false;
 };
 
 // The GemmProblem contract, on cx's device: one op.
