@@ -1,5 +1,6 @@
 // tests/test_gemm_choice.cc: Note [GEMM algorithm choice]
-// (kernels/gemm_choice.h) with a fake clock, and the book of choices.
+// (kernels/gemm_choice.h) with a fake clock, the book of choices, and (in a
+// CUDA build, no device needed) the forms a cuBLASLt plan may take.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,6 +12,10 @@
 
 #include "core/error.h"
 #include "kernels/gemm_choice.h"
+#include "mp/config.h"
+#if MP_WITH_CUDA
+#include "kernels/cuda/gemm_cublaslt.h"
+#endif
 
 namespace mp {
 namespace {
@@ -85,6 +90,25 @@ TEST(GemmChoice, ABadBookNamesTheFileAndLine) {
   std::filesystem::remove(path);
 }
 
+#if MP_WITH_CUDA
+// The forms a cuBLASLt plan may take: host logic, no device needed.
+TEST(GemmCudaForms, DgeluAndMisalignedEpiloguePointersAreNeverFused) {
+  alignas(256) static float buf[4096];
+  GemmProblem p = gemm_problem(64, 64, 64, GemmInput{buf, DType::kF32, 64, false},
+                               GemmInput{buf, DType::kF32, 64, false}, buf, DType::kF32, false, buf + 64);
+  const std::string fused = "fused in cuBLASLt's epilogue";
+  EXPECT_EQ(gemm_cuda_forms(p).front(), fused);  // an aligned bias
+  p.bias = buf + 65;                             // 4 bytes past 16-byte alignment
+  for (const std::string& f : gemm_cuda_forms(p)) EXPECT_NE(f, fused);
+  p.bias = nullptr;
+  p.epilogue = GemmEpilogue::kDGelu;
+  p.aux = buf + 128;
+  p.aux_ld = 64;
+  for (const std::string& f : gemm_cuda_forms(p)) EXPECT_NE(f, fused);
+  p.epilogue = GemmEpilogue::kGelu;
+  EXPECT_EQ(gemm_cuda_forms(p).front(), fused);
+}
+#endif
 
 }  // namespace
 }  // namespace mp

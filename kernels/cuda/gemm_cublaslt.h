@@ -16,7 +16,7 @@
 //      the bf16 recipes' activations); the bias (fp32,
 //      CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) with CUBLASLT_EPILOGUE_BIAS,
 //      the GELU with its pre-activation as GELU_AUX[_BIAS] (aux in C's
-//      dtype), its gradient as DGELU, the bias gradient as BGRADA; the
+//      dtype), the bias gradient as BGRADA; the
 //      addend as cuBLASLt's C (beta 1, C and D different matrices), and
 //      accumulate as C = D with beta 1. Not where C holds bf16 values in
 //      fp32 storage (cuBLASLt cannot round to them);
@@ -26,9 +26,9 @@
 //      rounding) and two for the bias gradient's column sums
 //      (kernels/cuda/gemm_kernels_cuda.h);
 //   3. as 2 with both operands packed to fp32 (the same values): for a
-//      layout or pointer alignment no algorithm takes. Never for a bf16 x
-//      bf16 problem: that is refused (CudaError naming the shape), not run
-//      as an fp32 SGEMM.
+//      layout or pointer alignment no algorithm takes (bf16 x bf16 too:
+//      right, but at fp32 speed; the plan's report names the form, and the
+//      models' shapes never need it).
 //   An fp32 x bf16 pair (cuBLASLt has no mixed-input matmul) packs its bf16
 //   side to fp32 in every form (exact): the fp32 GEMM of the same values.
 //   When cublasLtMatmul refuses a plan's algorithm (CUBLAS_STATUS_NOT_SUPPORTED,
@@ -44,6 +44,9 @@
 //   is clearly faster. A problem that accumulates into C is not timed. A
 //   plan's form, algorithm and measured TFLOP/s are reported once
 //   (gemm_cuda_new_plans: the run log's and mp_bench's GEMM table).
+// - Epilogues cuBLASLt does not run: DGELU (cuBLASLt's is about 5e-5
+//   relative off float64, measured on an H200) and any with a bias, aux or
+//   bias gradient pointer less than 16-byte aligned; those take form 2.
 // - Alignment. An algorithm may assume the alignment of every pointer it is
 //   given. A plan is chosen for the alignment class (the largest power of
 //   two up to 256 dividing the address) of each of A, B, C, D, bias, aux
@@ -115,6 +118,10 @@ class GemmCuda {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The forms a plan for `problem` may take, best first (Note [cuBLASLt
+// GEMM]), by name: host logic, no device needed.
+std::vector<std::string> gemm_cuda_forms(const GemmProblem& problem, const GemmCudaOptions& options = {});
 
 // GemmCuda::run on the calling thread's GemmCuda for (current device, stream),
 // created on first use and kept until the thread exits.
