@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "core/cuda_stream.h"
@@ -96,17 +97,37 @@ Pool& pool() {
   return *p;
 }
 
-// Enqueues a wait that is already satisfied (a word at 0 waited for 0) on
-// a new stream of `device`: the driver says there whether it can.
+// Whether a stream of `device` sees a host word change: a wait already
+// satisfied passes, a wait for 1 on a word at 0 holds until the host writes
+// 1 and then passes within kProbeDeadline. Some virtualised drivers never
+// show the device a later host write: every staged collective would wait
+// out its timeout there. On failure the word and the stream are left (the
+// stream may wait on the word for good).
 std::string probe(Device device) {
+  constexpr std::chrono::seconds kProbeDeadline{1};
   std::string why;
+  std::optional<HostWord> word;
+  cudaStream_t stream = nullptr;
   try {
-    HostWord word(device);
-    CudaStream stream(device, "host word probe");
-    word.wait_on(stream.handle(), 0);
-    synchronize_stream(stream.handle(), kDefaultWaitTimeout, "a satisfied wait on a host word");
+    word.emplace(device);
+    int previous = 0;
+    MP_CHECK_CUDA(cudaGetDevice(&previous));
+    MP_CHECK_CUDA(cudaSetDevice(device.index));
+    const cudaError_t created = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    MP_CHECK_CUDA(cudaSetDevice(previous));
+    MP_CHECK_CUDA(created);
+    word->wait_on(stream, 0);
+    synchronize_stream(stream, kProbeDeadline, "a satisfied wait on a host word");
+    word->wait_on(stream, 1);
+    if (cudaStreamQuery(stream) == cudaSuccess) {
+      MP_THROW(CudaError, "a wait for a host word to reach 1 passed while it was 0");
+    }
+    word->value().store(1, std::memory_order_release);
+    synchronize_stream(stream, kProbeDeadline, "a wait on a host word the host raised from 0 to 1");
+    MP_CHECK_CUDA(cudaStreamDestroy(stream));
   } catch (const std::exception& e) {
     why = e.what();
+    if (word) word->leak();  // `stream` is left: it may wait on the word for good
   }
   return why;
 }

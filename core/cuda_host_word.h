@@ -16,8 +16,10 @@
 //   default on every platform; CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1
 //   describes the old v1 operations, which a driver leaves off unless
 //   loaded with NVreg_EnableStreamMemOPs=1, and is no test for v2), the
-//   device maps host memory, and a wait that is already satisfied enqueues
-//   on a stream of the device without error.
+//   device maps host memory, and a probe on a stream of the device passes:
+//   a wait already satisfied passes, and a wait for a word the host raises
+//   from 0 to 1 after it was enqueued passes within 1 s (some virtualised
+//   drivers never show the device a later host write).
 // - CUDA does not see these waits as dependencies and may serialise
 //   streams behind one that waits (its hardware queues are shared when a
 //   process has many streams). So the writer of a word must never need work
