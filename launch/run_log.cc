@@ -12,7 +12,11 @@
 #include "core/error.h"
 #include "core/stop_signals.h"
 #include "kernels/cpu/gemm.h"
+#include "mp/config.h"
 #include "runtime/muon_exchange.h"
+#if MP_WITH_CUDA
+#include "kernels/cuda/attention_cuda.h"
+#endif
 
 namespace mp {
 
@@ -68,6 +72,9 @@ void RunLog::begin(int threads, int64_t start, const std::string& start_note, co
               std::string(strategy_name(o.strategy)).c_str(), o.precision.describe().c_str(), world_size_, threads,
               o.micro_batches, si(items_per_step_, model_.gpt != nullptr ? "tokens" : "samples").c_str());
   if (!device.empty()) std::printf("device (rank 0): %s\n", device.c_str());
+#if MP_WITH_CUDA
+  if (allocator_.device().is_cuda()) std::printf("cudnn (rank 0): %s\n", attention_cudnn_library().c_str());
+#endif
   if (const MuonSettings* muon = engine_.optimizer().muon(); muon != nullptr) {  // Note [Muon owners]
     std::printf("%s", describe_muon_owners(muon_matrices(engine_.layout(), muon->hyper, o.shard_size), o.shard_size)
                           .c_str());

@@ -46,9 +46,19 @@ const float* as_f32(const Act& a, int64_t n, float* copy, cudaStream_t stream) {
 
 }  // namespace
 
+std::string attention_cudnn_library() {
+#if MP_WITH_CUDNN
+  return attention_cudnn_describe();
+#else
+  return "mp was built without cuDNN";
+#endif
+}
+
 bool attention_cudnn_takes(const AttentionCudaShape& shape, std::string* why) {
 #if MP_WITH_CUDNN
-  return attention_cudnn_supported(sdpa(shape), why);
+  if (!attention_cudnn_supported(sdpa(shape), why)) return false;
+  *why = attention_cudnn_describe();
+  return true;
 #else
   (void)shape;
   *why = "mp was built without cuDNN";

@@ -22,8 +22,12 @@ struct AttentionCudaShape {
 
 // Whether cuDNN's fused attention takes this shape on the current device
 // (building and caching its graphs); where not, *why says why ("mp was
-// built without cuDNN", or cuDNN's reason).
+// built without cuDNN", or cuDNN's reason), and where it does, which cuDNN
+// (version and library file) and frontend run it: the run log's line.
 bool attention_cudnn_takes(const AttentionCudaShape& shape, std::string* why);
+// Which cuDNN this process loads: "cuDNN 91900 at PATH, frontend 1.32.0",
+// "not loaded: ..." or "mp was built without cuDNN". Never throws.
+std::string attention_cudnn_library();
 
 // The ops' scratch on the current device, bytes: cuDNN's workspace, or the
 // fp32 copies and the flash backward's scratch.

@@ -8,6 +8,7 @@
 
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cmath>
 #include <exception>
@@ -80,6 +81,11 @@ CudnnLibrary open_cudnn() {
     lib.error = str("cannot load cuDNN (", MP_CUDNN_SONAME, "): ", tried,
                     "; put the folder that holds it on LD_LIBRARY_PATH (e.g. PyTorch's nvidia/cudnn/lib)");
     return lib;
+  }
+  // The file the loader resolved the name to, for the run log.
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name) {
+    lib.path = map->l_name;
   }
   // Never closed: graphs and handles live as long as the process.
   fe::cudnn_dlhandle = handle;
@@ -407,8 +413,9 @@ void attention_cudnn_backward(const SdpaShape& shape, const bf16* qkv, const bf1
 }
 
 std::string attention_cudnn_describe() {
-  const CudnnLibrary& lib = cudnn_library();
-  return str("cuDNN ", lib.version, " (", lib.path, "), frontend ", CUDNN_FRONTEND_MAJOR_VERSION, ".",
+  const CudnnLibrary& lib = cudnn_library_state();
+  if (!lib.error.empty()) return "not loaded: " + lib.error;
+  return str("cuDNN ", lib.version, " at ", lib.path, ", frontend ", CUDNN_FRONTEND_MAJOR_VERSION, ".",
              CUDNN_FRONTEND_MINOR_VERSION, ".", CUDNN_FRONTEND_PATCH_VERSION);
 }
 

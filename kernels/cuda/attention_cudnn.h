@@ -84,8 +84,9 @@ void attention_cudnn_backward(const SdpaShape& shape, const bf16* qkv, const bf1
                               const float* stats, bf16* dqkv, void* workspace, int64_t workspace_bytes,
                               cudaStream_t stream);
 
-// "cuDNN 91900 (libcudnn.so.9), frontend 1.32.0": for logs and benchmarks.
-// Loads cuDNN; throws CudaError when it cannot.
+// "cuDNN 91900 at /path/libcudnn.so.9.19.0, frontend 1.32.0" (the file the
+// loader resolved), or "not loaded: " and why: for logs and benchmarks.
+// Loads cuDNN on the first call; never throws.
 std::string attention_cudnn_describe();
 
 }  // namespace mp

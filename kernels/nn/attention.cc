@@ -22,7 +22,7 @@ Attention attention_plan(Device device, AttentionKernel kernel, int64_t batch, i
   }
   a.cudnn = cudnn;
   if (cudnn) {
-    a.note = "cuDNN fused attention (bf16 q, k, v, fp32 statistics)";
+    a.note = "cuDNN fused attention (bf16 q, k, v, fp32 statistics; " + why + ")";
   } else if (bf16 && kernel == AttentionKernel::kAuto) {
     a.note = "the fp32 flash kernels on fp32 copies of the bf16 q, k, v: " + why;
   } else {
