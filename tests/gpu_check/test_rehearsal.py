@@ -1,0 +1,177 @@
+"""scripts/gpu_check rehearsed on the CPU (MP_GPU_CHECK_DEVICE=CPU: CPU
+against CPU, so it proves the program, not a GPU), against the build that
+MP_GPU_BUILD names. Each call below runs once, all at once (the `calls`
+fixture), and the cases read what it handed back: the summary, the
+tarball's listing, the rows.
+
+  passing     smoke agree report: every stage passes
+  gpt2        gemm gpt2 report on a tiny GPT at B = 4 and 16
+  stopped     agree report, stopped by SIGTERM as agree's first run starts
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+from conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_check")
+SUMMARY = "gpu_check_summary.json"
+TINY_GPT = ("--set model.gpt.vocab=256 --set model.gpt.context=32 --set model.gpt.channels=32 "
+            "--set model.gpt.heads=2 --set model.gpt.layers=1")
+GPT2 = {"MP_GPU_CHECK_GPT2_STEPS": "8", "MP_GPU_CHECK_GPT2_ARGS": TINY_GPT}
+CALLS = {
+    "passing": (["smoke", "agree", "report"], {}),
+    "gpt2": (["gemm", "gpt2", "report"], dict(GPT2, MP_GPU_CHECK_DEADLINE_S="300", MP_GPU_CHECK_COMPILE_S="100000")),
+    "stopped": (["agree", "report"], {}),
+}
+
+
+class Call:
+    """One call of scripts/gpu_check in a folder of its own, started at once."""
+
+    def __init__(self, base, name, stages, extra):
+        self.dir = os.path.join(base, name)
+        self.out, self.state = os.path.join(self.dir, "out"), os.path.join(self.dir, "state")
+        os.makedirs(self.out)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MP_GPU_CHECK_") and k != "MP_NUM_THREADS"}
+        env.update({"MP_GPU_CHECK_DEVICE": "CPU", "MP_GPU_CHECK_STEPS": "16", "MP_GPU_CHECK_PYTHON": sys.executable,
+                    "OUT": self.out, "MP_GPU_CHECK_STATE": self.state}, **extra)
+        self.log = open(os.path.join(self.dir, "output.log"), "w")
+        self.t0 = time.monotonic()
+        self.p = subprocess.Popen([SCRIPT] + stages, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.rc = None
+
+    def finish(self):
+        if self.rc is None:
+            self.rc = self.p.wait(timeout=240)
+            self.seconds = time.monotonic() - self.t0
+            self.log.close()
+            with open(os.path.join(self.dir, "output.log")) as f:
+                sys.stdout.write(f.read())  # shown when a case fails
+            with open(os.path.join(self.out, SUMMARY)) as f:
+                self.summary = json.load(f)
+            with tarfile.open(os.path.join(self.out, self.summary["tarball"])) as tar:
+                self.listing = tar.getnames()
+        return self
+
+    def stage(self, name):
+        return self.summary["stages"][name]
+
+    def rows(self, stage):
+        return {r["case"]: r for r in self.stage(stage).get("rows", [])}
+
+
+@pytest.fixture(scope="session")
+def calls(tmp_path_factory):
+    """calls(name): the finished call of that name."""
+    assert os.path.exists(os.path.join(os.environ["MP_GPU_BUILD"], "mp_worker")), "MP_GPU_BUILD: a build with mp_worker"
+    base = str(tmp_path_factory.mktemp("rehearsal"))
+    started = {name: Call(base, name, *CALLS[name]) for name in CALLS}
+    stopper = threading.Thread(target=stop_when_it_logs, args=(started["stopped"], "agree_cpu_RECIPE_FP32"),
+                               daemon=True)
+    stopper.start()
+    yield lambda name: started[name].finish()
+    for call in started.values():
+        if call.p.poll() is None:
+            call.p.kill()
+
+
+def stop_when_it_logs(call, name):
+    """SIGTERM to the call as soon as logs/NAME.log appears."""
+    log = os.path.join(call.state, "logs", f"{name}.log")
+    for _ in range(2400):
+        if os.path.exists(log) or call.p.poll() is not None:
+            break
+        time.sleep(0.05)
+    call.p.send_signal(signal.SIGTERM)
+
+
+def call_processes(state):
+    """Processes whose environment names this call's results folder (its workers and their children)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"MP_GPU_CHECK_STATE={state}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return [p for p in found if p != os.getpid()]
+
+
+# ---- what every call hands back ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_a_call_hands_back_its_tarball_and_summary_and_nothing_else(calls, name):
+    call = calls(name)
+    found = [os.path.relpath(os.path.join(top, f), call.out) for top, _, files in os.walk(call.out) for f in files]
+    assert sorted(found) == sorted([call.summary["tarball"], SUMMARY])  # at most 8 files, 2 folders down
+    assert call.summary["final"] is True and SUMMARY in call.listing and "logs/gpu_check.log" in call.listing
+
+
+def test_a_passing_call_exits_0_and_its_summary_says_pass(calls):
+    call = calls("passing")
+    assert call.rc == 0 and call.summary["result"] == "pass"
+    assert [call.stage(s)["status"] for s in ("smoke", "agree", "report")] == ["pass"] * 3
+    assert set(call.rows("agree")) == {"agree_RECIPE_FP32", "agree_BF16_MASTER", "gpu_checkpoint_verify_export_resume"}
+    for f in ("logs/smoke.log", "logs/resume.log", "agree_BF16_MASTER/gpu/metrics.jsonl", "resumed/metrics.jsonl"):
+        assert f in call.listing
+
+
+# ---- gemm and gpt2 -------------------------------------------------------------------------
+
+def test_gemm_is_skipped_without_a_device_saying_so(calls):
+    gemm = calls("gpt2").stage("gemm")
+    assert gemm["status"] == "skipped" and "needs a CUDA device" in gemm["note"]
+
+
+def test_gpt2_passes_as_a_stage_while_its_rows_miss_their_targets(calls):
+    call = calls("gpt2")
+    assert call.rc == 1 and call.summary["result"] == "fail"
+    assert (call.stage("gpt2")["status"], call.stage("report")["status"]) == ("pass", "fail")
+
+
+@pytest.mark.parametrize("batch", [4, 16])
+def test_gpt2_rows_carry_the_ops_per_step_of_the_workers_log(calls, batch):
+    call = calls("gpt2")
+    row = call.rows("gpt2")[f"gpt2_124m_b{batch}"]
+    with open(os.path.join(call.state, "logs", f"gpt2_b{batch}.log")) as f:
+        ops = [int(line.split()[5]) for line in f if line.startswith("ops per step (rank 0): ")][0]
+    assert (row["batch"], row["ops_per_step"], row["pass"]) == (batch, ops, False) and row["tokens_per_s"] > 0
+
+
+def test_gpt2_at_b4_misses_only_its_eager_ratio_without_pytorch_on_a_gpu(calls):
+    assert calls("gpt2").rows("gpt2")["gpt2_124m_b4"]["missed"] == ["ratio_to_torch_amp_bf16 not measured"]
+
+
+def test_torch_compile_that_does_not_fit_is_skipped_by_name_largest_batch_first(calls):
+    note = calls("gpt2").stage("gpt2")["note"]
+    assert note.index("torch amp_bf16_compile at B=16 skipped") < note.index("torch amp_bf16_compile at B=4 skipped")
+
+
+def test_gpt2_is_limited_by_the_deadline_less_handing_back_and_reports_time(calls):
+    # 300 s less 20 for handing back and 5 for report, less what gpt2 started after
+    assert 250 <= calls("gpt2").stage("gpt2")["limit_s"] <= 275
+
+
+def test_gpt2_tarball_has_every_runs_log_and_rows(calls):
+    listing = calls("gpt2").listing
+    for f in ("logs/gpt2_b4.log", "logs/gpt2_b16.log", "logs/gpt2_profile.log", "logs/torch_gpt2.log",
+              "gpt2.jsonl", "torch_gpt2.jsonl", "gpt2_b16/metrics.jsonl", "call.tsv"):
+        assert f in listing
+
+
+# ---- a stop --------------------------------------------------------------------------------
+
+def test_a_call_stopped_by_sigterm_hands_back_its_files_and_leaves_nothing_running(calls):
+    call = calls("stopped")
+    assert call.rc != 0 and call.summary["result"] == "incomplete"
+    assert (call.stage("agree")["status"], call.stage("report")["status"]) == ("interrupted", "skipped")
+    assert call.stage("agree")["note"] == "stopped by SIGTERM"
+    assert not call_processes(call.state)
