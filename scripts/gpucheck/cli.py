@@ -30,7 +30,8 @@ Stages, in the order a call runs them:
   gpt2      GPT-2 124M at B = 4 and 16: tokens/s, MFU, ops per step,
             against PyTorch eager (and torch.compile where time is left)
   report    every STAGE.jsonl of the results folder in gpu_check.json
-A failed smoke skips agree, update, faults and gpt2.
+A failed smoke skips agree, update, faults and gpt2. Every rank
+launch is `mpirun --bind-to none`.
 
 One call ends within MP_GPU_CHECK_DEADLINE_S (default 540; 0: none): each
 stage runs under its own limit or what is left once the later stages'

@@ -72,6 +72,7 @@ def resumed_equal(first_dir, resumed_dir, after_step):
 
 OPS_LINE = re.compile(r"^ops per step \(rank 0\): (\d+) \(model (\d+), engine (\d+)\)")
 PLAN_LINE = re.compile(r"^  gemm plan: (.*?): (.+?), algorithm (-?\d+) of (\d+)")
+ENGINE_LINE = re.compile(r"^engine: .*; (\d+) rank\(s\) x (\d+) thread\(s\)")
 DEVICE_LINE = "device (rank 0): "
 
 
@@ -95,6 +96,19 @@ def step_ops(log_text):
     return out
 
 
+def worker_facts(log_text):
+    """What a worker's log says of how it ran: its device and its threads
+    per rank (1 when the launcher bound it to a core)."""
+    facts = {}
+    for line in log_text.splitlines():
+        if line.startswith(DEVICE_LINE) and "device" not in facts:
+            facts["device"] = line[len(DEVICE_LINE):].strip()
+        m = ENGINE_LINE.match(line)
+        if m and "threads" not in facts:
+            facts["threads"] = int(m.group(2))
+    return facts
+
+
 def smoke(run_dir, log_text, steps):
     """The smoke run (MP_CUDA_SYNC=1): all its steps logged, every loss finite."""
     row = {"case": "smoke_cuda_sync", "steps_expected": steps}
@@ -104,9 +118,7 @@ def smoke(run_dir, log_text, steps):
                     "pass": len(losses) == steps and all(math.isfinite(x) for x in losses)})
     except (OSError, ValueError) as e:
         row.update({"pass": False, "why": f"no metrics: {e}"})
-    device = [line for line in log_text.splitlines() if line.startswith(DEVICE_LINE)]
-    if device:
-        row["device"] = device[0][len(DEVICE_LINE):].strip()
+    row.update(worker_facts(log_text))
     return row
 
 
@@ -135,8 +147,8 @@ def torch_rows(rows, batch):
 def speed(run_dir, peak_tflops, torch, skip, batch=None, log_text="", judge=True):
     """GPT-2's row at one batch: tokens/s (median after the first `skip`
     steps), MFU = tokens/s x F / peak (F: the model's FLOPs per token as the
-    worker logs them, 6 N + 12 L C T), the ops per step from its log, the
-    ratio to each of PyTorch's rows
+    worker logs them, 6 N + 12 L C T), the ops per step and how the worker
+    ran (worker_facts) from its log, the ratio to each of PyTorch's rows
     (`torch`) at the same batch, and the verdict on the batch's targets
     (pass; missed: the targets missed). A run without metrics is a failed
     row (why)."""
@@ -169,6 +181,7 @@ def speed(run_dir, peak_tflops, torch, skip, batch=None, log_text="", judge=True
     out.update(ops)
     out.update(torch_out)
     out.update(rest)
+    out.update(worker_facts(log_text))
     if not judge or not rows:
         return out
     targets = [("ops_per_step", MAX_OPS_PER_STEP, True, "<=")] + [

@@ -1,5 +1,6 @@
 """Running the stages' commands: each in a process group of its own, its
-output in a log, under its own timeout and its stage's deadline.
+output in a log, under its own timeout and its stage's deadline, and every
+rank launch unbound.
 
 A command's output goes straight to its log file: no pipe a leftover rank
 could hold open.
@@ -46,8 +47,11 @@ class Runner:
         self._stopping = False
 
     def ranks(self, np, argv):
-        """The command line that starts argv on `np` ranks."""
-        return [self.mprun, "-np", str(np)] + list(argv)
+        """The command line that starts argv on `np` ranks. Never bound:
+        Open MPI binds 1-2 ranks to one core each by default, which would put
+        a rank's GPU host thread, its communication thread and NCCL's proxy
+        on one core, against an unbound PyTorch."""
+        return [self.mprun, "-np", str(np), "--bind-to", "none"] + list(argv)
 
     def run(self, name, argv, timeout=None, env=None, cwd=None, tail=TAIL_LINES):
         """argv with its output in logs/NAME.log; ended at `timeout` seconds

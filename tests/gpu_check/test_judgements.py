@@ -58,6 +58,11 @@ def test_step_ops_reads_the_first_ops_line_and_counts_gemm_plans_by_form():
     assert judge.step_ops("step 1\n  gemm plan: x: y, algorithm 1 of 2\n") == {}
 
 
+def test_worker_facts_give_threads_and_device():
+    facts = judge.worker_facts(worker_log(280))
+    assert facts == {"threads": 16, "device": "cuda:0 (NVIDIA H100), data plane NCCL"}
+
+
 TORCH = [{"case": "gpt2_124m_amp_bf16", "value": 100000.0, "batch": 4},
          {"case": "gpt2_124m_amp_bf16", "value": 160000.0, "batch": 16},
          {"case": "gpt2_124m_amp_bf16_compile", "error": "boom", "batch": 4}]
@@ -89,9 +94,10 @@ def test_speed_targets_by_batch(run_dir, tokens, batch, ops, torch_rows, missed)
     assert s.get("missed", []) == missed and s["pass"] is (not missed)
 
 
-def test_speed_row_keys_its_table_columns_first(run_dir):
+def test_speed_row_keys_its_table_columns_first_and_carries_how_the_worker_ran(run_dir):
     s = judge.speed(run_dir("run", [5.0] * 10, 200000.0), 989.0, TORCH, 5, batch=16, log_text=worker_log(280))
     assert list(s)[:5] == ["case", "batch", "tokens_per_s", "mfu", "ops_per_step"]
+    assert s["threads"] == 16
 
 
 def test_speed_without_judging_has_no_verdict_and_without_metrics_fails(run_dir, tmp_path):

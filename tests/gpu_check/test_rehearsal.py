@@ -124,6 +124,14 @@ def test_a_passing_call_exits_0_and_its_summary_says_pass(calls):
         assert f in call.listing
 
 
+def test_rank_launches_are_unbound_so_a_worker_uses_every_core_it_is_allowed(calls):
+    # Open MPI binds a rank of a 1- or 2-rank launch to one core unless told
+    # --bind-to none; the worker sizes its threads by the cores it may use.
+    assert calls("passing").rows("smoke")["smoke_cuda_sync"]["threads"] == len(os.sched_getaffinity(0))
+    assert {r["threads"] for r in calls("gpt2").stage("gpt2")["rows"] if "batch" in r} == {
+        len(os.sched_getaffinity(0))}
+
+
 # ---- gemm and gpt2 -------------------------------------------------------------------------
 
 def test_gemm_is_skipped_without_a_device_saying_so(calls):
