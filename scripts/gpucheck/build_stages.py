@@ -12,7 +12,8 @@ from . import env as envmod
 from . import judge
 
 GPU_TEST_TARGETS = ["mp_gpu_tests", "mp_gpu_nccl_tests", "mp_gpu_staged_tests", "mp_gpu_engine_tests"]
-STACKS_BEFORE_S = 40  # the stacks of GPU tests still running are taken this long before the stage's end
+TESTS_STOP_S = 15     # the GPU tests are ended this long before the tests stage's end
+STACKS_BEFORE_S = 40  # and the stacks of those still running are taken this long before it
 
 
 def targets_for(stages, has_python_target):
@@ -113,31 +114,43 @@ def stacks(ctx, name):
 
 
 def tests(ctx, st):
-    """Every CTest of label gpu, all at once (a hung test keeps none of the
-    others from running), a row per test."""
+    """Every CTest of label gpu, all at once, each ended TESTS_STOP_S before
+    the stage's end whatever its own TIMEOUT (ctest --stop-time), a row per
+    test as it ends."""
     s = ctx.s
+    stop_at = st.deadline - min(TESTS_STOP_S, st.limit_s / 4)
     watchdog = None
     if st.limit_s > 2 * STACKS_BEFORE_S:
         watchdog = threading.Timer(st.deadline - STACKS_BEFORE_S - time.monotonic(), stacks, (ctx, "stacks_tests"))
         watchdog.daemon = True
         watchdog.start()
+    stop_clock = time.strftime("%H:%M:%S", time.localtime(time.time() + stop_at - time.monotonic()))
+    rows = []
+
+    def on_line(line):
+        row = judge.ctest_row(line)
+        if row:
+            rows.append(row)
+            st.row(row)
+
     try:
-        r = ctx.runner.run("ctest_gpu", ["ctest", "--test-dir", s.build, "-L", "gpu", "--output-on-failure",
-                                         "-V", "-j", str(s.test_jobs)])
+        r = ctx.runner.run("ctest_gpu", ["ctest", "--test-dir", s.ctest_dir, "-L", "gpu", "--output-on-failure",
+                                         "-V", "-j", str(s.test_jobs), "--stop-time", stop_clock],
+                           on_line=on_line)
     finally:
         if watchdog:
             watchdog.cancel()
-    rows = [row for row in map(judge.ctest_row, ctx.log_text("ctest_gpu").splitlines()) if row]
-    for row in rows:
-        st.row(row)
     # CTest's verdict (no device: "no CUDA device: "), not a GoogleTest skip of
     # one case the kernels do not support (a flash attention head size).
     skipped = sum(row["result"] == "Skipped" for row in rows)
+    stopped = [row["case"][len("ctest_"):] for row in rows if row["result"] == "Timeout"]
     ok = r.ok and bool(rows)
     if skipped:
         ctx.say("GPU tests were skipped: the device is not usable")
         ok = False
-    st.row({"case": "ctest_gpu", "pass": ok, "tests": len(rows), "skipped": skipped})
+    if stopped:
+        st.note(f"ended {round(st.deadline - stop_at)} s before the stage's end: {' '.join(stopped)}")
+    st.row({"case": "ctest_gpu", "pass": ok, "tests": len(rows), "skipped": skipped, "timed_out": len(stopped)})
     n = envmod.gpu_count() if s.device == "CUDA" else 0
     if n > 1:
         r2 = ctx.runner.run("nccl_all_gpus", ctx.runner.ranks(n, [os.path.join(s.build, "tests", "mp_gpu_engine_tests"),
@@ -179,7 +192,7 @@ def memcheck(ctx, st, list_tests=gpu_ctests, find_sanitizer=sanitizer):
         ctx.say("compute-sanitizer not found (PATH, /usr/local/cuda/bin)")
         return False
     ctx.say(f"{cs}: " + (envmod.query([cs, "--version"]) or "").replace("\n", "; "), echo=False)
-    found = list_tests(s.build)
+    found = list_tests(s.ctest_dir)
     if not found:
         st.row({"case": "memcheck", "pass": False, "why": "no CTest of label gpu in this build"})
         return False

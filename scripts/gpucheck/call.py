@@ -77,7 +77,7 @@ class Call:
         for name in self.stages:
             if self.stopping:
                 break
-            why = plan.skip_reason(name, self.status, s.device, s.deadline_s, self.elapsed())
+            why = plan.skip_reason(name, self.status, s.device, bool(s.ctests), s.deadline_s, self.elapsed())
             if why:
                 self.status[name], self.note[name] = "skipped", why
                 self.say(f"stage {name} skipped: {why}")
@@ -88,7 +88,8 @@ class Call:
 
     def run_stage(self, name, env_error):
         s, ctx = self.s, self.ctx
-        limit = self.limit[name] = plan.limit_of(name, self.stages, self.status, s.deadline_s, self.elapsed())
+        limit = self.limit[name] = plan.limit_of(name, self.stages, self.status, s.deadline_s, self.elapsed(),
+                                                 s.limits)
         if name != "report" and os.path.exists(ctx.path(f"{name}.jsonl")):
             os.remove(ctx.path(f"{name}.jsonl"))
         self.say(f"stage {name} (at most {limit} s)")
@@ -107,7 +108,7 @@ class Call:
             pass
         except StageTimedOut:
             status = "timeout"
-            note = (f"stopped after its own limit, {limit} s" if limit >= plan.BY_NAME[name].limit_s
+            note = (f"stopped after its own limit, {limit} s" if limit >= s.limits.get(name, plan.BY_NAME[name].limit_s)
                     else f"stopped after {limit} s: what the deadline ({s.deadline_s} s) left it")
         except Exception as e:  # a fault of this program: the stage fails, saying where
             note = f"gpu_check failed: {type(e).__name__}: {e}"

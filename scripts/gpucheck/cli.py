@@ -18,7 +18,8 @@ stage fails, how to record the numbers).
 Stages, in the order a call runs them:
   build     cmake MP_CUDA=ON, Release, sm_90, only the binaries the call's
             stages run, -j$(nproc); seconds when the build folder is kept
-  tests     every CTest of label gpu, all at once
+  tests     every CTest of label gpu, all at once, each ended 15 s before
+            the stage's end whatever its own TIMEOUT; a row per test as it ends
   memcheck  the same CTests under compute-sanitizer memcheck, 5 at a time
   smoke     the default GPT, 10 steps, MP_CUDA_SYNC=1
   agree     the default GPT on the GPU and the CPU: fp32 within 2e-3 every
@@ -28,7 +29,8 @@ Stages, in the order a call runs them:
   update    mp_bench update_cuda: the fused AdamW step against a copy
   faults    kill, hang, nan, device_fault on GPU ranks
   gpt2      GPT-2 124M at B = 4 and 16: tokens/s, MFU, ops per step,
-            against PyTorch eager (and torch.compile where time is left)
+            against PyTorch eager (and torch.compile where time is left); each
+            row written as soon as its run ends
   report    every STAGE.jsonl of the results folder in gpu_check.json
 A failed smoke skips agree, update, faults and gpt2. Every rank
 launch is `mpirun --bind-to none`.
@@ -47,6 +49,7 @@ Environment [defaults]:
   MP_GPU_CHECK_STATE            the results folder [BUILD/gpu_check]
   OUT                           where the two files go [STATE/out]
   MP_GPU_CHECK_DEADLINE_S       the call's deadline [540; 0: none]
+  MP_GPU_CHECK_STAGE_S          stages' own limits, e.g. "tests=120 gpt2=300"
   MP_GPU_CHECK_STEPS            agree's steps [100]
   MP_GPU_CHECK_TEST_JOBS        GPU tests at once [8]
   MP_GPU_CHECK_MEMCHECK_JOBS    memcheck's tests at once [5]
@@ -61,11 +64,13 @@ Environment [defaults]:
   MP_GPU_CHECK_COMMIT           the commit, where the checkout has no .git
   MP_GPU_CHECK_PYTHON           the Python that runs this and PyTorch [python3]
   MP_GPU_CHECK_DEVICE           CPU: a rehearsal [CUDA]
+  MP_GPU_CHECK_CTESTS           the CTest folder of tests [the build folder]
 NCCL_DEBUG is WARN unless set; MP_CUDA_SYNC is cleared except in smoke.
 
 MP_GPU_CHECK_DEVICE=CPU rehearses the stages' own logic on a machine
 without a GPU, against an existing build (CPU against CPU: not a GPU
-check): the stages that need a device are skipped, saying so.
+check): the stages that need a device are skipped, saying so, and tests
+runs where MP_GPU_CHECK_CTESTS names a CTest folder.
 """
 import os
 import sys

@@ -10,6 +10,8 @@ import shlex
 import shutil
 import subprocess
 
+from . import plan
+
 
 class Settings:
     """The call's settings, from the environment (docs/gpu.md names each)."""
@@ -24,6 +26,8 @@ class Settings:
         self.out = os.path.abspath(e("OUT") or os.path.join(self.state, "out"))
         self.device = e("MP_GPU_CHECK_DEVICE") or "CUDA"
         self.deadline_s = int(e("MP_GPU_CHECK_DEADLINE_S") or 540)
+        self.limits = plan.own_limits(e("MP_GPU_CHECK_STAGE_S") or "")
+        self.ctests = e("MP_GPU_CHECK_CTESTS") or ""
         self.peak_tflops = float(e("MP_PEAK_TFLOPS") or 989)
         self.agree_steps = int(e("MP_GPU_CHECK_STEPS") or 100)
         self.test_jobs = int(e("MP_GPU_CHECK_TEST_JOBS") or 8)
@@ -36,6 +40,10 @@ class Settings:
                                       "--device cuda --seq 1024 --steps 10 --warmup 3 --clip 1.0")
         self.torch_modes = (e("MP_GPU_CHECK_TORCH_MODES") or "amp_bf16,amp_bf16_compile").split(",")
         self.compile_s = int(e("MP_GPU_CHECK_COMPILE_S") or 120)
+
+    @property
+    def ctest_dir(self):
+        return os.path.abspath(self.ctests) if self.ctests else self.build
 
 
 # ---- the libraries ---------------------------------------------------------------

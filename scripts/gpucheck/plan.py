@@ -47,27 +47,41 @@ def tarball_name(stages):
     return "gpu_check_" + re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(stages)) + ".tar.gz"
 
 
-def skip_reason(stage, status, device, deadline_s, elapsed_s):
+def own_limits(text):
+    """MP_GPU_CHECK_STAGE_S ("tests=120 gpt2=300"): stages' own limits in
+    place of the table's. ValueError on a bad entry."""
+    limits = {}
+    for item in text.split():
+        name, _, value = item.partition("=")
+        if name not in BY_NAME or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"MP_GPU_CHECK_STAGE_S: '{item}' is not STAGE=SECONDS with a stage of "
+                             f"{' '.join(ALL_STAGES)}")
+        limits[name] = int(value)
+    return limits
+
+
+def skip_reason(stage, status, device, ctests_given, deadline_s, elapsed_s):
     """Why `stage` will not run in this call (None: it runs). status: each
-    stage's status so far."""
+    stage's status so far; ctests_given: a rehearsal named a CTest folder
+    for `tests` (MP_GPU_CHECK_CTESTS)."""
     s = BY_NAME[stage]
     if status.get("build") in ("fail", "timeout") and stage != "report":
         return "the build failed"
     if s.after_smoke and status.get("smoke") in ("fail", "timeout"):
         return "the smoke run failed"
-    if device != "CUDA" and s.device:
+    if device != "CUDA" and s.device and not (stage == "tests" and ctests_given):
         return f"it needs a CUDA device (this call: MP_GPU_CHECK_DEVICE={device})"
     if deadline_s > 0 and deadline_s - elapsed_s - HAND_BACK_S < LEAST_S:
         return f"no time left before the call's deadline ({deadline_s} s)"
     return None
 
 
-def limit_of(stage, stages, status, deadline_s, elapsed_s):
+def limit_of(stage, stages, status, deadline_s, elapsed_s, limits=None):
     """The seconds `stage` may take: its own limit, or what is left before
     the deadline once the expected times of the call's later pending stages
     are set aside (unless that would leave it less than its own expected
     time: then all that is left)."""
-    limit = BY_NAME[stage].limit_s
+    limit = (limits or {}).get(stage, BY_NAME[stage].limit_s)
     if deadline_s <= 0:
         return limit
     left = deadline_s - elapsed_s - HAND_BACK_S

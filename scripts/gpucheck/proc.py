@@ -2,8 +2,9 @@
 output in a log, under its own timeout and its stage's deadline, and every
 rank launch unbound.
 
-A command's output goes straight to its log file: no pipe a leftover rank
-could hold open.
+A command's output goes straight to its log file (no pipe a leftover rank
+could hold open); a caller that wants its lines as they come (rows written
+as they are measured) gets each complete line through `on_line`.
 """
 import os
 import signal
@@ -53,7 +54,7 @@ class Runner:
         on one core, against an unbound PyTorch."""
         return [self.mprun, "-np", str(np), "--bind-to", "none"] + list(argv)
 
-    def run(self, name, argv, timeout=None, env=None, cwd=None, tail=TAIL_LINES):
+    def run(self, name, argv, timeout=None, env=None, on_line=None, cwd=None, tail=TAIL_LINES):
         """argv with its output in logs/NAME.log; ended at `timeout` seconds
         (Result.timed_out) or at the stage's deadline (StageTimedOut), or when
         the call is stopped (Stopped). When it fails or is cut short, the last
@@ -74,9 +75,10 @@ class Runner:
                 return Result(127, False, 0.0)
         with self._lock:
             self._live.add(p)
+        lines = _LineTail(path, on_line) if on_line else None
         result = None
         try:
-            result = self._wait(p, t0, timeout)
+            result = self._wait(p, t0, timeout, lines)
             return result
         except StageTimedOut:
             self._tail(name, path, "was cut at the stage's end", tail)
@@ -84,6 +86,8 @@ class Runner:
         finally:
             with self._lock:
                 self._live.discard(p)
+            if lines:
+                lines.poll(final=True)
             if result and not result.ok:
                 how = f"timed out after {result.seconds:.0f} s" if result.timed_out else f"failed (exit {result.rc})"
                 self._tail(name, path, how, tail)
@@ -95,13 +99,15 @@ class Runner:
             last = f.read().splitlines()[-lines:]
         self.say(f"{name} {how}; the end of logs/{name}.log:\n" + "\n".join(last))
 
-    def _wait(self, p, t0, timeout):
+    def _wait(self, p, t0, timeout, lines):
         while True:
             try:
                 rc = p.wait(timeout=POLL_S)
                 return Result(rc, False, time.monotonic() - t0)
             except subprocess.TimeoutExpired:
                 pass
+            if lines:
+                lines.poll()
             now = time.monotonic()
             if self._stopping:
                 end_group(p, STOP_GRACE_S)
@@ -151,6 +157,29 @@ def end_group(p, grace_s):
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+class _LineTail:
+    """The complete lines a log file gained since the last poll, to a callback."""
+
+    def __init__(self, path, on_line):
+        self.path, self.on_line, self.offset, self.partial = path, on_line, 0, b""
+
+    def poll(self, final=False):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        if final and self.partial:
+            complete.append(self.partial)
+            self.partial = b""
+        for line in complete:
+            self.on_line(line.decode(errors="replace"))
 
 
 def leftovers(patterns, own_pids):

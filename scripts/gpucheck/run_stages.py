@@ -67,12 +67,17 @@ def agree(ctx, st):
 
 
 def bench_suite(ctx, st, stage, suite, argv, to_row):
-    """An mp_bench suite on one rank, a row per JSON line it printed; a
-    failed row when it printed none or exited non-zero without one."""
-    r = ctx.runner.run(stage, ctx.bench([suite, "--json-only"] + argv))
-    rows = [row for row in map(to_row, ctx.log_text(stage).splitlines()) if row is not None]
-    for row in rows:
-        st.row(row)
+    """An mp_bench suite on one rank, a row per JSON line as it is printed;
+    a failed row when it printed none or exited non-zero without one."""
+    rows = []
+
+    def on_line(line):
+        row = to_row(line)
+        if row is not None:
+            rows.append(row)
+            st.row(row)
+
+    r = ctx.runner.run(stage, ctx.bench([suite, "--json-only"] + argv), on_line=on_line)
     failed = judge.bench_failure(suite, ctx.log_text(stage), r.rc, rows)
     if failed:
         st.row(failed)
@@ -115,9 +120,10 @@ def gpt2_argv(ctx, batch, run_dir, extra):
 
 
 def gpt2(ctx, st):
-    """The worker at each batch, PyTorch eager at every batch in one
-    process, each batch's row, the op profile, then torch.compile where the
-    time it needs is left."""
+    """The worker at each batch (its row written as soon as it ran, judged
+    against the PyTorch rows there are so far), PyTorch eager at every batch
+    in one process (each batch's row judged again), the op profile, then
+    torch.compile where the time it needs is left."""
     s, run = ctx.s, ctx.runner
     eager = [m for m in s.torch_modes if m and not m.endswith("_compile")]
     compiled = [m for m in s.torch_modes if m.endswith("_compile")]
@@ -135,21 +141,24 @@ def gpt2(ctx, st):
         return "why" not in row
 
     for b in s.gpt2_batches:
-        ok &= run.run(f"gpt2_b{b}", ctx.worker(gpt2_argv(ctx, b, ctx.path(f"gpt2_b{b}"),
-                                                         ["--steps", str(s.gpt2_steps), "--set", "log_interval=1"]))).ok
+        r = run.run(f"gpt2_b{b}", ctx.worker(gpt2_argv(ctx, b, ctx.path(f"gpt2_b{b}"),
+                                                       ["--steps", str(s.gpt2_steps), "--set", "log_interval=1"])))
+        ok &= judge_batch(b) and r.ok
+
+    def torch_line(line):
+        row = judge.bench_row(line)
+        if row is not None:
+            report.append_row(torch_file, row)
 
     def torch_run(name, batches, modes, timeout=None):
         argv = [sys.executable, os.path.join(s.root, "bench", "torch_gpt.py")] + s.torch_args + [
             "--batch", ",".join(map(str, batches)), "--modes", ",".join(modes)]
-        r = run.run(name, argv, timeout=timeout)
-        for row in filter(None, map(judge.bench_row, ctx.log_text(name).splitlines())):
-            report.append_row(torch_file, row)
-        return r
+        return run.run(name, argv, timeout=timeout, on_line=torch_line)
 
     if eager:  # one process for every batch (its start once)
         torch_run("torch_gpt2", s.gpt2_batches, eager)
-    for b in s.gpt2_batches:
-        ok &= judge_batch(b)
+        for b in s.gpt2_batches:
+            judge_batch(b)
     # Where the step's time goes, by op family (MP_OP_PROFILE: events around
     # every op, one wait per micro-batch, so a run of its own), at the last batch.
     b = s.gpt2_batches[-1]

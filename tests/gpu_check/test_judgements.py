@@ -218,13 +218,14 @@ def test_docs_name_the_first_commands_tarball():
 
 
 def test_a_failed_build_skips_all_but_report():
-    skipped = {s for s in plan.ALL_STAGES if plan.skip_reason(s, {"build": "fail"}, "CUDA", 0, 0)}
+    skipped = {s for s in plan.ALL_STAGES if plan.skip_reason(s, {"build": "fail"}, "CUDA", False, 0, 0)}
     assert skipped == set(plan.ALL_STAGES) - {"report"}
 
 
-def test_a_rehearsal_skips_the_device_stages():
-    skipped = {s for s in plan.ALL_STAGES if plan.skip_reason(s, {}, "CPU", 0, 0)}
-    assert skipped == {"tests", "memcheck", "gemm", "update"}
+def test_a_rehearsal_skips_the_device_stages_but_tests_on_a_ctest_folder():
+    def skipped(ctests):
+        return {s for s in plan.ALL_STAGES if plan.skip_reason(s, {}, "CPU", ctests, 0, 0)}
+    assert skipped(False) == {"tests", "memcheck", "gemm", "update"} and skipped(True) == {"memcheck", "gemm", "update"}
 
 
 def test_limits_leave_the_later_stages_their_expected_time():
@@ -234,8 +235,16 @@ def test_limits_leave_the_later_stages_their_expected_time():
     assert plan.limit_of("tests", stages, status, 540, 100) == 285
     assert plan.limit_of("tests", stages, status, 0, 100) == 300          # no deadline: its own
     assert plan.limit_of("gpt2", stages, status, 540, 500) == 20          # all there is left
-    assert plan.skip_reason("gpt2", status, "CUDA", 540, 495) == \
+    assert plan.limit_of("tests", stages, status, 540, 100, {"tests": 60}) == 60
+    assert plan.skip_reason("gpt2", status, "CUDA", False, 540, 495) == \
         "no time left before the call's deadline (540 s)"
+
+
+def test_own_limits_are_stage_equals_seconds():
+    assert plan.own_limits("tests=120 gpt2=300") == {"tests": 120, "gpt2": 300}
+    for bad in ("test=1", "tests=", "tests=0", "tests"):
+        with pytest.raises(ValueError):
+            plan.own_limits(bad)
 
 
 def test_the_build_compiles_what_the_calls_stages_run():

@@ -6,8 +6,12 @@ tarball's listing, the rows.
 
   passing     smoke agree report: every stage passes
   gpt2        gemm gpt2 report on a tiny GPT at B = 4 and 16
-  stopped     agree report, stopped by SIGTERM as agree's first run starts
+  hung        tests smoke report: a stand-in GPU CTest that hangs
+              (TIMEOUT 600) in a tests stage of 8 s, and a smoke run that
+              hangs at step 3 (MP_FAULT) in a stage of 4 s
+  stopped     gpt2 report, stopped by SIGTERM as PyTorch's run starts
 """
+import importlib.util
 import json
 import os
 import signal
@@ -25,10 +29,16 @@ SUMMARY = "gpu_check_summary.json"
 TINY_GPT = ("--set model.gpt.vocab=256 --set model.gpt.context=32 --set model.gpt.channels=32 "
             "--set model.gpt.heads=2 --set model.gpt.layers=1")
 GPT2 = {"MP_GPU_CHECK_GPT2_STEPS": "8", "MP_GPU_CHECK_GPT2_ARGS": TINY_GPT}
+HANGING_CTESTS = """add_test(quick_passes "/bin/true")
+set_tests_properties(quick_passes PROPERTIES LABELS "gpu" TIMEOUT 600)
+add_test(hangs "/bin/sleep" "1000")
+set_tests_properties(hangs PROPERTIES LABELS "gpu" TIMEOUT 600)
+"""
 CALLS = {
     "passing": (["smoke", "agree", "report"], {}),
     "gpt2": (["gemm", "gpt2", "report"], dict(GPT2, MP_GPU_CHECK_DEADLINE_S="300", MP_GPU_CHECK_COMPILE_S="100000")),
-    "stopped": (["agree", "report"], {}),
+    "hung": (["tests", "smoke", "report"], {"MP_GPU_CHECK_STAGE_S": "tests=8 smoke=4", "MP_FAULT": "hang@3:0"}),
+    "stopped": (["gpt2", "report"], dict(GPT2, MP_GPU_CHECK_TORCH_ARGS="--device cpu --threads 1 --steps 100000")),
 }
 
 
@@ -42,6 +52,11 @@ class Call:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MP_GPU_CHECK_") and k != "MP_NUM_THREADS"}
         env.update({"MP_GPU_CHECK_DEVICE": "CPU", "MP_GPU_CHECK_STEPS": "16", "MP_GPU_CHECK_PYTHON": sys.executable,
                     "OUT": self.out, "MP_GPU_CHECK_STATE": self.state}, **extra)
+        if name == "hung":
+            os.makedirs(os.path.join(self.dir, "ctests"))
+            with open(os.path.join(self.dir, "ctests", "CTestTestfile.cmake"), "w") as f:
+                f.write(HANGING_CTESTS)
+            env["MP_GPU_CHECK_CTESTS"] = os.path.join(self.dir, "ctests")
         self.log = open(os.path.join(self.dir, "output.log"), "w")
         self.t0 = time.monotonic()
         self.p = subprocess.Popen([SCRIPT] + stages, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -71,10 +86,11 @@ class Call:
 def calls(tmp_path_factory):
     """calls(name): the finished call of that name."""
     assert os.path.exists(os.path.join(os.environ["MP_GPU_BUILD"], "mp_worker")), "MP_GPU_BUILD: a build with mp_worker"
+    # The stopped call is stopped during PyTorch's run, which then lasts.
+    assert importlib.util.find_spec("torch"), f"{sys.executable} has no torch (scripts/python_env)"
     base = str(tmp_path_factory.mktemp("rehearsal"))
     started = {name: Call(base, name, *CALLS[name]) for name in CALLS}
-    stopper = threading.Thread(target=stop_when_it_logs, args=(started["stopped"], "agree_cpu_RECIPE_FP32"),
-                               daemon=True)
+    stopper = threading.Thread(target=stop_when_it_logs, args=(started["stopped"], "torch_gpt2"), daemon=True)
     stopper.start()
     yield lambda name: started[name].finish()
     for call in started.values():
@@ -175,11 +191,28 @@ def test_gpt2_tarball_has_every_runs_log_and_rows(calls):
         assert f in listing
 
 
-# ---- a stop --------------------------------------------------------------------------------
+# ---- stages cut short, a stop ----------------------------------------------
 
-def test_a_call_stopped_by_sigterm_hands_back_its_files_and_leaves_nothing_running(calls):
+def test_a_hung_gpu_test_is_ended_before_its_stage_and_its_rows_come_back(calls):
+    call = calls("hung")
+    tests = call.stage("tests")
+    assert tests["status"] == "fail" and tests["seconds"] < tests["limit_s"] == 8 and "hangs" in tests["note"]
+    rows = call.rows("tests")
+    assert rows["ctest_quick_passes"]["pass"] and rows["ctest_hangs"]["result"] == "Timeout"
+    assert rows["ctest_gpu"] == {"case": "ctest_gpu", "pass": False, "tests": 2, "skipped": 0, "timed_out": 1}
+
+
+def test_a_hung_stage_is_cut_at_its_limit_and_the_call_goes_on(calls):
+    call = calls("hung")
+    smoke = call.stage("smoke")
+    assert smoke["status"] == "timeout" and smoke["note"] == "stopped after its own limit, 4 s"
+    assert call.stage("report")["status"] == "fail" and not call_processes(call.state)
+
+
+def test_a_call_stopped_by_sigterm_hands_back_what_it_measured_and_leaves_nothing_running(calls):
     call = calls("stopped")
-    assert call.rc != 0 and call.summary["result"] == "incomplete"
-    assert (call.stage("agree")["status"], call.stage("report")["status"]) == ("interrupted", "skipped")
-    assert call.stage("agree")["note"] == "stopped by SIGTERM"
+    assert call.rc != 0 and call.summary["result"] == "fail"  # the rows so far miss their targets
+    assert (call.stage("gpt2")["status"], call.stage("report")["status"]) == ("interrupted", "skipped")
+    assert call.stage("gpt2")["note"] == "stopped by SIGTERM"
+    assert {"gpt2_124m_b4", "gpt2_124m_b16"} <= set(call.rows("gpt2"))  # written before PyTorch's run
     assert not call_processes(call.state)
