@@ -32,7 +32,8 @@ Stages, in the order a call runs them:
             against PyTorch eager (and torch.compile where time is left); each
             row written as soon as its run ends
   report    every STAGE.jsonl of the results folder in gpu_check.json
-A failed smoke skips agree, update, faults and gpt2. Every rank
+A failed smoke skips agree, faults and gpt2 (they run the worker on the
+device); nothing else depends on an earlier stage but on build. Every rank
 launch is `mpirun --bind-to none`.
 
 One call ends within MP_GPU_CHECK_DEADLINE_S (default 540; 0: none): each
@@ -69,8 +70,9 @@ NCCL_DEBUG is WARN unless set; MP_CUDA_SYNC is cleared except in smoke.
 
 MP_GPU_CHECK_DEVICE=CPU rehearses the stages' own logic on a machine
 without a GPU, against an existing build (CPU against CPU: not a GPU
-check): the stages that need a device are skipped, saying so, and tests
-runs where MP_GPU_CHECK_CTESTS names a CTest folder.
+check): the stages that need a device are skipped, saying so, update runs
+the CPU's suite at a small size, and tests runs where MP_GPU_CHECK_CTESTS
+names a CTest folder.
 """
 import os
 import sys

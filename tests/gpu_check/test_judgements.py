@@ -217,6 +217,12 @@ def test_docs_name_the_first_commands_tarball():
         assert plan.tarball_name(plan.FIRST_COMMAND) in f.read()
 
 
+def test_a_failed_smoke_skips_only_the_stages_that_train_on_the_device():
+    status = {"build": "pass", "smoke": "fail"}
+    skipped = {s for s in plan.ALL_STAGES if plan.skip_reason(s, status, "CUDA", False, 0, 0)}
+    assert skipped == {"agree", "faults", "gpt2"}
+
+
 def test_a_failed_build_skips_all_but_report():
     skipped = {s for s in plan.ALL_STAGES if plan.skip_reason(s, {"build": "fail"}, "CUDA", False, 0, 0)}
     assert skipped == set(plan.ALL_STAGES) - {"report"}
@@ -225,7 +231,7 @@ def test_a_failed_build_skips_all_but_report():
 def test_a_rehearsal_skips_the_device_stages_but_tests_on_a_ctest_folder():
     def skipped(ctests):
         return {s for s in plan.ALL_STAGES if plan.skip_reason(s, {}, "CPU", ctests, 0, 0)}
-    assert skipped(False) == {"tests", "memcheck", "gemm", "update"} and skipped(True) == {"memcheck", "gemm", "update"}
+    assert skipped(False) == {"tests", "memcheck", "gemm"} and skipped(True) == {"memcheck", "gemm"}
 
 
 def test_limits_leave_the_later_stages_their_expected_time():

@@ -6,9 +6,9 @@ tarball's listing, the rows.
 
   passing     smoke agree report: every stage passes
   gpt2        gemm gpt2 report on a tiny GPT at B = 4 and 16
-  hung        tests smoke report: a stand-in GPU CTest that hangs
-              (TIMEOUT 600) in a tests stage of 8 s, and a smoke run that
-              hangs at step 3 (MP_FAULT) in a stage of 4 s
+  hung        tests smoke agree update report: a stand-in GPU CTest that
+              hangs (TIMEOUT 600) in a tests stage of 8 s, and a smoke run
+              that hangs at step 3 (MP_FAULT) in a stage of 4 s
   stopped     gpt2 report, stopped by SIGTERM as PyTorch's run starts
 """
 import importlib.util
@@ -37,7 +37,8 @@ set_tests_properties(hangs PROPERTIES LABELS "gpu" TIMEOUT 600)
 CALLS = {
     "passing": (["smoke", "agree", "report"], {}),
     "gpt2": (["gemm", "gpt2", "report"], dict(GPT2, MP_GPU_CHECK_DEADLINE_S="300", MP_GPU_CHECK_COMPILE_S="100000")),
-    "hung": (["tests", "smoke", "report"], {"MP_GPU_CHECK_STAGE_S": "tests=8 smoke=4", "MP_FAULT": "hang@3:0"}),
+    "hung": (["tests", "smoke", "agree", "update", "report"], {"MP_GPU_CHECK_STAGE_S": "tests=8 smoke=4",
+                                                               "MP_FAULT": "hang@3:0"}),
     "stopped": (["gpt2", "report"], dict(GPT2, MP_GPU_CHECK_TORCH_ARGS="--device cpu --threads 1 --steps 100000")),
 }
 
@@ -191,7 +192,7 @@ def test_gpt2_tarball_has_every_runs_log_and_rows(calls):
         assert f in listing
 
 
-# ---- stages cut short, a stop ----------------------------------------------
+# ---- stages cut short, a failed smoke, a stop ----------------------------------------------
 
 def test_a_hung_gpu_test_is_ended_before_its_stage_and_its_rows_come_back(calls):
     call = calls("hung")
@@ -207,6 +208,12 @@ def test_a_hung_stage_is_cut_at_its_limit_and_the_call_goes_on(calls):
     smoke = call.stage("smoke")
     assert smoke["status"] == "timeout" and smoke["note"] == "stopped after its own limit, 4 s"
     assert call.stage("report")["status"] == "fail" and not call_processes(call.state)
+
+
+def test_a_failed_smoke_skips_agree_but_not_update(calls):
+    call = calls("hung")
+    assert call.stage("agree")["status"] == "skipped" and "smoke run failed" in call.stage("agree")["note"]
+    assert call.stage("update")["status"] == "pass" and "adamw_fp32master_bf16grad_64K_1t" in call.rows("update")
 
 
 def test_a_call_stopped_by_sigterm_hands_back_what_it_measured_and_leaves_nothing_running(calls):
