@@ -9,7 +9,7 @@ stage fails, how to record the numbers).
                                       agree gemm update gpt2, within 540 s
   scripts/gpu_check build memcheck    the second
   scripts/gpu_check --env CMD [ARG]   CMD in the stages' environment (the
-                                      carried libraries, NCCL,
+                                      carried libraries, NCCL, cuDNN,
                                       NCCL_DEBUG); prints only, hands back nothing
   scripts/gpu_check --merge OUT SUMMARY...
                                       several calls' summaries in one report
@@ -28,9 +28,9 @@ Stages, in the order a call runs them:
   gemm      mp_bench gemm_cuda: every GEMM of a GPT-2 124M step, its plan
   update    mp_bench update_cuda: the fused AdamW step against a copy
   faults    kill, hang, nan, device_fault on GPU ranks
-  gpt2      GPT-2 124M at B = 4 and 16: tokens/s, MFU, ops per step,
-            against PyTorch eager (and torch.compile where time is left); each
-            row written as soon as its run ends
+  gpt2      GPT-2 124M at B = 4 and 16: tokens/s, MFU, ops per step, the
+            attention path, against PyTorch eager (and torch.compile where
+            time is left); each row written as soon as its run ends
   report    every STAGE.jsonl of the results folder in gpu_check.json
 A failed smoke skips agree, faults and gpt2 (they run the worker on the
 device); nothing else depends on an earlier stage but on build. Every rank
@@ -44,6 +44,9 @@ at the start, after every stage, on SIGTERM or SIGINT and on exit; keeps
 the build and STATE/STAGE.jsonl (STATE: build-gpu/gpu_check) for later
 calls. Exit status: 0 when every stage passed, 1 otherwise, 2 for a bad
 stage name.
+
+cuDNN comes from the toolkit or, where it has none, from PyTorch's wheel:
+its nvidia/cudnn folder and its NVRTC on LD_LIBRARY_PATH.
 
 Environment [defaults]:
   MP_GPU_BUILD                  the build folder [build-gpu]
@@ -62,6 +65,7 @@ Environment [defaults]:
   MP_GPU_CHECK_TORCH_MODES      its modes [amp_bf16,amp_bf16_compile]
   MP_GPU_CHECK_COMPILE_S        what a torch.compile mode needs [120]
   MP_PEAK_TFLOPS                the peak of MFU [989]
+  MP_GPU_CHECK_CUDNN            auto, toolkit or wheel [auto]
   MP_GPU_CHECK_COMMIT           the commit, where the checkout has no .git
   MP_GPU_CHECK_PYTHON           the Python that runs this and PyTorch [python3]
   MP_GPU_CHECK_DEVICE           CPU: a rehearsal [CUDA]

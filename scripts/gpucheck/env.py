@@ -6,6 +6,7 @@ import glob
 import hashlib
 import importlib.metadata
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -40,6 +41,9 @@ class Settings:
                                       "--device cuda --seq 1024 --steps 10 --warmup 3 --clip 1.0")
         self.torch_modes = (e("MP_GPU_CHECK_TORCH_MODES") or "amp_bf16,amp_bf16_compile").split(",")
         self.compile_s = int(e("MP_GPU_CHECK_COMPILE_S") or 120)
+        self.cudnn = e("MP_GPU_CHECK_CUDNN") or "auto"
+        if self.cudnn not in ("auto", "toolkit", "wheel"):
+            raise ValueError(f"MP_GPU_CHECK_CUDNN is auto, toolkit or wheel, not '{self.cudnn}'")
 
     @property
     def ctest_dir(self):
@@ -80,7 +84,7 @@ def carried_deps(gpu_deps, prefix):
 def wheel_libs(distribution_prefix, library):
     """(folder, version) of `library` (a file name start, e.g. libcudnn.so.)
     in the pip wheel whose distribution name starts with
-    distribution_prefix (nvidia-cudnn-cu12, nvidia-nccl-cu13...), as this
+    distribution_prefix (nvidia-cudnn-cu12, nvidia-cuda-nvrtc...), as this
     Python installed it; None when there is none."""
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
@@ -99,7 +103,7 @@ def prepend(env, key, *paths):
 
 def stage_environment(s, environ):
     """The stages' environment and CMake arguments, and what the call
-    records of its libraries: {"carried": ..., "nccl": ...}.
+    records of its libraries: {"carried": ..., "nccl": ..., "cudnn": {...}}.
     Raises FileNotFoundError, saying what to do, when the machine lacks
     protoc, mpirun or oneDNN and no .gpu_deps is beside the checkout."""
     env = dict(environ)
@@ -124,16 +128,66 @@ def stage_environment(s, environ):
             env["NCCL_HOME"] = os.path.dirname(nccl[0])
             prepend(env, "LD_LIBRARY_PATH", nccl[0])
             libs["nccl"] = f"{nccl[0]} (pip's wheel {nccl[1]})"
-    # cuDNN from the toolkit or, failing that, from PyTorch's wheel.
-    if s.device == "CUDA" and not os.path.exists("/usr/local/cuda/include/cudnn.h") and not env.get("CUDNN_HOME"):
-        cudnn = wheel_libs("nvidia-cudnn", "libcudnn.so")
-        if cudnn:
-            env["CUDNN_HOME"] = os.path.dirname(cudnn[0])
+    libs["cudnn"] = cudnn_setup(s, env)
     frontend = os.path.join(s.root, ".gpu_deps", "cudnn-frontend")
     if os.path.exists(os.path.join(frontend, "include", "cudnn_frontend.h")):
         cmake.append(f"-DMP_CUDNN_FRONTEND_DIR={frontend}")
     env.setdefault("MP_MPIRUN", "mpirun")
     return env, cmake, libs
+
+
+def cudnn_setup(s, env):
+    """cuDNN from the toolkit or, where it has none (or MP_GPU_CHECK_CUDNN=
+    wheel), from PyTorch's wheel: CUDNN_HOME for CMake, and the wheel's
+    cuDNN and NVRTC folders on LD_LIBRARY_PATH (cuDNN compiles some of its
+    attention engines at run time with NVRTC, of its own CUDA major
+    version, which the toolkit may not have). What was chosen."""
+    toolkit = os.path.exists("/usr/local/cuda/include/cudnn.h")
+    if env.get("CUDNN_HOME"):
+        return {"from": "CUDNN_HOME", "lib": env["CUDNN_HOME"]}
+    if s.cudnn == "toolkit" or (s.cudnn == "auto" and toolkit):
+        if not toolkit:
+            return {"from": "nowhere: the toolkit has no cudnn.h"}
+        return {"from": "the toolkit", "version": toolkit_cudnn_version(), "lib": "/usr/local/cuda"}
+    cudnn = wheel_libs("nvidia-cudnn", "libcudnn.so")
+    if not cudnn:
+        return {"from": "nowhere: no cuDNN in the toolkit nor as pip's nvidia-cudnn wheel"}
+    env["CUDNN_HOME"] = os.path.dirname(cudnn[0])
+    nvrtc = wheel_libs("nvidia-cuda-nvrtc", "libnvrtc.so")
+    nvrtc_dir = nvrtc_only(nvrtc[0], os.path.join(s.state, "nvrtc")) if nvrtc else None
+    prepend(env, "LD_LIBRARY_PATH", cudnn[0], nvrtc_dir)
+    row = {"from": "PyTorch's wheel", "version": cudnn[1], "lib": cudnn[0]}
+    row["nvrtc"] = f"{nvrtc[0]} ({nvrtc[1]})" if nvrtc else "not in a wheel: the toolkit's, or none"
+    return row
+
+
+def nvrtc_only(folder, links):
+    """A folder on the loader's path that holds NVRTC's libraries only:
+    `folder` itself where that is all it holds (CUDA 12's wheel:
+    nvidia/cuda_nvrtc/lib), else links to them in `links` (CUDA 13's wheels
+    keep NVRTC in one folder with cuBLAS and the runtime, which must stay
+    the toolkit's)."""
+    names = os.listdir(folder)
+    mine = [n for n in names if n.startswith("libnvrtc")]
+    if len(mine) == len(names):
+        return folder
+    os.makedirs(links, exist_ok=True)
+    for n in mine:
+        link = os.path.join(links, n)
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.join(folder, n), link)
+    return links
+
+
+def toolkit_cudnn_version(header="/usr/local/cuda/include/cudnn_version.h"):
+    """MAJOR.MINOR.PATCHLEVEL of the toolkit's cuDNN headers (None if unread)."""
+    try:
+        with open(header) as f:
+            found = dict(re.findall(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) (\d+)", f.read()))
+        return f"{found['MAJOR']}.{found['MINOR']}.{found['PATCHLEVEL']}"
+    except (OSError, KeyError):
+        return None
 
 
 # ---- the commit and the machine -------------------------------------------------

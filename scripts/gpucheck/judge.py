@@ -73,6 +73,10 @@ def resumed_equal(first_dir, resumed_dir, after_step):
 OPS_LINE = re.compile(r"^ops per step \(rank 0\): (\d+) \(model (\d+), engine (\d+)\)")
 PLAN_LINE = re.compile(r"^  gemm plan: (.*?): (.+?), algorithm (-?\d+) of (\d+)")
 ENGINE_LINE = re.compile(r"^engine: .*; (\d+) rank\(s\) x (\d+) thread\(s\)")
+ATTENTION = re.compile(r"^model: .*; CUDA kernels, (.*?); loss in chunks of")
+# Where the worker says which cuDNN it loaded: the line it prints when it
+# prints one ("cudnn (rank 0): cuDNN 91900 at /path/libcudnn.so.9, ...").
+CUDNN_LINE = re.compile(r"^cudnn \(rank 0\): (.+)$")
 DEVICE_LINE = "device (rank 0): "
 
 
@@ -97,8 +101,10 @@ def step_ops(log_text):
 
 
 def worker_facts(log_text):
-    """What a worker's log says of how it ran: its device and its threads
-    per rank (1 when the launcher bound it to a core)."""
+    """What a worker's log says of how it ran: its device, its threads per
+    rank (1 when the launcher bound it to a core), the attention path of a
+    GPT on a GPU (cuDNN's fused attention or the flash kernels, and why),
+    and which cuDNN it loaded where it says so."""
     facts = {}
     for line in log_text.splitlines():
         if line.startswith(DEVICE_LINE) and "device" not in facts:
@@ -106,6 +112,14 @@ def worker_facts(log_text):
         m = ENGINE_LINE.match(line)
         if m and "threads" not in facts:
             facts["threads"] = int(m.group(2))
+        m = ATTENTION.match(line)
+        if m and "attention" not in facts:
+            attention = m.group(1)
+            one = attention.startswith("attention: ") and "; attention from block" not in attention
+            facts["attention"] = attention[len("attention: "):] if one else attention
+        m = CUDNN_LINE.match(line)
+        if m and "cudnn" not in facts:
+            facts["cudnn"] = m.group(1)
     return facts
 
 

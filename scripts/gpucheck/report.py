@@ -110,10 +110,16 @@ def call_summary(state_dir, stages, commit, device, machine, libraries, tarball,
             "tarball": tarball, "stages": entries}
 
 
+def describe_cudnn(libraries):
+    c = (libraries or {}).get("cudnn") or {}
+    return f"cuDNN {c.get('version') or ''} ({c.get('from')})".replace("  ", " ") if c else ""
+
+
 def print_summary(s):
     gpu = (s.get("machine") or {}).get("gpu") or s.get("device")
+    cudnn = describe_cudnn(s.get("libraries"))
     print(f"gpu_check summary: {s['result'].upper()}, stages {' '.join(s['stages_asked'])}, commit {s['commit']}, "
-          f"{gpu}, {s['seconds']} s")
+          f"{gpu}, {s['seconds']} s" + (f", {cudnn}" if cudnn else ""))
     for stage, e in s["stages"].items():
         note = f" ({e['note']})" if e.get("note") else ""
         print(f"  {e['status']:11} {stage:8} {e['seconds']:4d} s{note}")

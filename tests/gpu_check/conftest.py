@@ -25,13 +25,16 @@ def run_dir(tmp_path):
     return make
 
 
-# The lines of a worker's log on a GPU as launch/run_log.cc prints them.
+# The lines of a worker's log on a GPU as launch/run_log.cc and
+# kernels/nn/attention.cc print them.
+MODEL_LINE = ("model: GPT of 124475904 parameters, 12 layers; CUDA kernels, attention: cuDNN fused attention "
+              "(bf16 q, k, v, fp32 statistics); loss in chunks of 1024 rows")
 ENGINE_LINE = ("engine: FULL_SHARD, bf16_master; 1 rank(s) x 16 thread(s), 1 micro-batch(es) per rank per step, "
                "16.4K tokens per step")
 
 
-def worker_log(ops):
-    return (f"{ENGINE_LINE}\ndevice (rank 0): cuda:0 (NVIDIA H100), data plane NCCL\nstep 1 ...\n"
+def worker_log(ops, model_line=MODEL_LINE):
+    return (f"{model_line}\n{ENGINE_LINE}\ndevice (rank 0): cuda:0 (NVIDIA H100), data plane NCCL\nstep 1 ...\n"
             f"ops per step (rank 0): {ops} (model {ops - 40}, engine 40)\n"
             "  gemm plan: 4096 x 2304 x 768, bf16 x bf16 -> bf16, bias: fused in cuBLASLt's epilogue, "
             "algorithm 21 of 8, 512.5 TFLOP/s (cuda:0)\n"

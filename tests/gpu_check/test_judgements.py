@@ -58,9 +58,18 @@ def test_step_ops_reads_the_first_ops_line_and_counts_gemm_plans_by_form():
     assert judge.step_ops("step 1\n  gemm plan: x: y, algorithm 1 of 2\n") == {}
 
 
-def test_worker_facts_give_threads_and_device():
+def test_worker_facts_give_threads_device_and_the_attention_path():
     facts = judge.worker_facts(worker_log(280))
-    assert facts == {"threads": 16, "device": "cuda:0 (NVIDIA H100), data plane NCCL"}
+    assert facts == {"threads": 16, "device": "cuda:0 (NVIDIA H100), data plane NCCL",
+                     "attention": "cuDNN fused attention (bf16 q, k, v, fp32 statistics)"}
+
+
+def test_worker_facts_keep_why_the_flash_kernels_ran_and_which_cudnn_was_loaded():
+    line = ("model: GPT; CUDA kernels, attention: the fp32 flash kernels on fp32 copies of the bf16 q, k, v: "
+            "cannot load cuDNN (libcudnn.so.9); loss in chunks of 64 rows")
+    facts = judge.worker_facts(line + "\ncudnn (rank 0): cuDNN 92600 at /w/nvidia/cudnn/lib/libcudnn.so.9\n")
+    assert facts["attention"].startswith("the fp32 flash kernels") and "cannot load cuDNN" in facts["attention"]
+    assert facts["cudnn"] == "cuDNN 92600 at /w/nvidia/cudnn/lib/libcudnn.so.9"
 
 
 TORCH = [{"case": "gpt2_124m_amp_bf16", "value": 100000.0, "batch": 4},
@@ -97,7 +106,7 @@ def test_speed_targets_by_batch(run_dir, tokens, batch, ops, torch_rows, missed)
 def test_speed_row_keys_its_table_columns_first_and_carries_how_the_worker_ran(run_dir):
     s = judge.speed(run_dir("run", [5.0] * 10, 200000.0), 989.0, TORCH, 5, batch=16, log_text=worker_log(280))
     assert list(s)[:5] == ["case", "batch", "tokens_per_s", "mfu", "ops_per_step"]
-    assert s["threads"] == 16
+    assert s["threads"] == 16 and s["attention"].startswith("cuDNN fused attention")
 
 
 def test_speed_without_judging_has_no_verdict_and_without_metrics_fails(run_dir, tmp_path):

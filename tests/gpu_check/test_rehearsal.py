@@ -149,6 +149,10 @@ def test_rank_launches_are_unbound_so_a_worker_uses_every_core_it_is_allowed(cal
         len(os.sched_getaffinity(0))}
 
 
+def test_a_call_records_where_its_cudnn_comes_from(calls):
+    assert calls("passing").summary["libraries"]["cudnn"]["from"]
+
+
 # ---- gemm and gpt2 -------------------------------------------------------------------------
 
 def test_gemm_is_skipped_without_a_device_saying_so(calls):
@@ -223,3 +227,25 @@ def test_a_call_stopped_by_sigterm_hands_back_what_it_measured_and_leaves_nothin
     assert call.stage("gpt2")["note"] == "stopped by SIGTERM"
     assert {"gpt2_124m_b4", "gpt2_124m_b16"} <= set(call.rows("gpt2"))  # written before PyTorch's run
     assert not call_processes(call.state)
+
+
+# ---- the stages' environment ------------------------------------------------------------
+
+def test_cudnn_from_pytorchs_wheel_loads_with_its_nvrtc(tmp_path):
+    # MP_GPU_CHECK_CUDNN=wheel: as on a machine whose toolkit has no cuDNN.
+    code = ("import ctypes, glob, os\n"
+            "def load(name):  # by soname, as the worker loads them\n"
+            "    return [ctypes.CDLL(os.path.basename(p)) for d in os.environ['LD_LIBRARY_PATH'].split(':')\n"
+            "            for p in glob.glob(f'{d}/{name}.so.*')][:1]\n"
+            "cudnn, nvrtc = load('libcudnn'), load('libnvrtc')\n"
+            "print(cudnn[0].cudnnGetVersion(), len(nvrtc))\n"
+            "print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libcudnn.so' in l\n"
+            "                         or 'libnvrtc.so' in l})))\n")
+    env = dict(os.environ, MP_GPU_CHECK_DEVICE="CPU", MP_GPU_CHECK_CUDNN="wheel", MP_GPU_CHECK_PYTHON=sys.executable,
+               MP_GPU_CHECK_STATE=str(tmp_path))
+    out = subprocess.run([SCRIPT, "--env", sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    version, nvrtc = map(int, out[0].split())
+    loaded = [line for line in out[1:] if line]
+    assert version >= 90000 and nvrtc == 1
+    assert all("/nvidia/" in os.path.realpath(p) for p in loaded) and len(loaded) == 2, loaded
