@@ -45,6 +45,12 @@ the build and STATE/STAGE.jsonl (STATE: build-gpu/gpu_check) for later
 calls. Exit status: 0 when every stage passed, 1 otherwise, 2 for a bad
 stage name.
 
+A bare GPU machine lacks protoc, mpirun and oneDNN: run scripts/gpu_deps
+where Debian's mirror is reachable (it fills .gpu_deps/ with .deb files
+and the cuDNN frontend's headers, about 24 MB) and copy .gpu_deps/ beside
+the checkout; build unpacks it into /opt/mpdeps (dpkg-deb -x: no apt, no
+network).
+
 cuDNN comes from the toolkit or, where it has none, from PyTorch's wheel:
 its nvidia/cudnn folder and its NVRTC on LD_LIBRARY_PATH.
 
