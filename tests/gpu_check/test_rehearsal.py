@@ -7,8 +7,8 @@ tarball's listing, the rows.
   passing     smoke agree report: every stage passes
   gpt2        gemm gpt2 report on a tiny GPT at B = 4 and 16
   hung        tests smoke agree update report: a stand-in GPU CTest that
-              hangs (TIMEOUT 600) in a tests stage of 8 s, and a smoke run
-              that hangs at step 3 (MP_FAULT) in a stage of 4 s
+              hangs (TIMEOUT 600) in a tests stage of 6 s, and a smoke run
+              that hangs at step 3 (MP_FAULT) in a stage of 3 s
   stopped     gpt2 report, stopped by SIGTERM as PyTorch's run starts
 """
 import importlib.util
@@ -37,7 +37,7 @@ set_tests_properties(hangs PROPERTIES LABELS "gpu" TIMEOUT 600)
 CALLS = {
     "passing": (["smoke", "agree", "report"], {}),
     "gpt2": (["gemm", "gpt2", "report"], dict(GPT2, MP_GPU_CHECK_DEADLINE_S="300", MP_GPU_CHECK_COMPILE_S="100000")),
-    "hung": (["tests", "smoke", "agree", "update", "report"], {"MP_GPU_CHECK_STAGE_S": "tests=8 smoke=4",
+    "hung": (["tests", "smoke", "agree", "update", "report"], {"MP_GPU_CHECK_STAGE_S": "tests=6 smoke=3",
                                                                "MP_FAULT": "hang@3:0"}),
     "stopped": (["gpt2", "report"], dict(GPT2, MP_GPU_CHECK_TORCH_ARGS="--device cpu --threads 1 --steps 100000")),
 }
@@ -201,7 +201,7 @@ def test_gpt2_tarball_has_every_runs_log_and_rows(calls):
 def test_a_hung_gpu_test_is_ended_before_its_stage_and_its_rows_come_back(calls):
     call = calls("hung")
     tests = call.stage("tests")
-    assert tests["status"] == "fail" and tests["seconds"] < tests["limit_s"] == 8 and "hangs" in tests["note"]
+    assert tests["status"] == "fail" and tests["seconds"] < tests["limit_s"] == 6 and "hangs" in tests["note"]
     rows = call.rows("tests")
     assert rows["ctest_quick_passes"]["pass"] and rows["ctest_hangs"]["result"] == "Timeout"
     assert rows["ctest_gpu"] == {"case": "ctest_gpu", "pass": False, "tests": 2, "skipped": 0, "timed_out": 1}
@@ -210,7 +210,7 @@ def test_a_hung_gpu_test_is_ended_before_its_stage_and_its_rows_come_back(calls)
 def test_a_hung_stage_is_cut_at_its_limit_and_the_call_goes_on(calls):
     call = calls("hung")
     smoke = call.stage("smoke")
-    assert smoke["status"] == "timeout" and smoke["note"] == "stopped after its own limit, 4 s"
+    assert smoke["status"] == "timeout" and smoke["note"] == "stopped after its own limit, 3 s"
     assert call.stage("report")["status"] == "fail" and not call_processes(call.state)
 
 
