@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
@@ -39,6 +40,24 @@ std::string MemStats::to_string() const {
 namespace detail {
 
 class AllocatorState {
+  static constexpr size_t kHuge = size_t{2} << 20;
+  static size_t round_huge(size_t n) { return (n + kHuge - 1) / kHuge * kHuge; }
+
+  // Fresh zero pages, kHuge aligned (the head and tail of a larger mapping
+  // unmapped), advised as transparent huge pages; null when none are left.
+  static void* map_zeroed(size_t size_bytes) {
+    const size_t rounded = round_huge(size_bytes);
+    void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const auto at = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (at + kHuge - 1) / kHuge * kHuge;
+    if (aligned > at) (void)munmap(raw, aligned - at);
+    if (aligned - at < kHuge) (void)munmap(reinterpret_cast<void*>(aligned + rounded), kHuge - (aligned - at));
+    auto* p = reinterpret_cast<void*>(aligned);
+    (void)madvise(p, rounded, MADV_HUGEPAGE);  // advisory only
+    return p;
+  }
+
  public:
   explicit AllocatorState(Device device) : device_(device) {}
   Device device() const { return device_; }
@@ -51,19 +70,22 @@ class AllocatorState {
       MP_THROW(ConfigError, "allocation on ", device_, ": mp was built without CUDA");
 #endif
     }
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t alignment = size_bytes >= kHuge ? kHuge : 64;
-    const size_t rounded = (size_bytes + alignment - 1) / alignment * alignment;
-    void* p = std::aligned_alloc(alignment, rounded);
-    if (p && alignment == kHuge) (void)madvise(p, rounded, MADV_HUGEPAGE);  // advisory only
-    return p;
+    if (mapped(size_bytes)) return map_zeroed(size_bytes);
+    return std::aligned_alloc(64, (size_bytes + 63) / 64 * 64);
   }
 
-  void raw_free(void* p) noexcept {
+  // CPU buffers of kHuge bytes or more are their own anonymous mappings.
+  bool mapped(size_t size_bytes) const { return device_.is_cpu() && size_bytes >= kHuge; }
+
+  void raw_free(void* p, size_t size_bytes) noexcept {
     if (device_.is_cuda()) {
 #if MP_WITH_CUDA
       cuda_free(device_.index, p);
 #endif
+      return;
+    }
+    if (mapped(size_bytes)) {
+      (void)munmap(p, round_huge(size_bytes));
       return;
     }
     std::free(p);
@@ -114,7 +136,8 @@ Buffer::Buffer(Buffer&& other) noexcept
     : state_(std::move(other.state_)),
       data_(other.data_),
       size_bytes_(other.size_bytes_),
-      category_(other.category_) {
+      category_(other.category_),
+      zero_filled_(other.zero_filled_) {
   other.data_ = nullptr;
   other.size_bytes_ = 0;
 }
@@ -126,6 +149,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     data_ = other.data_;
     size_bytes_ = other.size_bytes_;
     category_ = other.category_;
+    zero_filled_ = other.zero_filled_;
     other.data_ = nullptr;
     other.size_bytes_ = 0;
   }
@@ -136,7 +160,7 @@ Device Buffer::device() const { return state_ ? state_->device() : Device::cpu()
 
 void Buffer::release() noexcept {
   if (!state_) return;
-  if (data_) state_->raw_free(data_);
+  if (data_) state_->raw_free(data_, size_bytes_);
   state_->on_free(size_bytes_, category_);
   state_.reset();
   data_ = nullptr;
@@ -153,6 +177,7 @@ Buffer Allocator::allocate(size_t size_bytes, MemCategory category) {
   Buffer b;
   if (size_bytes > 0) {
     b.data_ = state_->raw_allocate(size_bytes);
+    b.zero_filled_ = b.data_ != nullptr && state_->mapped(size_bytes);
     if (b.data_ == nullptr) {
       MP_THROW(OutOfMemoryError, "out of memory on ", state_->device(), " allocating ", size_bytes,
                " bytes for ", mem_category_name(category), "; in use: ", stats().to_string());

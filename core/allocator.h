@@ -4,10 +4,14 @@
 // `mp_worker --plan`'s "measured equals predicted".
 //
 // Accounting counts the bytes asked for. CPU buffers are 64-byte aligned;
-// buffers of 2 MiB or more are 2 MiB aligned and advised as transparent huge
-// pages, because first-touch page faults dominate the cost of fresh memory on
-// these machines (about 9 us per 4 KiB page). Buffers are meant to be
-// allocated once and reused every step; there is no cache here by design.
+// buffers of 2 MiB or more are fresh anonymous mappings, 2 MiB aligned and
+// advised as transparent huge pages, because first-touch page faults
+// dominate the cost of fresh memory on these machines (about 9 us per 4 KiB
+// page). Their pages are zero and not resident until first written
+// (Buffer::zero_filled): a zeroed buffer costs no memory until it is used,
+// so a rank's resident set grows as the engine's buffers are first used,
+// not all at once when they are made. Buffers are meant to be allocated
+// once and reused every step; there is no cache here by design.
 #pragma once
 
 #include <array>
@@ -64,6 +68,9 @@ class Buffer {
 
   void* data() const { return data_; }
   size_t size_bytes() const { return size_bytes_; }
+  // Fresh zero pages, untouched (CPU buffers of 2 MiB or more): zeros()
+  // need not write them.
+  bool zero_filled() const { return zero_filled_; }
   MemCategory category() const { return category_; }
   Device device() const;
 
@@ -75,6 +82,7 @@ class Buffer {
   void* data_ = nullptr;
   size_t size_bytes_ = 0;
   MemCategory category_ = MemCategory::kOther;
+  bool zero_filled_ = false;
 };
 
 // A handle to one device's accounting; copies share it. Thread-safe.

@@ -51,7 +51,7 @@ Tensor Tensor::empty(Allocator& allocator, DType dtype, Shape shape, MemCategory
 Tensor Tensor::zeros(Allocator& allocator, DType dtype, Shape shape, MemCategory category) {
   Tensor t = empty(allocator, dtype, std::move(shape), category);
   if (t.device_.is_cpu()) {
-    if (t.size_bytes()) std::memset(t.data_, 0, t.size_bytes());
+    if (t.size_bytes() && !t.storage_->zero_filled()) std::memset(t.data_, 0, t.size_bytes());
   } else {
 #if MP_WITH_CUDA
     detail::cuda_memset_zero(t.data_, t.size_bytes(), nullptr);
