@@ -62,6 +62,25 @@ FlatLayout::FlatLayout(const ModelSpec& spec, int group_size) : group_size_(grou
     unit.shard_numel = unit.padded_numel / group_size;
     units_.push_back(std::move(unit));
   }
+  mark_oversized();
+}
+
+// Note [Oversized units]: by size, largest first (ties by index).
+void FlatLayout::mark_oversized() {
+  std::vector<size_t> order(units_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return units_[a].padded_numel > units_[b].padded_numel; });
+  size_t best = 0;
+  int64_t own = 0, best_cost = 2 * units_[order[0]].padded_numel;
+  for (size_t m = 1; m < order.size(); ++m) {
+    own += units_[order[m - 1]].padded_numel;
+    if (own + 2 * units_[order[m]].padded_numel < best_cost) {
+      best = m;
+      best_cost = own + 2 * units_[order[m]].padded_numel;
+    }
+  }
+  for (size_t m = 0; m < best; ++m) units_[order[m]].oversized = true;
 }
 
 const ParamPlacement& FlatLayout::param(const std::string& name) const {
@@ -74,6 +93,20 @@ int64_t FlatLayout::max_padded_numel() const {
   int64_t m = 0;
   for (const UnitLayout& u : units_) m = std::max(m, u.padded_numel);
   return m;
+}
+
+int64_t FlatLayout::shared_padded_numel() const {
+  int64_t m = 0;
+  for (const UnitLayout& u : units_) {
+    if (!u.oversized) m = std::max(m, u.padded_numel);
+  }
+  return m;
+}
+
+int FlatLayout::num_shared_units() const {
+  int n = 0;
+  for (const UnitLayout& u : units_) n += u.oversized ? 0 : 1;
+  return n;
 }
 
 int64_t FlatLayout::max_shard_numel() const {

@@ -88,6 +88,10 @@ struct UnitLayout {
   int64_t padded_numel = 0;  // numel rounded up to a multiple of the group size
   int64_t shard_numel = 0;   // padded_numel / group size
   bool backward_reads_params = true;  // UnitSpec's
+  // Far larger than every other unit (FlatLayout::oversized): the engine's
+  // full-size buffers (a gathered copy, a backward's gradients) for it are
+  // its own, and the shared ones are sized by the other units.
+  bool oversized = false;
 };
 
 class FlatLayout {
@@ -103,10 +107,24 @@ class FlatLayout {
   // Throws ConfigError if no parameter has that name.
   const ParamPlacement& param(const std::string& name) const;
   int64_t max_padded_numel() const;
+  // The largest padded unit that is not oversized: what shared full-size
+  // buffers hold.
+  // Note [Oversized units]: the engine's full-size buffers come in sets
+  // shared by the units (at least two: the gradients' double buffer, the
+  // gather ring). The m largest units are oversized, with buffers of their
+  // own, for the m that minimises their sizes plus two shared buffers of
+  // the next largest: a transformer's root unit (embeddings, tied head; 39M
+  // of GPT-2 124M's 124M parameters) then costs one buffer of its size, not
+  // two or three, and the blocks share buffers of a block's size. A set of
+  // two or more shared buffers is never larger than without.
+  int64_t shared_padded_numel() const;
+  int num_shared_units() const;  // the units that are not oversized
   int64_t max_shard_numel() const;
   int64_t total_numel() const;  // parameters only
 
  private:
+  void mark_oversized();
+
   int group_size_ = 1;
   std::vector<UnitLayout> units_;
   std::map<std::string, std::pair<int, int>> index_;  // name -> (unit, position)

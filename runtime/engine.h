@@ -72,7 +72,9 @@
 //                         in index order (descending in the backward)
 //   reshard(u)            the work enqueued on compute() so far was the last
 //                         to read them; their buffer may be reused
-//   gradient_buffer(u)    fp32, the unit's padded elements, writable by work
+//   gradient_buffer(u)    the unit's padded elements in fp32 (the param
+//                         dtype with sharding.param_dtype_gradients, where
+//                         that goes on the wire as it is), writable by work
 //                         enqueued on compute() from now on (alignment gaps
 //                         are ignored)
 //   reduce_gradients(u)   the work enqueued so far wrote u's gradients of

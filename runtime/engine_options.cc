@@ -67,9 +67,16 @@ bool EngineOptions::persistent_param_shard() const {
   return precision.param_cast == ParamCast::kAtUpdate;
 }
 
+DType EngineOptions::grad_buffer_dtype() const {
+  const Precision& p = precision;
+  const bool as_is = param_dtype_gradients && !deterministic && !full_grad_accumulators() && !local_reduction() &&
+                     p.param_dtype == p.reduce_dtype && p.loss_scaling == LossScalingMode::kNone;
+  return as_is ? p.param_dtype : DType::kF32;
+}
+
 bool EngineOptions::wire_staging() const {
   if (deterministic || strategy == SC::NO_SHARD) return false;
-  const DType source = full_grad_accumulators() ? precision.grad_accum_dtype : DType::kF32;
+  const DType source = full_grad_accumulators() ? precision.grad_accum_dtype : grad_buffer_dtype();
   return source != precision.reduce_dtype || precision.loss_scaling != LossScalingMode::kNone;
 }
 
@@ -129,6 +136,7 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
     MP_THROW(ConfigError, "sharding.prefetch_depth = ", o.prefetch_depth, ": must be in [0, 64]");
   }
   o.held_units = sc.held_units();
+  o.param_dtype_gradients = sc.param_dtype_gradients();
   if (o.held_units < 0 || o.held_units > 64) {
     MP_THROW(ConfigError, "sharding.held_units = ", o.held_units, ": must be in [0, 64]");
   }

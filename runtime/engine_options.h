@@ -25,6 +25,7 @@ struct EngineOptions {
   int replicate_size = 1;  // R = world_size / S
   int prefetch_depth = 1;
   int held_units = 0;      // sharding.held_units
+  bool param_dtype_gradients = false;  // sharding.param_dtype_gradients
   int micro_batches = 1;
   bool sharded_accumulation = true;
   bool deterministic = false;
@@ -48,7 +49,8 @@ struct EngineOptions {
   size_t accumulate_chunk_bytes = 0;  // comm.accumulate_chunk_bytes, resolved
 
   // FULL_SHARD and HYBRID_SHARD over more than one rank: units are gathered
-  // into a ring of prefetch_depth + 1 + held_units buffers.
+  // into a ring of prefetch_depth + 1 + held_units buffers (at most one per
+  // unit that shares them), and oversized units each into their own.
   bool gathers_per_unit() const;
   int gather_slots(int num_units) const;
   // SHARD_OPTIMIZER and SHARD_GRAD_OP over more than one rank: every unit's
@@ -66,6 +68,10 @@ struct EngineOptions {
   // A persistent param_dtype shard per unit (what the update writes and
   // the all-gather sends).
   bool persistent_param_shard() const;
+  // The dtype of the gradient buffers a backward writes (Note [Gradient
+  // reduction]): fp32, or the param dtype with param_dtype_gradients where
+  // that is what goes on the wire.
+  DType grad_buffer_dtype() const;
   // The wire staging buffer: gradients are cast or scaled on their way
   // into the reduction.
   bool wire_staging() const;

@@ -12,7 +12,14 @@ GatherRing::GatherRing(const FlatLayout& layout, int slots, int prefetch_depth, 
     : layout_(layout), prefetch_depth_(prefetch_depth), comm_(comm), comm_stream_(comm_stream), issue_(std::move(issue)) {
   slots_.resize(static_cast<size_t>(slots));
   for (Slot& s : slots_) {
-    s.buffer = Tensor::zeros(alloc, dtype, {layout_.max_padded_numel()}, MemCategory::kGatheredParams);
+    s.buffer = Tensor::zeros(alloc, dtype, {layout_.shared_padded_numel()}, MemCategory::kGatheredParams);
+  }
+  for (int u = 0; u < layout_.num_units() && slots > 0; ++u) {  // no ring, no slots of their own
+    if (!layout_.unit(u).oversized) continue;
+    Slot own;
+    own.buffer = Tensor::zeros(alloc, dtype, {layout_.unit(u).padded_numel}, MemCategory::kGatheredParams);
+    own.owner = u;
+    slots_.push_back(std::move(own));
   }
 }
 
@@ -31,10 +38,11 @@ GatherRing::Slot* GatherRing::find(int u) {
   return nullptr;
 }
 
-GatherRing::Slot* GatherRing::free_slot(const std::vector<int>& wanted) {
+GatherRing::Slot* GatherRing::free_slot(int u, const std::vector<int>& wanted) {
   Slot* best = nullptr;
   for (Slot& s : slots_) {
-    if (s.held || std::find(wanted.begin(), wanted.end(), s.unit) != wanted.end()) continue;
+    if (s.owner == u) return &s;  // only u is ever in it, and u is not (else find(u) had it)
+    if (s.owner >= 0 || s.held || std::find(wanted.begin(), wanted.end(), s.unit) != wanted.end()) continue;
     if (!best || s.last_use < best->last_use) best = &s;
   }
   return best;
@@ -56,7 +64,7 @@ std::vector<int> GatherRing::window(int u, int direction) const {
 bool GatherRing::issue_missing(const std::vector<int>& wanted) {
   for (int v : wanted) {  // u first, then the prefetches in order of use
     if (find(v)) continue;
-    Slot* slot = free_slot(wanted);
+    Slot* slot = free_slot(v, wanted);
     if (!slot) return v != wanted.front();  // the rest of the prefetches wait for their acquire
     issue(v, *slot);
   }
@@ -98,7 +106,7 @@ void GatherRing::drop() {
 
 void GatherRing::prefetch_into(int u) {
   MP_ENFORCE(u >= 0 && u < size(), "prefetch_into slot ", u, " of ", size());
-  issue(u, slots_[static_cast<size_t>(u)]);
+  (void)issue_missing({u});  // after drop() every slot is free; past the shared ones it waits for its acquire
 }
 
 }  // namespace mp

@@ -3,9 +3,11 @@
 // Internal to the engine.
 //
 // Note [Gather ring]
-// size() = min(k + 1 + h, units) slots, k = sharding.prefetch_depth, h =
-// sharding.held_units (units a driving host holds), each a
-// param-dtype buffer of the largest padded unit. acquire(u, direction)
+// min(k + 1 + h, units) shared slots, k = sharding.prefetch_depth, h =
+// sharding.held_units (units a driving host holds), each a param-dtype
+// buffer of the largest padded unit that is not oversized, and a slot of
+// its own for each oversized unit (Note [Oversized units] in
+// models/flat_layout.h), which no other unit takes. acquire(u, direction)
 // returns unit u's full parameters, first making sure that u and its next k
 // units in `direction` (+1 forward, -1 backward) are in slots, issuing the
 // missing gathers in order of use (u first; in the backward, units whose
@@ -59,8 +61,8 @@ class GatherRing {
   void release(int u, Event readers_done);
   // Empties every slot (their contents are stale).
   void drop();
-  // After drop(): gathers unit u (< size()) into slot u, so that the next
-  // forward finds its first units there.
+  // After drop(): gathers unit u (< size()) into a free slot, so that the
+  // next forward finds its first units there (as far as slots go).
   void prefetch_into(int u);
 
  private:
@@ -71,11 +73,14 @@ class GatherRing {
     WorkPtr work;   // the gather into buffer, until compute was ordered after it
     Event released; // the compute that read the buffer's previous contents
     bool held = false;  // acquired, not released yet
+    int owner = -1;     // the oversized unit whose own slot this is; -1: shared
   };
 
   void issue(int u, Slot& slot);
   Slot* find(int u);
-  Slot* free_slot(const std::vector<int>& wanted);
+  // For unit u: its own slot (oversized), else the least recently used
+  // shared slot that holds no unit of `wanted`; null if none is free.
+  Slot* free_slot(int u, const std::vector<int>& wanted);
   std::vector<int> window(int u, int direction) const;
   // Issues the missing gathers of `wanted` in order; false when unit
   // wanted[0] itself found no free slot.

@@ -1,6 +1,7 @@
 // The engine's gradient path (Note [Gradient reduction]).
 #include "runtime/grad_reducer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -29,9 +30,17 @@ GradReducer::GradReducer(const EngineOptions& o, const FlatLayout& layout, std::
   auto tensor = [&](DType t, int64_t n, MemCategory c) { return Tensor::zeros(alloc, t, {n}, c); };
   const int64_t p_max = layout.max_padded_numel(), n_max = layout.max_shard_numel();
   local_ = o.local_reduction();
+  own_.assign(static_cast<size_t>(layout.num_units()), -1);
   if (!local_) {
-    for (auto& g : grad_in_) g = tensor(DType::kF32, p_max, MemCategory::kGradient);
+    const DType gt = o.grad_buffer_dtype();
+    for (int i = 0; i < 2; ++i) grad_in_.push_back(tensor(gt, layout.shared_padded_numel(), MemCategory::kGradient));
+    for (int u = 0; u < layout.num_units(); ++u) {
+      if (!layout.unit(u).oversized) continue;
+      own_[static_cast<size_t>(u)] = static_cast<int>(grad_in_.size());
+      grad_in_.push_back(tensor(gt, layout.unit(u).padded_numel, MemCategory::kGradient));
+    }
   }
+  grad_free_.resize(std::max<size_t>(grad_in_.size(), 2));
   const bool no_shard_cast = o.strategy == SC::NO_SHARD && !o.deterministic && o.comm_hook.empty() &&
                              (p.reduce_dtype != p.grad_accum_dtype || p.loss_scaling != LossScalingMode::kNone);
   if ((o.wire_staging() && !local_) || no_shard_cast) wire_ = tensor(p.reduce_dtype, p_max, MemCategory::kCommScratch);
@@ -62,8 +71,11 @@ Stream& GradReducer::grad_stream() {
 }
 
 GradBuffer GradReducer::take_buffer(int u, Stream& compute) {
-  const int index = grad_next_;
-  grad_next_ ^= 1;
+  int index = own_[static_cast<size_t>(u)];
+  if (index < 0) {
+    index = grad_next_;
+    grad_next_ ^= 1;
+  }
   comm_.wait_on(compute, grad_free_[index]);
   const UnitLayout& ul = layout_.unit(u);
   std::vector<ops::Range> gaps;
@@ -74,7 +86,7 @@ GradBuffer GradReducer::take_buffer(int u, Stream& compute) {
   }
   if (ul.padded_numel > at) gaps.push_back({at, ul.padded_numel});
   // Local: the shard was last read by this stream (the previous update).
-  const Tensor& target = local_ ? units_[static_cast<size_t>(u)].grad_shard() : grad_in_[index];
+  const Tensor& target = local_ ? units_[static_cast<size_t>(u)].grad_shard() : grad_in_[static_cast<size_t>(index)];
   if (!gaps.empty()) ops::zero_ranges(target, gaps, compute);
   return GradBuffer{target.flat(0, ul.padded_numel), local_ ? -1 : index};
 }
@@ -84,7 +96,7 @@ Stream& GradReducer::reduce(int u, int micro_batch, const GradBuffer& buffer, co
   // deterministic path reaches the replicate stream through the shard one).
   if (local_) return reduce_local();
   (o_.deterministic ? shard_stream_ : grad_stream()).wait(computed);
-  const Tensor g = grad_in_[buffer.index].flat(0, units_[static_cast<size_t>(u)].full());
+  const Tensor g = grad_in_[static_cast<size_t>(buffer.index)].flat(0, units_[static_cast<size_t>(u)].full());
   if (o_.deterministic) return reduce_deterministic(u, micro_batch, g, buffer.index);
   if (o_.full_grad_accumulators()) return reduce_full_accumulator(u, micro_batch, g, buffer.index);
   return reduce_sharded(u, micro_batch, g, buffer.index);

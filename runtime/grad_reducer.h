@@ -3,7 +3,10 @@
 // (Note [Engine schedule] in runtime/engine.h). Internal to the engine.
 //
 // Note [Gradient reduction]
-// The backward writes each unit's gradients into one of two fp32 buffers
+// The backward writes each unit's gradients into one of two buffers, or an
+// oversized unit's into its own (Note [Oversized units] in
+// models/flat_layout.h), in grad_buffer_dtype (fp32, or the param dtype
+// where that goes on the wire as it is: sharding.param_dtype_gradients)
 // (take_buffer); reduce() then issues the unit's reduction on the
 // communication thread, so the compute thread goes on with the next unit:
 // - deterministic: every rank's fp32 gradient for this shard reaches this
@@ -54,7 +57,7 @@ namespace mp {
 // A gradient buffer of the backward: the unit's padded elements.
 struct GradBuffer {
   Tensor grads;
-  int index = 0;  // which of the two; -1: the unit's gradient shard itself (local)
+  int index = 0;  // which buffer (0, 1: shared; 2..: oversized units' own); -1: the gradient shard itself (local)
 };
 
 class GradReducer {
@@ -96,8 +99,9 @@ class GradReducer {
   const Optimizer& opt_;
   CommWatch& comm_;
   std::unique_ptr<CommHook> hook_;
-  Tensor grad_in_[2];   // fp32 [max padded]
-  Event grad_free_[2];
+  std::vector<Tensor> grad_in_;  // grad_buffer_dtype: two [shared padded], then each oversized unit's own
+  std::vector<Event> grad_free_;
+  std::vector<int> own_;         // by unit: the index of its own buffer; -1: shared
   int grad_next_ = 0;
   Tensor wire_;         // reduce dtype [max padded]
   Tensor rs_scratch_;   // reduce_out dtype [max shard]

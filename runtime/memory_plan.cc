@@ -118,9 +118,15 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
       add(MemCategory::kCommScratch, 1, comm_hook_scratch_bytes(o.comm_hook, n, o.replicate_size));
     }
   }
-  // Shared buffers, sized by the largest unit.
-  if (!o.local_reduction()) add(MemCategory::kGradient, 2 * p_max, 4);  // fp32 gradients from backward, double-buffered
-  add(MemCategory::kGatheredParams, o.gather_slots(layout.num_units()) * p_max, ps);
+  // Full-size buffers: shared ones sized by the largest unit that is not
+  // oversized, and each oversized unit's own (Note [Oversized units]).
+  const int64_t shared = layout.shared_padded_numel();
+  int64_t oversized = 0;
+  for (const UnitLayout& u : layout.units()) oversized += u.oversized ? u.padded_numel : 0;
+  if (!o.local_reduction()) {  // the backward's gradients, double-buffered
+    add(MemCategory::kGradient, 2 * shared + oversized, dtype_size(o.grad_buffer_dtype()));
+  }
+  if (o.gathers_per_unit()) add(MemCategory::kGatheredParams, o.gather_slots(layout.num_shared_units()) * shared + oversized, ps);
   if (p.param_cast == ParamCast::kAtGather) {
     add(MemCategory::kCommScratch, o.shard_size > 1 ? n_max : o.cast_staging_slots() * p_max, ps);
   }

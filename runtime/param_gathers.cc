@@ -15,7 +15,7 @@ ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std
       shard_(shard),
       shard_stream_(shard_stream),
       comm_(comm),
-      ring_(layout, o.gather_slots(layout.num_units()), o.prefetch_depth, o.precision.param_dtype, alloc, comm,
+      ring_(layout, o.gather_slots(layout.num_shared_units()), o.prefetch_depth, o.precision.param_dtype, alloc, comm,
             shard_stream, [this](int u, const Tensor& dst) { return issue_gather(u, dst); }),
       full_(units.size()),
       updated_(units.size()) {

@@ -198,6 +198,21 @@ TEST_F(EngineTest, MeasuredMemoryEqualsThePlan) {
       }
     }
   }
+  // An MLP whose first unit is oversized (Note [Oversized units]): its own
+  // gathered and gradient buffers, the shared ones sized by the other.
+  const MlpConfig lopsided = mlp_config({12, 96, 6}, 4);
+  ASSERT_TRUE(FlatLayout(Mlp(lopsided).spec(), n).unit(0).oversized);
+  for (Strategy s : {SC::FULL_SHARD, SC::HYBRID_SHARD, SC::SHARD_GRAD_OP}) {
+    for (const std::string recipe : {"fp32", "bf16_master"}) {
+      SCOPED_TRACE("lopsided " + recipe + " " + std::string(strategy_name(s)));
+      const TrainRun r = train(*world_, engine_config(s, recipe, n, 1), lopsided, 2);
+      for (int k = 0; k < kNumMemCategories; ++k) {
+        const auto cat = static_cast<MemCategory>(k);
+        if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+        EXPECT_EQ(r.memory.peak(cat), r.plan.at(cat)) << mem_category_name(cat);
+      }
+    }
+  }
   // NO_SHARD, and HYBRID_SHARD's all-reduce across replicas, through the
   // comm hooks: their buffers are planned too, and they train as the
   // engine's own all-reduce does (int8 within a looser band).

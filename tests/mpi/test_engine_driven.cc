@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/convert.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
 #include "tests/test_util.h"
@@ -32,7 +33,10 @@ class EngineDrivenTest : public EngineWorldTest {
 // gradients handed over unit by unit, the loss noted. With `hold_first`
 // unit 0 stays unsharded from its forward to its backward (as a root unit
 // around the whole forward).
-StepResult driven_step(Engine& engine, Model& model, int64_t step, bool hold_first, int r) {
+// `as_host` (sharding.param_dtype_gradients): the model's fp32 gradients
+// go into the engine's buffer converted to its dtype, as a host whose
+// backward computes in the param dtype hands them over.
+StepResult driven_step(Engine& engine, Model& model, int64_t step, bool hold_first, int r, Tensor* as_host = nullptr) {
   Stream& s = engine.compute();
   const int k = engine.options().micro_batches, U = engine.layout().num_units();
   const int W = engine.options().world_size;
@@ -54,7 +58,13 @@ StepResult driven_step(Engine& engine, Model& model, int64_t step, bool hold_fir
     for (int u = U - 1; u >= 0; --u) {
       const Tensor params = u == 0 && hold_first ? first : engine.unshard(u, Pass::kBackward);
       const Tensor grads = engine.gradient_buffer(u);
-      model.backward_on(u, params, grads, s);
+      if (as_host != nullptr && grads.dtype() != DType::kF32) {
+        const Tensor fp32 = as_host->flat(0, grads.numel());
+        model.backward_on(u, params, fp32, s);
+        convert(fp32, grads, {}, &s);
+      } else {
+        model.backward_on(u, params, grads, s);
+      }
       engine.reshard(u);
       engine.reduce_gradients(u);
     }
@@ -67,9 +77,11 @@ StepResult driven_step(Engine& engine, Model& model, int64_t step, bool hold_fir
 TrainRun train_driven(Communicator& world, const proto::EngineConfig& config, Model& model, int steps,
                       bool hold_first) {
   Engine engine(model.spec(), config, world);
+  Allocator host(Device::cpu());
+  Tensor as_host = Tensor::zeros(host, DType::kF32, {engine.layout().max_padded_numel()}, MemCategory::kOther);
   TrainRun run;
   for (int s = 1; s <= steps; ++s) {
-    const StepResult r = driven_step(engine, model, s, hold_first, world.rank());
+    const StepResult r = driven_step(engine, model, s, hold_first, world.rank(), &as_host);
     EXPECT_EQ(r.step, s);
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
@@ -112,6 +124,39 @@ TEST_F(EngineDrivenTest, AHostsOwnPassesGiveTheBitsOfStep) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// sharding.param_dtype_gradients: where the wire dtype is the param dtype
+// (bf16_master, pure_bf16: a reduce-scatter per micro-batch) the gradient
+// buffers are bf16 and go on the wire as they are, with the bits of fp32
+// buffers cast to bf16 on the way, and the plan counts them; elsewhere
+// (several micro-batches unsharded, amp_fp16's loss scale) they stay fp32.
+TEST_F(EngineDrivenTest, ParamDtypeGradientsGoOnTheWireWithTheSameBits) {
+  const int n = size();
+  for (const std::string recipe : {"bf16_master", "pure_bf16", "amp_fp16"}) {
+    for (Strategy strategy : {SC::FULL_SHARD, SC::HYBRID_SHARD, SC::SHARD_GRAD_OP, SC::NO_SHARD}) {
+      SCOPED_TRACE(recipe + " " + std::string(strategy_name(strategy)));
+      proto::EngineConfig c = engine_config(strategy, recipe, n, 1);
+      const TrainRun ref = train(*world_, c, TestModel::kGpt, kSteps);
+      c.mutable_sharding()->set_param_dtype_gradients(true);
+      const std::unique_ptr<Model> model = make_model(TestModel::kGpt);
+      const TrainRun run = train_driven(*world_, c, *model, kSteps, false);
+      EXPECT_EQ(run.losses, ref.losses);
+      EXPECT_EQ(run.norms, ref.norms);
+      EXPECT_TRUE(same_bits(run.weights, ref.weights));
+      const EngineOptions o = resolve_engine_options(c, n);
+      const bool as_is = recipe != "amp_fp16" && strategy != SC::NO_SHARD && !o.local_reduction();
+      EXPECT_EQ(o.grad_buffer_dtype(), as_is ? DType::kBF16 : DType::kF32);
+      if (as_is) {
+        EXPECT_LT(run.plan.at(MemCategory::kGradient), ref.plan.at(MemCategory::kGradient));
+      }
+      for (int k = 0; k < kNumMemCategories; ++k) {
+        const auto cat = static_cast<MemCategory>(k);
+        if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+        EXPECT_EQ(run.memory.peak(cat), run.plan.at(cat)) << mem_category_name(cat);
       }
     }
   }
