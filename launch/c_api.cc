@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -316,7 +317,7 @@ mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values
     return st;
   }
   try {
-    engine->engine->set_weights(unit, std::vector<float>(values, values + count));
+    engine->engine->set_weights(unit, std::span<const float>(values, static_cast<size_t>(count)));
     return MP_OK;
   } catch (...) {
     return status_of(engine->last_error);

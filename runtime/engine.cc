@@ -654,7 +654,7 @@ std::vector<float> Engine::master_shard(int unit) const {
 std::vector<float> Engine::gather_master(int unit) {
   return impl_->call([&] { return impl_->gather_master(unit); });
 }
-void Engine::set_weights(int unit, const std::vector<float>& full) {
+void Engine::set_weights(int unit, std::span<const float> full) {
   impl_->call([&] { impl_->set_weights(unit, full); });
 }
 

@@ -100,6 +100,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -209,7 +210,7 @@ class Engine {
   // keeps its shard, cast as the policy stores weights. Optimizer state and
   // step counts are untouched. Call between steps, on every rank with the
   // same values.
-  void set_weights(int unit, const std::vector<float>& full);
+  void set_weights(int unit, std::span<const float> full);
 
   // This rank's shards of weights and optimizer state, the optimizer's
   // counters and the step count, to read and write between steps

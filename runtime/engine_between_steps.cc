@@ -57,7 +57,7 @@ std::vector<float> Engine::Impl::gather_master(int u) {
   return full;
 }
 
-void Engine::Impl::set_weights(int u, const std::vector<float>& full) {
+void Engine::Impl::set_weights(int u, std::span<const float> full) {
   const UnitLayout& ul = layout_.unit(u);
   if (static_cast<int64_t>(full.size()) != ul.numel) {
     MP_THROW(ConfigError, "set_weights of unit ", ul.name, ": ", full.size(), " values, the unit has ", ul.numel);

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,7 @@ class Engine::Impl {
   double evaluate(Model& model, int64_t first, int count);
   std::vector<float> master_shard(int u) const;
   std::vector<float> gather_master(int u);
-  void set_weights(int u, const std::vector<float>& full);
+  void set_weights(int u, std::span<const float> full);
   // After the weights or state were replaced between steps (a checkpoint
   // load, set_weights): drops gathered copies of the old weights and
   // gathers again where the strategy keeps full params. Collective.

@@ -35,6 +35,7 @@ from ._mp import (  # noqa: F401
     initialized,
     local_rank,
     optimizer_kind,
+    plan_memory,
     rank,
     version,
     world_size,

@@ -108,7 +108,12 @@ class ShardedModel:
                       backwards; returns mp.StepResult. Collective.
     muon_params       the names of the parameters Muon updates (kind MUON;
                       () with other kinds), in unit order.
-    full_state_dict() the fp32 weights by parameter name, on every rank.
+    memory()          what this rank holds, by owner and category (Note
+                      [What a rank holds] in docs/embedding.md).
+    plan(world_size)  the engine's bytes per rank at world_size ranks, as
+                      predicted (equal to memory()["engine"] once a step ran).
+    full_state_dict() the fp32 weights by parameter name, on every rank, or
+                      (rank0_only) on rank 0 alone, gathered a unit at a time.
     save_checkpoint(root), load_checkpoint(path): mp's sharded checkpoints.
     """
 
@@ -116,20 +121,8 @@ class ShardedModel:
         if not _mp.initialized():
             _mp.init()
         self.model = model
-        blocks = list(units) if units is not None else _default_units(model)
-        self._units = self._place(model, blocks)
-        self.muon_params = self._muon_params(model, muon, _mp.optimizer_kind(config) == "MUON")
-        marked = set(self.muon_params)
-        # Every unit but the root may have its activations recomputed
-        # (engine.activation_checkpointing picks which).
-        spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros", muon=name in marked)
-                                  for (_, name, _, _, shape) in u.params],
-                         recomputable=u.module is not model)
-                for u in self._units]
-        # The root unit stays gathered around the whole forward: one more buffer
-        # (sharding.held_units), so the blocks still prefetch.
-        held = 1 if self._units[0].module is model else 0
-        self.engine = _mp.Engine(spec, config, device, held_units=held)
+        self._units, self.muon_params, spec, held = _layout(model, units, config, muon)
+        self.engine = _mp.Engine(spec, config, device, held_units=held, param_dtype_gradients=True)
         self.device = torch.device("cpu") if self.engine.device == "cpu" else torch.device(self.engine.device)
         for u in self._units:
             where = {d["name"]: d["offset"] for d in self.engine.params(u.index)}
@@ -142,6 +135,8 @@ class ShardedModel:
         self._in_forward = False
         self._pack_fn, self._unpack_fn = _packers(weakref.proxy(self))
         self._losses = []         # the forwards' losses, noted at step()
+        self._saved = {}          # the last forward's saved activations: storage -> bytes
+        self._engine_storage = set()  # the gathered buffers' storage (parameters' views stay in them)
         self._scale = self.engine.loss_scale()
         self._lr = None
         self._stream = (torch.cuda.ExternalStream(self.engine.compute_stream(), device=self.device)
@@ -151,7 +146,7 @@ class ShardedModel:
     # ---- set-up --------------------------------------------------------------------
 
     @staticmethod
-    def _place(model, blocks):
+    def place(model, blocks):
         names = {}
         for n, p in model.named_parameters():
             names.setdefault(id(p), n)
@@ -180,11 +175,12 @@ class ShardedModel:
             u.index -= 1
         return units
 
-    def _muon_params(self, model, muon, kind_is_muon):
+    @staticmethod
+    def muon_choice(model, units, muon, kind_is_muon):
         """The names of the parameters Muon updates: shard()'s `muon` rule
         (None: the default of the module docstring), () unless the
         optimizer kind is MUON. A chosen parameter must be 2-D."""
-        entries = [(u, p, name, shape) for u in self._units for (p, name, _, _, shape) in u.params]
+        entries = [(u, p, name, shape) for u in units for (p, name, _, _, shape) in u.params]
         if muon is None:
             embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
             chosen = [name for u, p, name, shape in entries
@@ -214,13 +210,21 @@ class ShardedModel:
         return tuple(chosen) if kind_is_muon else ()
 
     def _load_weights(self):
-        """The engine's weights := the module's, rank 0's on every rank."""
+        """The engine's weights := the module's, rank 0's on every rank; then
+        the module's own storage is freed, a unit at a time: from here on a
+        parameter's data is a view of its unit's gathered buffer while the
+        unit is unsharded, else a stand-in of its shape that holds one
+        element (_stand_in)."""
         import numpy as np
         for u in self._units:
             flat = np.zeros(self.engine.unit_numel(u.index), dtype=np.float32)
             for p, _, off, n, _ in u.params:
                 flat[off:off + n] = p.detach().float().cpu().reshape(-1).numpy()
             self.engine.set_weights(u.index, flat, root=0)
+            del flat
+            for p, _, _, _, shape in u.params:
+                p.data = _stand_in(shape, p.dtype, p.device)
+        _return_freed_memory()
 
     def _install(self):
         root = self._units[0] if self._units[0].module is self.model else None
@@ -253,6 +257,8 @@ class ShardedModel:
         if self._in_forward:  # the model calling itself
             return inner(*args, **kwargs)
         grad = torch.is_grad_enabled()
+        if grad:
+            self._saved = {}  # this forward's, counted by _pack
         self._in_forward = True
         try:
             with contextlib.ExitStack() as stack:
@@ -300,6 +306,7 @@ class ShardedModel:
 
     def _unshard(self, u, backward):
         u.flat = torch.from_dlpack(self.engine.unshard(u.index, backward=backward))
+        self._engine_storage.add(u.flat.untyped_storage().data_ptr())
         self._after_engine()
         for p, _, off, n, shape in u.params:
             p.data = u.flat[off:off + n].view(shape)
@@ -334,10 +341,12 @@ class ShardedModel:
     # ---- saved tensors -----------------------------------------------------------------
 
     def _pack(self, t):
-        ptr = t.untyped_storage().data_ptr()
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
         for u in self._units:
             if u.flat is not None and ptr == u.flat.untyped_storage().data_ptr() and t.dtype == u.flat.dtype:
                 return (_IN_BUFFER, u, tuple(t.shape), t.stride(), t.storage_offset())
+        self._saved[ptr] = storage.nbytes()
         return t
 
     def _unpack(self, saved):
@@ -423,16 +432,54 @@ class ShardedModel:
         output carries none (an output with a `loss` is noted by itself)."""
         self._losses.append(loss.detach() if torch.is_tensor(loss) else float(loss))
 
-    def full_state_dict(self):
+    def full_state_dict(self, rank0_only=False):
         """Every parameter's fp32 weights by name (the module's own names),
-        on the CPU, on every rank; load it into a fresh module with
-        load_state_dict(strict=False) (buffers are the module's). Collective."""
+        on the CPU, gathered a unit at a time; load it into a fresh module
+        with load_state_dict(strict=False) (buffers are the module's). On
+        every rank, or with rank0_only on rank 0 alone (the others get {}
+        and never hold more than one unit of it), as FSDP2's
+        get_model_state_dict(full_state_dict=True, cpu_offload=True).
+        Collective."""
+        keep = not rank0_only or self.engine.rank == 0
         out = {}
         for u in self._units:
             flat = torch.from_numpy(self.engine.gather_master(u.index))
-            for _, name, off, n, shape in u.params:
-                out[name] = flat[off:off + n].view(shape).clone()
+            if keep:
+                for _, name, off, n, shape in u.params:
+                    out[name] = flat[off:off + n].view(shape).clone()
+            del flat
         return out
+
+    def plan(self, world_size=0):
+        """The engine's bytes per rank by category, and their total, at
+        world_size ranks (0: this run's) as its memory plan predicts them:
+        equal to memory()["engine"] once a step has run."""
+        return self.engine.plan(world_size)
+
+    def memory(self):
+        """What this rank holds (Note [What a rank holds], docs/embedding.md):
+        - engine: mp's buffers by category (current bytes; plan() predicts them);
+        - module: the module's own parameter storage (stand-ins while
+          sharded), its buffers, and the .grad tensors alive now;
+        - activations: the tensors autograd saved in the last forward with
+          gradients, outside the gathered buffers (freed by its backward);
+        - rss: the process's resident set now and at its peak."""
+        engine = dict(self.engine.memory()["current"])
+        params = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in self.model.parameters()
+                  if p.untyped_storage().data_ptr() not in self._engine_storage}
+        buffers = {b.untyped_storage().data_ptr(): b.untyped_storage().nbytes() for b in self.model.buffers()}
+        grads = {p.grad.untyped_storage().data_ptr(): p.grad.untyped_storage().nbytes()
+                 for p in self.model.parameters() if p.grad is not None}
+        status = {}
+        with open("/proc/self/status") as f:  # Linux: the resident set now (VmRSS) and at its peak (VmHWM)
+            for line in f:
+                if line.startswith(("VmRSS", "VmHWM")):
+                    status[line[:5]] = int(line.split()[1]) * 1024
+        return {"engine": engine,
+                "module": {"parameters": sum(params.values()), "buffers": sum(buffers.values()),
+                           "grads": sum(grads.values())},
+                "activations": sum(self._saved.values()),
+                "rss": {"current": status.get("VmRSS", 0), "peak": status.get("VmHWM", 0)}}
 
     def save_checkpoint(self, root):
         return self.engine.save_checkpoint(root)
@@ -450,6 +497,21 @@ class ShardedModel:
             u.module.forward = forward
         self._recomputed = {}
         self.engine.close()
+
+
+def _stand_in(shape, dtype, device):
+    """A tensor of `shape` that holds one element (a stride-0 view): what a
+    parameter is while its unit is sharded."""
+    return torch.empty(1, dtype=dtype, device=device).expand(shape)
+
+
+def _return_freed_memory():
+    """glibc keeps freed heap memory mapped; give it back (Linux, glibc only)."""
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _recomputing_forward(me, u, forward):
@@ -472,6 +534,35 @@ def _recomputing_forward(me, u, forward):
 
 def _packers(me):
     return (lambda t: me._pack(t)), (lambda saved: me._unpack(saved))
+
+
+def _layout(model, units, config, muon):
+    """shard()'s units (_Unit, the root first where there is one), the
+    Muon parameters, the engine's unit specs and its held_units."""
+    blocks = list(units) if units is not None else _default_units(model)
+    placed = ShardedModel.place(model, blocks)
+    muon_params = ShardedModel.muon_choice(model, placed, muon, _mp.optimizer_kind(config) == "MUON")
+    marked = set(muon_params)
+    # Every unit but the root may have its activations recomputed
+    # (engine.activation_checkpointing picks which).
+    spec = [_mp.Unit(u.name, [_mp.Param(name, list(shape), init="zeros", muon=name in marked)
+                              for (_, name, _, _, shape) in u.params],
+                     recomputable=u.module is not model)
+            for u in placed]
+    # The root unit stays gathered around the whole forward: one more buffer
+    # (sharding.held_units), so the blocks still prefetch. Autograd's
+    # gradients are in the param dtype: handed over as they are where that is
+    # the reduction's wire dtype (sharding.param_dtype_gradients, set by shard).
+    held = 1 if placed[0].module is model else 0
+    return placed, muon_params, spec, held
+
+
+def plan(model, units=None, config="", world_size=1, device="cpu", muon=None):
+    """The engine's bytes per rank, by category and in total, that
+    shard(model, units, config, device, muon) would hold at world_size ranks,
+    without sharding anything (no collective; mp.init() not needed)."""
+    _, _, spec, held = _layout(model, units, config, muon)
+    return _mp.plan_memory(spec, config, world_size, device, held_units=held, param_dtype_gradients=True)
 
 
 def shard(model, units=None, config="", device="cpu", muon=None):

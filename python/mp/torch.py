@@ -16,9 +16,9 @@ on each rank's shard. docs/embedding.md ("Python") has the rest.
 """
 import torch
 
-from mp._shard import ShardedModel, shard  # noqa: F401
+from mp._shard import ShardedModel, plan, shard  # noqa: F401
 
-__all__ = ["shard", "ShardedModel", "causal_lm_loss"]
+__all__ = ["shard", "plan", "ShardedModel", "causal_lm_loss"]
 
 
 def causal_lm_loss(logits, batch):

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,25 @@ Device parse_device(const std::string& s, bool* shared) {
   MP_THROW(ConfigError, "Engine(device='", s, "'): expected 'cpu', 'cuda' or 'cuda:N'");
 }
 
+// The engine config a Python host runs: the text, with the driving host's
+// settings where the text leaves them at their defaults.
+proto::EngineConfig host_config(const std::string& text, int held_units, bool param_dtype_gradients) {
+  proto::EngineConfig config = parse_engine_config(text, "engine config");
+  if (config.sharding().held_units() == 0) config.mutable_sharding()->set_held_units(held_units);
+  if (param_dtype_gradients) config.mutable_sharding()->set_param_dtype_gradients(true);
+  return config;
+}
+
+// A memory plan as {category: bytes, ..., "total": bytes}.
+nb::dict plan_dict(const MemoryPlan& plan) {
+  nb::dict out;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    out[std::string(mem_category_name(static_cast<MemCategory>(c))).c_str()] = plan.bytes[static_cast<size_t>(c)];
+  }
+  out["total"] = plan.total();
+  return out;
+}
+
 ParamInit::Kind init_kind(const std::string& s) {
   if (s == "zeros") return ParamInit::Kind::kZeros;
   if (s == "ones") return ParamInit::Kind::kOnes;
@@ -70,12 +90,13 @@ ParamInit::Kind init_kind(const std::string& s) {
 
 class PyEngine {
  public:
-  PyEngine(std::vector<UnitSpec> units, const std::string& config_text, const std::string& device, int held_units) {
+  PyEngine(std::vector<UnitSpec> units, const std::string& config_text, const std::string& device, int held_units,
+           bool param_dtype_gradients) {
     spec_.units = std::move(units);
     bool shared = false;
     device_ = parse_device(device, &shared);
-    proto::EngineConfig config = parse_engine_config(config_text, "engine config");
-    if (config.sharding().held_units() == 0) config.mutable_sharding()->set_held_units(held_units);
+    config_ = host_config(config_text, held_units, param_dtype_gradients);
+    const proto::EngineConfig& config = config_;
     nb::gil_scoped_release release;
     set_current_device(device_);
     world_ = make_data_plane(device_, comm_options_from_config(config.comm()), shared);
@@ -179,7 +200,8 @@ class PyEngine {
   }
 
   // Unit u's weights from `values` (unit_numel floats); from rank `root`'s
-  // values on every rank when root is given (a broadcast first).
+  // values on every rank when root is given (broadcast in pieces of 16 MiB:
+  // no copy on the root, one on the others).
   void set_weights(int u, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> values,
                    std::optional<int> root) {
     check_unit(u);
@@ -188,14 +210,26 @@ class PyEngine {
       MP_THROW(ConfigError, "set_weights: unit ", u, " ('", engine().layout().unit(u).name, "') has ", want,
                " elements, got ", values.shape(0));
     }
-    std::vector<float> full(values.data(), values.data() + want);
     nb::gil_scoped_release release;
-    if (root.has_value()) {
-      const std::string bytes = world_->broadcast_bytes(
-          std::string_view(reinterpret_cast<const char*>(full.data()), full.size() * sizeof(float)), *root);
-      std::memcpy(full.data(), bytes.data(), full.size() * sizeof(float));
+    if (!root.has_value() || *root == world_->rank()) {
+      if (root.has_value()) broadcast_pieces(const_cast<float*>(values.data()), want, *root);  // sends only
+      engine().set_weights(u, std::span<const float>(values.data(), static_cast<size_t>(want)));
+      return;
     }
+    std::vector<float> full(static_cast<size_t>(want));
+    broadcast_pieces(full.data(), want, *root);
     engine().set_weights(u, full);
+  }
+
+  // data[0, n) := rank root's, in pieces (the root's own are only read).
+  void broadcast_pieces(float* data, int64_t n, int root) {
+    constexpr int64_t kPiece = int64_t{4} << 20;  // floats
+    for (int64_t at = 0; at < n; at += kPiece) {
+      const int64_t len = std::min(kPiece, n - at);
+      const std::string bytes = world_->broadcast_bytes(
+          std::string_view(reinterpret_cast<const char*>(data + at), static_cast<size_t>(len) * sizeof(float)), root);
+      if (world_->rank() != root) std::memcpy(data + at, bytes.data(), bytes.size());
+    }
   }
 
   nb::ndarray<nb::numpy, float, nb::ndim<1>> gather_master(int u) {
@@ -208,6 +242,12 @@ class PyEngine {
     }
     const size_t shape[1] = {values->size()};
     return nb::ndarray<nb::numpy, float, nb::ndim<1>>(values->data(), 1, shape, owner);
+  }
+
+  // This engine's memory plan at `world_size` ranks (0: its own).
+  nb::dict plan(int world_size) {
+    const int w = world_size > 0 ? world_size : engine().options().world_size;
+    return plan_dict(plan_memory(spec_, resolve_engine_options(config_, w), -1, device_));
   }
 
   nb::dict memory() {
@@ -266,6 +306,7 @@ class PyEngine {
   }
 
   ModelSpec spec_;
+  proto::EngineConfig config_;  // as the engine runs it (host_config)
   Device device_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Engine> engine_;
@@ -291,6 +332,23 @@ void bind_engine(nb::module_& m) {
       .def_ro("name", &ParamSpec::name)
       .def_ro("shape", &ParamSpec::shape)
       .def_ro("muon", &ParamSpec::muon);
+
+  m.def(
+      "plan_memory",
+      [](std::vector<UnitSpec> units, const std::string& config, int world_size, const std::string& device,
+         int held_units, bool param_dtype_gradients) {
+        MP_ENFORCE(world_size > 0, "plan_memory at ", world_size, " ranks");
+        ModelSpec spec;
+        spec.units = std::move(units);
+        const Device d = device == "cpu" ? Device::cpu() : Device::cuda(0);
+        const EngineOptions o = resolve_engine_options(host_config(config, held_units, param_dtype_gradients),
+                                                       world_size);
+        return plan_dict(plan_memory(spec, o, -1, d));
+      },
+      nb::arg("units"), nb::arg("config") = "", nb::arg("world_size") = 1, nb::arg("device") = "cpu",
+      nb::arg("held_units") = 0, nb::arg("param_dtype_gradients") = false,
+      "The memory plan of an Engine(units, config, device, held_units, param_dtype_gradients) at world_size "
+      "ranks: bytes per rank by category and their total, without making one (no collective).");
 
   m.def(
       "optimizer_kind",
@@ -332,15 +390,17 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine",
                        "The sharded engine over every rank of mp.init()'s world. Collective: every rank "
                        "constructs it with the same units and config.")
-      .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&, int>(), nb::arg("units"),
-           nb::arg("config") = "", nb::arg("device") = "cpu", nb::arg("held_units") = 0)
+      .def(nb::init<std::vector<UnitSpec>, const std::string&, const std::string&, int, bool>(), nb::arg("units"),
+           nb::arg("config") = "", nb::arg("device") = "cpu", nb::arg("held_units") = 0,
+           nb::arg("param_dtype_gradients") = false)
       .def("step", &PyEngine::step, nb::arg("model"), "One optimizer step of `model`. Collective.")
       .def("unshard", &PyEngine::unshard, nb::arg("unit"), nb::arg("backward") = false,
            "The unit's gathered parameters (param dtype, its padded elements) for its forward or backward; "
            "prefetches the next units. Collective.")
       .def("reshard", &PyEngine::reshard, nb::arg("unit"), "The unit's gathered parameters are read no more.")
       .def("gradient_buffer", &PyEngine::gradient_buffer, nb::arg("unit"),
-           "Where this backward's gradients of the unit go (float32, the layout of unshard's array).")
+           "Where this backward's gradients of the unit go (float32, or the param dtype with param_dtype_gradients "
+           "where that goes on the wire as it is; the layout of unshard's array).")
       .def("reduce_gradients", &PyEngine::reduce_gradients, nb::arg("unit"),
            "The unit's gradient_buffer holds this backward's gradients: issues their reduction. Collective.")
       .def("note_loss", &PyEngine::note_loss, nb::arg("loss"), "A micro-batch's mean loss, for StepResult.loss.")
@@ -368,6 +428,9 @@ void bind_engine(nb::module_& m) {
       .def("gather_master", &PyEngine::gather_master, nb::arg("unit"),
            "The unit's weights as a float32 numpy array (unit_numel). Collective.")
       .def("memory", &PyEngine::memory, "The engine's own bytes by category: current, peak and totals.")
+      .def("plan", &PyEngine::plan, nb::arg("world_size") = 0,
+           "The engine's bytes by category and their total as its memory plan predicts them at world_size ranks "
+           "(0: this engine's), before anything runs.")
       .def("params", &PyEngine::params, nb::arg("unit"),
            "The unit's parameters: name, shape, offset, numel, muon (Param's mark).")
       .def("param_location", &PyEngine::param_location, nb::arg("name"), "(unit, offset, numel) of a parameter.")

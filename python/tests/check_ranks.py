@@ -6,6 +6,10 @@
   (GPT-2, Llama, Qwen2, ResNet), and GPT-2 under optimizer kind MUON;
 - a checkpoint the 2 ranks save mid-run, resumed on 1 rank, continues with
   the same bits;
+- the engine's memory as measured equals its plan at 1, 2 and 4 ranks
+  (GPT-2), and mp.torch.plan's, made on any rank count without an engine;
+  full_state_dict(rank0_only=True) gives rank 0 the whole dict and rank 1
+  none;
 - rank 1 skipping its backward fails the step on both ranks, each with an
   mp error naming the other, within the collective timeout (no hang).
 
@@ -27,6 +31,31 @@ def run(mprun, np, *args, timeout=600):
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     return p, time.monotonic() - t0
+
+
+def check_memory(out):
+    """Measured == plan on 1, 2 and 4 ranks, and == the plans of the same
+    config made on other rank counts; True on a failure. (The engine's
+    "other" bytes, a few kB of tables, are outside the plan.)"""
+    failed = False
+    counted = ("master", "optimizer_state", "gradient", "gathered_params", "comm_scratch", "param_shards")
+    for np, r in sorted(out.items()):
+        for other, o in sorted(out.items()):
+            if o["micro_batches"] != r["micro_batches"]:
+                continue
+            want = o["plans"][str(np)]
+            got = {c: r["memory"][c] for c in counted}
+            if got != {c: want[c] for c in counted} or r["plan"] != want:
+                print(f"FAIL: gpt2 on {np} rank(s): measured {got}, its plan {r['plan']}, "
+                      f"planned on {other} rank(s) {want}")
+                failed = True
+        if not r["rank0_only"]:
+            print(f"FAIL: full_state_dict(rank0_only=True) on {np} rank(s): not the whole dict on rank 0 alone")
+            failed = True
+    if not failed:
+        print("gpt2: measured memory equals the plan on 1, 2 and 4 ranks, planned on each; "
+              "full_state_dict(rank0_only=True) on rank 0 alone")
+    return failed
 
 
 def main():
@@ -62,6 +91,21 @@ def main():
                 print(f"{label}: 2 ranks FULL_SHARD equal 1 rank with 2 backwards bit for bit "
                       "(losses, norms, weights)")
             if model == "gpt2" and not muon:
+                path = os.path.join(tmp, "np4.json")
+                p, _ = run(mprun, 4, "train", "--steps", "1", "--out", path)
+                if p.returncode != 0:
+                    print(p.stdout, p.stderr)
+                    sys.exit(f"gpt2 on 4 ranks: exit {p.returncode}")
+                with open(path) as f:
+                    out[4] = json.load(f)
+                path = os.path.join(tmp, "np2_bf16.json")  # gradients handed over in bf16
+                p, _ = run(mprun, 2, "train", "--steps", "1", "--recipe", "BF16_MASTER", "--out", path)
+                if p.returncode != 0:
+                    print(p.stdout, p.stderr)
+                    sys.exit(f"gpt2 bf16_master on 2 ranks: exit {p.returncode}")
+                with open(path) as f:
+                    bf16 = json.load(f)
+                failed = check_memory(out) or check_memory({2: bf16}) or failed
                 path = os.path.join(tmp, "resumed.json")
                 p, _ = run(mprun, 1, "train", "--micro-batches", "2", "--steps", steps, "--out", path, "--resume",
                            os.path.join(tmp, "ckpt"))

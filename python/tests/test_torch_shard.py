@@ -89,6 +89,29 @@ def test_the_users_loop_equals_plain_pytorch(family):
     sharded.close()
 
 
+def test_shard_frees_the_modules_storage_and_its_grads_live_until_their_hand_over():
+    model = make("gpt2")
+    before = sum(p.numel() * p.element_size() for p in model.parameters())
+    sharded = mp.torch.shard(model, config=case.config_text(recipe="BF16_MASTER"))
+    m = sharded.memory()
+    # A stand-in of one element per parameter is what is left of the module's storage.
+    assert m["module"]["parameters"] <= 4 * len(list(model.parameters())) < before
+    for step in range(2):
+        loss = forward(model, step)
+        assert sharded.memory()["activations"] > 0  # autograd's, until the backward
+        loss.backward()
+        assert all(p.grad is None for p in model.parameters())  # handed over, then dropped
+        assert sharded.memory()["module"]["grads"] == 0
+        sharded.step()
+    m = sharded.memory()
+    planned = sharded.plan()
+    assert {c: b for c, b in m["engine"].items() if c not in ("other", "activations")} == \
+        {c: planned[c] for c in m["engine"] if c not in ("other", "activations")}
+    assert mp.torch.plan(make("gpt2"), config=case.config_text(recipe="BF16_MASTER")) == planned
+    assert m["rss"]["peak"] >= m["rss"]["current"] > 0
+    sharded.close()
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_checkpointing_inside_the_units_changes_nothing(reentrant):
     model = make("llama")

@@ -6,7 +6,10 @@ runs it under launch/mprun):
       one of gpt2_case.py's models through mp.torch.shard in this script's
       own loop (rank r's backward m of step s on micro-batch
       s * W * K + m * W + r), FULL_SHARD, fp32, deterministic; rank 0 writes
-      every step's loss and norm and a hash of the final weights. --save-at
+      every step's loss and norm and a hash of the final weights, the
+      engine's memory as measured and as its plan predicts it at 1, 2 and 4
+      ranks (mp.torch.plan, no engine), and whether full_state_dict(
+      rank0_only=True) gave rank 0 the whole dict and the others none. --save-at
       saves a checkpoint after step S; --resume starts from one (saved on
       any world size) and runs the steps after it. --muon: optimizer kind
       MUON (gpt2_case.muon_config_text; shard()'s default Muon choice).
@@ -32,7 +35,8 @@ import mp.torch
 
 def train(args):
     model = case.make(args.model)
-    config = (case.muon_config_text if args.muon else case.config_text)(micro_batches=args.micro_batches)
+    config = (case.muon_config_text if args.muon else case.config_text)(micro_batches=args.micro_batches,
+                                                                          recipe=args.recipe)
     sharded = mp.torch.shard(model, config=config)
     W, r, k = mp.world_size(), mp.rank(), args.micro_batches
     first = sharded.load_checkpoint(args.resume) if args.resume else 0
@@ -46,11 +50,17 @@ def train(args):
     digest = hashlib.sha256()
     for u in range(sharded.engine.num_units):
         digest.update(sharded.engine.gather_master(u).tobytes())
+    measured = sharded.memory()["engine"]
+    plans = {w: mp.torch.plan(case.make(args.model), config=config, world_size=w) for w in (1, 2, 4)}
+    whole, mine = sharded.full_state_dict(), sharded.full_state_dict(rank0_only=True)
+    rank0_only = (all(torch.equal(mine[n], t) for n, t in whole.items()) and mine.keys() == whole.keys()
+                  if mp.rank() == 0 else mine == {})
     if mp.rank() == 0:
         with open(args.out, "w") as f:
             json.dump({"world_size": W, "micro_batches": k, "first": first,
                        "losses": [x.loss.hex() for x in results], "norms": [x.grad_norm.hex() for x in results],
-                       "weights_sha256": digest.hexdigest()}, f)
+                       "weights_sha256": digest.hexdigest(), "memory": measured, "plan": sharded.plan(),
+                       "plans": plans, "rank0_only": rank0_only}, f)
     sharded.close()
 
 
@@ -92,6 +102,7 @@ def main():
     t.add_argument("--checkpoint", default="")
     t.add_argument("--resume", default="")
     t.add_argument("--muon", action="store_true")
+    t.add_argument("--recipe", default="RECIPE_FP32")
     r = sub.add_parser("skip")
     r.add_argument("--rank", type=int, default=1)
     r.add_argument("--step", type=int, default=2)
