@@ -51,7 +51,7 @@
 #include "optim/muon.h"
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
-#include "runtime/muon_exchange.h"
+#include "runtime/muon_plan.h"
 #include "runtime/precision.h"
 
 namespace mp::bench {

@@ -33,7 +33,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/memory_plan.h"
-#include "runtime/muon_exchange.h"
+#include "runtime/muon_plan.h"
 #if MP_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -13,7 +13,7 @@
 #include "core/stop_signals.h"
 #include "kernels/cpu/gemm.h"
 #include "mp/config.h"
-#include "runtime/muon_exchange.h"
+#include "runtime/muon_plan.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/attention_cuda.h"
 #endif

@@ -8,9 +8,8 @@
 #include "core/error.h"
 #include "formats/checkpoint_format.h"
 #include "kernels/cpu/quant.h"
-#include "runtime/muon_exchange.h"
-#include "runtime/param_gathers.h"
-#include "runtime/unit_state.h"
+#include "runtime/muon_plan.h"
+#include "runtime/shard_sizes.h"
 
 namespace mp {
 

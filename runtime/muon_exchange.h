@@ -72,47 +72,10 @@
 #include "optim/muon.h"
 #include "runtime/comm_watch.h"
 #include "runtime/engine_options.h"
+#include "runtime/muon_plan.h"
 #include "runtime/unit_state.h"
 
 namespace mp {
-
-struct MuonMatrixInfo {
-  std::string name;
-  int unit = 0;
-  int64_t offset = 0;          // in the unit's flat buffer
-  int64_t rows = 0, cols = 0;
-  int64_t lr_a = 0, lr_b = 0;  // adjust_lr_fn's shape
-  double flops = 0;            // muon_ns_flops
-  int owner = 0;               // in the shard group
-};
-
-// The Muon matrices of a layout (ParamSpec::muon) and their owners in a
-// shard group of `shard_size`. ConfigError for a marked parameter that is
-// not 2-D.
-std::vector<MuonMatrixInfo> muon_matrices(const FlatLayout& layout, const MuonHyper& hyper, int shard_size);
-
-// The part of a Muon matrix one shard rank holds: elements [begin, end) of
-// its unit's flat buffer, at send_at of that rank's exchange send buffer
-// and at recv_at of the owner's receive buffer.
-struct MuonPiece {
-  int matrix = 0;  // in muon_matrices' order
-  int rank = 0;    // the shard rank holding it
-  int64_t begin = 0, end = 0;
-  int64_t send_at = 0, recv_at = 0;
-};
-
-// Which parameters Muon takes (the model's marks: their count, elements and
-// the first names) and, one line per rank of the shard group, the matrices
-// it owns and its share of the Newton-Schulz flops: the run log and --plan.
-std::string describe_muon_owners(const std::vector<MuonMatrixInfo>& matrices, int shard_size);
-
-// The bytes the exchange allocates on each rank of the shard group, all
-// MemCategory::kCommScratch, for the memory plan: the send buffer (the
-// rank's Muon elements) and the receive buffer (its matrices' elements;
-// none in a group of one), its largest owned matrix's U and O, and that
-// matrix's Newton-Schulz scratch. [shard rank].
-std::vector<int64_t> muon_scratch_bytes(const FlatLayout& layout, const MuonHyper& hyper, int shard_size,
-                                        Device device = Device::cpu());
 
 class MuonExchange {
  public:

@@ -5,6 +5,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/cpu/quant.h"
+#include "runtime/shard_sizes.h"
 
 namespace mp {
 
@@ -37,9 +38,6 @@ ParamGathers::ParamGathers(const EngineOptions& o, const FlatLayout& layout, std
   }
 }
 
-int64_t int8_gather_elements(int64_t shard_numel) {
-  return (shard_numel + math::kQuantBlock - 1) / math::kQuantBlock * math::kQuantBlock;
-}
 
 // The all-gather's source: this rank's shard in param dtype, once unit u's
 // latest update is done.

@@ -36,9 +36,6 @@
 
 namespace mp {
 
-// Elements each rank quantizes for an int8 gather of a shard of
-// `shard_numel` (whole blocks).
-int64_t int8_gather_elements(int64_t shard_numel);
 
 class ParamGathers {
  public:

@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/remainder_math.h"
 #include "runtime/host_staging.h"
+#include "runtime/shard_sizes.h"
 
 namespace mp {
 namespace {
@@ -30,17 +31,6 @@ std::string dtype_label(DType t) {
 }
 
 }  // namespace
-
-std::vector<ShardParam> shard_params(const UnitLayout& ul, int64_t offset, int64_t n, bool muon) {
-  std::vector<ShardParam> params;
-  for (const ParamPlacement& pp : ul.params) {
-    const int64_t b = std::max(pp.offset, offset), e = std::min(pp.offset + pp.numel, offset + n);
-    if (b < e) {
-      params.push_back(ShardParam{pp.name, b - offset, e - offset, static_cast<int>(pp.shape.size()), pp.muon && muon});
-    }
-  }
-  return params;
-}
 
 UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const EngineOptions& o, const Optimizer& opt,
                      Allocator& alloc, Stream& stream)

@@ -42,13 +42,10 @@
 #include "models/flat_layout.h"
 #include "optim/optimizer.h"
 #include "runtime/engine_options.h"
-#include "runtime/shard_state.h"
+#include "runtime/shard_field.h"
 
 namespace mp {
 
-// The parameters in a unit's shard [offset, offset + n), shard-relative,
-// Muon's marked to be skipped when `muon` (the optimizer is MUON).
-std::vector<ShardParam> shard_params(const UnitLayout& ul, int64_t offset, int64_t n, bool muon);
 
 class UnitState {
  public:

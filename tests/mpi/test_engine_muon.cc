@@ -19,7 +19,7 @@
 #include "models/gpt.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
-#include "runtime/muon_exchange.h"
+#include "runtime/muon_plan.h"
 #include "runtime/shard_state.h"
 #include "tests/mpi/engine_test_util.h"
 #include "tests/mpi/mpi_test.h"
