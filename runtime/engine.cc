@@ -240,6 +240,11 @@ Tensor Engine::Impl::unshard(int u, Pass pass) {
   return params;
 }
 
+bool Engine::Impl::unsharded(int u) const {
+  check_unit(u, "unsharded");
+  return unsharded_[static_cast<size_t>(u)] != 0;
+}
+
 void Engine::Impl::reshard(int u) {
   check_unit(u, "reshard");
   reshard(u, compute_->record());
@@ -624,6 +629,7 @@ Tensor Engine::unshard(int unit, Pass pass) {
 void Engine::reshard(int unit) {
   impl_->call([&] { impl_->reshard(unit); });
 }
+bool Engine::unsharded(int unit) const { return impl_->unsharded(unit); }
 Tensor Engine::gradient_buffer(int unit) {
   return impl_->call([&] { return impl_->gradient_buffer(unit); });
 }

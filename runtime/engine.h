@@ -180,6 +180,8 @@ class Engine {
   void wait_compute();
   Tensor unshard(int unit, Pass pass);
   void reshard(int unit);
+  // Whether the unit is unsharded (unshard called, reshard not yet).
+  bool unsharded(int unit) const;
   Tensor gradient_buffer(int unit);
   void reduce_gradients(int unit);
   void note_loss(double loss);

@@ -44,6 +44,7 @@ class Engine::Impl {
   // Note [Driving the engine] (engine.h): the parts step() is made of.
   Tensor unshard(int u, Pass pass);
   void reshard(int u);
+  bool unsharded(int u) const;
   Tensor gradient_buffer(int u);
   void reduce_gradients(int u);
   void note_loss(double loss);

@@ -47,6 +47,7 @@ param.shape: a Hugging Face Conv1D weight [in, out] as it is). With other
 kinds nothing is marked. ShardedModel.muon_params names the marked ones.
 """
 import contextlib
+import enum
 import weakref
 
 import torch
@@ -88,17 +89,24 @@ class _Guard(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _Phase(enum.Enum):
+    """Why a unit is gathered, as FSDP2 names its TrainingState; whether it
+    is, the engine says (Engine.unsharded)."""
+    IDLE = "idle"                  # sharded
+    FORWARD = "forward"            # gathered for its forward
+    PRE_BACKWARD = "pre_backward"  # gathered again for its backward (saved weights, recomputation)
+
+
 class _Unit:
     def __init__(self, index, name, module):
         self.index = index
         self.name = name
         self.module = module
-        self.params = []      # [parameter, name, offset, numel, shape]
-        self.flat = None      # the gathered buffer while unsharded
-        self.depth = 0        # forwards of the unit under way (nested or re-entered)
-        self.in_backward = False
-        self.waiting = 0      # parameters whose gradients this backward has not accumulated yet
-        self.handed = True    # this backward's gradients went to the engine (or none are due)
+        self.params = []          # [parameter, name, offset, numel, shape]
+        self.phase = _Phase.IDLE
+        self.flat = None          # the gathered buffer, while the engine has the unit unsharded
+        self.depth = 0            # its forwards under way (nested or re-entered)
+        self.due = None           # this backward's gradients not accumulated yet (a count); None: none due
 
 
 class ShardedModel:
@@ -274,8 +282,7 @@ class ShardedModel:
         if grad:
             for u in self._units:
                 if any(p.requires_grad for p, *_ in u.params):
-                    u.handed = False
-                    u.waiting = sum(1 for p, *_ in u.params if p.requires_grad)
+                    u.due = sum(1 for p, *_ in u.params if p.requires_grad)
             loss = getattr(out, "loss", None) if not isinstance(out, dict) else out.get("loss")
             if torch.is_tensor(loss) and loss.numel() == 1:
                 self._losses.append(loss.detach())
@@ -283,39 +290,42 @@ class ShardedModel:
 
     def _pre_forward(self, u):
         u.depth += 1
-        if u.flat is None:
+        if not self._gathered(u):
             # In the backward: the forward again (torch.utils.checkpoint's recomputation).
-            backward = torch._C._current_graph_task_id() != -1
-            self._unshard(u, backward=backward)
-            if backward:
-                u.in_backward = True
-                self._begin_backward()
+            self._unshard(u, _Phase.PRE_BACKWARD if _in_backward() else _Phase.FORWARD)
 
     def _gathered_for_recompute(self, u):
         """The unit's parameters for its forward run again in the backward
         (mp's activation recomputation: not through the module's hooks)."""
-        if u.flat is None:
-            self._unshard(u, backward=True)
-            u.in_backward = True
-            self._begin_backward()
+        if not self._gathered(u):
+            self._unshard(u, _Phase.PRE_BACKWARD)
 
     def _post_forward(self, u):
         u.depth -= 1
-        if u.depth == 0 and not u.in_backward:
+        if u.depth == 0 and u.phase is _Phase.FORWARD:
             self._reshard(u)
 
-    def _unshard(self, u, backward):
+    def _gathered(self, u):
+        """The engine's word: unit u is unsharded (u.flat its buffer)."""
+        return self.engine.unsharded(u.index)
+
+    def _unshard(self, u, phase):
+        backward = phase is _Phase.PRE_BACKWARD
         u.flat = torch.from_dlpack(self.engine.unshard(u.index, backward=backward))
+        u.phase = phase
         self._engine_storage.add(u.flat.untyped_storage().data_ptr())
         self._after_engine()
         for p, _, off, n, shape in u.params:
             p.data = u.flat[off:off + n].view(shape)
+        if backward:
+            self._begin_backward()
 
     def _reshard(self, u):
-        if u.flat is not None:
+        if self._gathered(u):
             self._before_engine()
             self.engine.reshard(u.index)
             u.flat = None
+            u.phase = _Phase.IDLE
 
     # ---- streams (CUDA): mp's compute stream and torch's current one ---------------------
 
@@ -331,7 +341,7 @@ class ShardedModel:
 
     def _check_gathered(self, p, func):
         u = self._owner.get(id(p))
-        if u is not None and u.flat is None:
+        if u is not None and not self._gathered(u):
             name = next(e[1] for e in u.params if e[0] is p)
             raise _mp.ConfigError(
                 f"mp.torch.shard: rank {self.engine.rank}: parameter '{name}' of unit {u.index} ('{u.name}') used "
@@ -344,7 +354,7 @@ class ShardedModel:
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         for u in self._units:
-            if u.flat is not None and ptr == u.flat.untyped_storage().data_ptr() and t.dtype == u.flat.dtype:
+            if self._gathered(u) and ptr == u.flat.untyped_storage().data_ptr() and t.dtype == u.flat.dtype:
                 return (_IN_BUFFER, u, tuple(t.shape), t.stride(), t.storage_offset())
         self._saved[ptr] = storage.nbytes()
         return t
@@ -354,9 +364,8 @@ class ShardedModel:
             return saved
         _, u, shape, stride, offset = saved
         self._begin_backward()
-        if u.flat is None:
-            self._unshard(u, backward=True)
-            u.in_backward = True
+        if not self._gathered(u):
+            self._unshard(u, _Phase.PRE_BACKWARD)
         return u.flat.as_strided(shape, stride, offset)
 
     # ---- the backward ------------------------------------------------------------------
@@ -364,19 +373,20 @@ class ShardedModel:
     def _begin_backward(self):
         if not self._backward:
             self._backward = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            _at_end_of_backward(self._end_backward)
 
     def _accumulated(self, u):
         self._begin_backward()
-        u.waiting -= 1
-        if u.waiting == 0 and not u.handed:
-            self._hand_over(u)
+        if u.due is not None:
+            u.due -= 1
+            if u.due == 0:
+                self._hand_over(u)
 
     def _end_backward(self):
         """Units some of whose parameters got no gradient this backward."""
         self._backward = False
         for u in sorted(self._units, key=lambda u: -u.index):
-            if not u.handed:
+            if u.due is not None:
                 self._hand_over(u)
 
     def _hand_over(self, u):
@@ -392,9 +402,8 @@ class ShardedModel:
                     g[off:off + n].mul_(unscale)
                 p.grad = None
         self._before_engine()
-        u.handed = True
-        if u.in_backward:  # first: the reduction prefetches the next unit, maybe into this buffer
-            u.in_backward = False
+        u.due = None
+        if u.phase is _Phase.PRE_BACKWARD:  # first: the reduction prefetches the next unit, maybe into this buffer
             self._reshard(u)
         self.engine.reduce_gradients(u.index)
 
@@ -499,6 +508,19 @@ class ShardedModel:
         self.engine.close()
 
 
+# Private torch APIs, where no public one exists; FSDP2 itself
+# (torch.distributed.fsdp._fully_shard) relies on both. Checked on torch
+# 2.4 to 2.15.
+def _in_backward():
+    """Whether autograd's engine is running a backward on this thread."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def _at_end_of_backward(callback):
+    """Runs `callback` when the backward under way ends."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
 def _stand_in(shape, dtype, device):
     """A tensor of `shape` that holds one element (a stride-0 view): what a
     parameter is while its unit is sharded."""
@@ -521,7 +543,7 @@ def _recomputing_forward(me, u, forward):
     import torch.utils.checkpoint
 
     def run(*args, **kwargs):
-        if torch._C._current_graph_task_id() != -1:
+        if _in_backward():
             me._gathered_for_recompute(u)
         return forward(*args, **kwargs)
 

@@ -152,6 +152,7 @@ class PyEngine {
     nb::gil_scoped_release release;
     engine().reshard(u);
   }
+  bool unsharded(int u) { return engine().unsharded(u); }
   nb::object gradient_buffer(int u) {
     Tensor t;
     {
@@ -398,6 +399,7 @@ void bind_engine(nb::module_& m) {
            "The unit's gathered parameters (param dtype, its padded elements) for its forward or backward; "
            "prefetches the next units. Collective.")
       .def("reshard", &PyEngine::reshard, nb::arg("unit"), "The unit's gathered parameters are read no more.")
+      .def("unsharded", &PyEngine::unsharded, nb::arg("unit"), "Whether the unit is unsharded (not resharded yet).")
       .def("gradient_buffer", &PyEngine::gradient_buffer, nb::arg("unit"),
            "Where this backward's gradients of the unit go (float32, or the param dtype with param_dtype_gradients "
            "where that goes on the wire as it is; the layout of unshard's array).")
