@@ -1,5 +1,5 @@
 // kernels/gpt_math.h: the per-element math of the GPT-2 layer ops, written
-// once as MP_HD functions. The CPU ops (kernels/cpu/gpt_ops.cc) and the CUDA
+// once as MP_HD functions. The CPU ops (kernels/cpu/, Note [Layer ops on the CPU]) and the CUDA
 // kernels (kernels/cuda/gpt_ops_cuda.cu) both call these, so the CPU tests
 // against float64 prove the formulas the GPU runs; only the order of the
 // row reductions differs between the two.

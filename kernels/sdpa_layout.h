@@ -6,7 +6,7 @@
 // sdpa_layout(), so tests/test_sdpa_layout.cc checks what the GPU runs.
 //
 // Note [cuDNN attention layout]
-// - The GPT's layout (kernels/cpu/gpt_ops.h, gpt_attention_forward): qkv
+// - The GPT's layout (kernels/cpu/attention.h, gpt_attention_forward): qkv
 //   [B * T, 3 C] holds q | k | v per row, row n = b * T + t, head h at
 //   columns h * hs of each third (C = H * hs); out [B * T, C] the heads side
 //   by side. dqkv and dout are laid out as qkv and out.

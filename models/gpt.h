@@ -163,7 +163,7 @@
 // block (plus attention's saved state: the [B, H, T, T] probabilities on
 // the CPU) to one.
 //
-// Determinism: the CPU op math (kernels/cpu/gpt_ops.h) computes every
+// Determinism: the CPU op math (Note [GPT op math] in kernels/cpu/layer_parts.h) computes every
 // element on one thread in a fixed order, and the GEMMs split their work
 // into tiles that do not depend on the thread count (Note [CPU GEMM
 // threads] in kernels/cpu/gemm.h), so the model gives the same bits for any
@@ -303,7 +303,7 @@ class GptData final : public TokenBatchSource {
 // context tokens). T = float runs Gpt itself on the CPU (the same bits as
 // the engine's model); T = double is the reference the tests compare
 // against: the same math written plainly over the double loops of
-// kernels/cpu/gpt_ops.h, exact (no bf16 rounding: it ignores matmul_dtype
+// the CPU layer ops, exact (no bf16 rounding: it ignores matmul_dtype
 // and fp32_ops). Unit u's parameters and gradients are flat buffers in the
 // layout of FlatLayout(Gpt::spec_for(config), 1) (or any group size);
 // gradients are resized to at least the unit's numel and overwritten on the

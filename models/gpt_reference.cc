@@ -1,6 +1,6 @@
 // gpt_loss_and_grads (models/gpt.h): the GPT on flat buffers. float runs
 // the model itself on the CPU; double is the tests' reference, the same
-// math as plain calls of the double loops of kernels/cpu/gpt_ops.h on
+// math as plain calls of the double loops of the CPU layer ops on
 // vectors, one activation per vector, nothing fused or chunked.
 #include <algorithm>
 #include <memory>
@@ -8,7 +8,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
 

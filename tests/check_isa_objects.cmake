@@ -1,5 +1,5 @@
 # A test (tests/CMakeLists.txt): each per-ISA object of the fused update
-# (kernels/cpu/update_<isa>.cc) and of the GPT loops (gpt_loops_<isa>.cc)
+# (kernels/cpu/update_<isa>.cc) and of the GPT loops (layer_loops_<isa>.cc)
 # must define exactly one global symbol, its select function. Anything else
 # (an out-of-line copy of a shared inline function compiled with AVX
 # instructions) could be picked by the linker for callers on CPUs without
@@ -9,8 +9,8 @@ set(checked 0)
 foreach(obj IN LISTS OBJECTS)
   if(obj MATCHES "update_(scalar|baseline|avx2|avx512)\\.cc\\.o$")
     set(select "select_span_${CMAKE_MATCH_1}")
-  elseif(obj MATCHES "gpt_loops_(baseline|avx2|avx512)\\.cc\\.o$")
-    set(select "select_gpt_loops_${CMAKE_MATCH_1}")
+  elseif(obj MATCHES "layer_loops_(baseline|avx2|avx512)\\.cc\\.o$")
+    set(select "select_layer_loops_${CMAKE_MATCH_1}")
   else()
     continue()
   endif()

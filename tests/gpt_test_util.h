@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/gpt_ops.h"
 #include "models/gpt.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"

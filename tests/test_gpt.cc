@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/op_profile.h"
 #include "models/gpt_sample.h"
 #include "tests/gpt_test_util.h"
@@ -131,7 +132,7 @@ Units32 grads_bits(const GptConfig& c, const Units32& p, int64_t g, int repeats)
 
 TEST(Gpt, DeterministicAcrossRepeatsAndThreadsAndLeavesGapsAlone) {
   // The second config is large enough that every op loop splits across
-  // threads (gpt_ops.cc gives each thread at least 2^14 multiply-adds);
+  // threads (the layer ops give each thread at least 2^14 multiply-adds);
   // odd channel counts leave alignment gaps, group size 3 adds padding.
   // Both GEMM precisions (Note [GPT autocast]): the GEMMs' tiles do not
   // depend on the thread count either (Note [CPU GEMM threads]).

@@ -1,5 +1,5 @@
 // The GPT ops on activations that may hold bf16 values (kernels/cpu/
-// gpt_act_ops.h): each against the plain float op on the same fp32 values,
+// kernels/cpu/: layernorm.h, attention.h, loss.h, elementwise.h): each against the plain float op on the same fp32 values,
 // bit for bit, its outputs rounded to bf16 where they hold bf16 values;
 // bf16 values stored as bf16 and as fp32 give the same bits.
 #include <gtest/gtest.h>
@@ -10,8 +10,10 @@
 
 #include "core/error.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_act_ops.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/loss.h"
 #include "tests/test_util.h"
 
 namespace mp {

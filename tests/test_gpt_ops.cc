@@ -1,4 +1,4 @@
-// The GPT ops (kernels/cpu/gpt_ops.h): every backward against central finite
+// The GPT layer ops on the CPU (kernels/cpu/: embedding, layernorm, matmul, attention, loss, elementwise): every backward against central finite
 // differences in double, plus the ops' own invariants.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,12 @@
 #include <vector>
 
 #include "kernels/convert_math.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/matmul.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {

@@ -18,7 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
 #include "tests/test_util.h"

@@ -1,7 +1,7 @@
 // Unit tests of kernels/sdpa_layout.h: the dims and strides the cuDNN
 // attention graphs are given (kernels/cuda/attention_cudnn.cc builds them
 // from sdpa_layout()) address exactly the elements the CPU attention
-// (gpt_attention_forward / _backward in kernels/cpu/gpt_ops.h) reads and
+// (gpt_attention_forward / _backward in kernels/cpu/attention.h) reads and
 // writes: element by element, each buffer covered once, and attention
 // computed through the layout equal to the CPU's in float64.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/sdpa_layout.h"
 #include "tests/test_util.h"
 

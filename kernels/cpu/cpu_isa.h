@@ -1,6 +1,6 @@
 // kernels/cpu/cpu_isa.h: the instruction-set variants the CPU element loops
 // are compiled in (the fused update, kernels/cpu/update_<isa>.cc, and the
-// GPT layer loops, kernels/cpu/gpt_loops_<isa>.cc), and which one this CPU
+// GPT layer loops, kernels/cpu/layer_loops_<isa>.cc), and which one this CPU
 // runs. Every variant of a loop computes the same bits (no FMA contraction,
 // correctly rounded division and sqrt, integer conversions); only its speed
 // depends on the variant.

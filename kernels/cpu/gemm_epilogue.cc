@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/layer_loops.h"
 
 namespace mp {
 namespace {
@@ -15,7 +15,7 @@ namespace {
 // A row of fp32 values as C stores it: bf16 bits, the fp32 of its bf16
 // rounding, or itself; through the GPT's rounding loops for this CPU.
 template <class Out>
-void store_row(const GptLoops& loops, const float* v, Out* out, bool bf16_values, int64_t n) {
+void store_row(const LayerLoops& loops, const float* v, Out* out, bool bf16_values, int64_t n) {
   if constexpr (std::is_same_v<Out, bf16>) {
     loops.round_to_bf16(v, out, 0, n);
   } else if (bf16_values) {
@@ -27,13 +27,13 @@ void store_row(const GptLoops& loops, const float* v, Out* out, bool bf16_values
 
 // One instantiation per epilogue shape, so that each inner loop is
 // branch-free and vectorizes; the GELU and its gradient run as the GPT's
-// loops for this CPU (kernels/cpu/gpt_loops.h) over a row of the tile,
+// loops for this CPU (kernels/cpu/layer_loops.h) over a row of the tile,
 // which is the caller's scratch.
 template <class Out, GemmEpilogue kEpilogue, bool kAddend>
 void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int64_t i0, int64_t rows, int64_t j0,
                    int64_t cols) {
   const bool round = p.bf16_output();
-  const GptLoops& loops = gpt_loops();
+  const LayerLoops& loops = layer_loops();
   thread_local std::vector<float> aux_row;  // kDGelu: a row of aux, widened; grown once, kept
   if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
     if (static_cast<int64_t>(aux_row.size()) < cols) aux_row.resize(static_cast<size_t>(cols));
@@ -99,7 +99,7 @@ void gemm_bias_grad_of_b(const GemmProblem& p, int64_t j0, int64_t j1) {
   float* out = p.bias_grad;
   if (!p.b.transposed && p.b.dtype == DType::kF32 && p.b.ld == p.n) {
     // A dense dy [k, n]: the GPT's bias-gradient loop for this CPU, rows in order.
-    gpt_loops().bias_grad(static_cast<const float*>(p.b.data), p.k, p.n, out, j0, j1);
+    layer_loops().bias_grad(static_cast<const float*>(p.b.data), p.k, p.n, out, j0, j1);
     return;
   }
   for (int64_t j = j0; j < j1; ++j) out[j] = 0.0f;

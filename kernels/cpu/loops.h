@@ -8,7 +8,7 @@
 #include <cstdint>
 
 namespace mp {
-// In a per-ISA object (kernels/cpu/gpt_loops_<isa>.cc defines
+// In a per-ISA object (kernels/cpu/layer_loops_<isa>.cc defines
 // MP_LOOPS_PRIVATE) these helpers are private to the object, so no
 // out-of-line copy compiled for a wider ISA can be picked by the linker for
 // callers on CPUs without it (tests/check_isa_objects.cmake).

@@ -5,7 +5,7 @@
 //
 // Note [cuDNN attention]
 // - Math: per batch b and head h, out = softmax(q k^T / sqrt(hs)) v over
-//   keys t2 <= t, as gpt_attention_forward (kernels/cpu/gpt_ops.h). bf16
+//   keys t2 <= t, as gpt_attention_forward (kernels/cpu/attention.h). bf16
 //   qkv, out, dout and dqkv; fp32 scores, softmax and accumulation inside
 //   cuDNN; fp32 Stats (the rows' log-sum-exp) from the forward for the
 //   backward. Layout: Note [cuDNN attention layout] (kernels/sdpa_layout.h):

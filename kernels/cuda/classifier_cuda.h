@@ -1,5 +1,5 @@
 // kernels/cuda/classifier_cuda.h: the fused classifier on a CUDA device, the
-// CUDA body of kernels/nn/loss.h (the CPU's is kernels/cpu/gpt_act_ops.h):
+// CUDA body of kernels/nn/loss.h (the CPU's is kernels/cpu/loss.h):
 // per row of logits, in one kernel, the max and the sum of exp (online, one
 // pass), the loss, and the gradient written over the logits in place, in
 // their dtype (kernels/act.h). No fp32 logits, probabilities or gradient

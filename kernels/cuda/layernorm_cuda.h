@@ -1,6 +1,6 @@
 // kernels/cuda/layernorm_cuda.h: LayerNorm of the GPT's residual stream on
 // a CUDA device, the CUDA bodies of kernels/nn/layernorm.h (the CPU's are
-// kernels/cpu/gpt_act_ops.h, with the same per-element math,
+// kernels/cpu/layernorm.h, with the same per-element math,
 // kernels/gpt_math.h). x, w, b, mean, rstd and the input gradient are
 // fp32; the output and its gradient are activations (kernels/act.h).
 //

@@ -1,7 +1,7 @@
 #include "kernels/nn/attention.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_act_ops.h"
+#include "kernels/cpu/attention.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/attention_cuda.h"
 #endif

@@ -7,7 +7,7 @@
 //
 // The two devices keep different state between forward and backward, in
 // the caller's `saved` buffer (attention_saved_elements):
-// - CPU (kernels/cpu/gpt_act_ops.h): the softmax probabilities [batch,
+// - CPU (kernels/cpu/attention.h): the softmax probabilities [batch,
 //   heads, seq, seq], fp32 throughout on the inputs' fp32 values, the
 //   outputs rounded to bf16 where they hold bf16 values;
 // - CUDA (kernels/cuda/attention_cuda.h): only the row log-sum-exp [batch,

@@ -6,9 +6,9 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/convert.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gpt_act_ops.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/matmul.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/cast_cuda.h"
 #endif

@@ -1,7 +1,7 @@
 #include "kernels/nn/embedding.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/embedding.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/gpt_ops_cuda.h"
 #endif

@@ -1,7 +1,7 @@
 #include "kernels/nn/layernorm.h"
 
 #include "core/error.h"
-#include "kernels/cpu/gpt_act_ops.h"
+#include "kernels/cpu/layernorm.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/layernorm_cuda.h"
 #endif

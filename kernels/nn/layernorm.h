@@ -1,6 +1,6 @@
 // kernels/nn/layernorm.h: LayerNorm (eps 1e-5, biased variance) as ops on
 // a stream (Note [Op dispatch] in kernels/dispatch.h); CPU bodies
-// kernels/cpu/gpt_act_ops.h, CUDA bodies kernels/cuda/layernorm_cuda.h.
+// kernels/cpu/layernorm.h, CUDA bodies kernels/cuda/layernorm_cuda.h.
 // Rows of `channels` values of the residual stream (fp32); mean and rstd
 // ([rows], fp32) are saved for the backward. The output, read only by the
 // next GEMM, is stored as that GEMM reads it (kernels/act.h), and so is its

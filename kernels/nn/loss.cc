@@ -1,7 +1,6 @@
 #include "kernels/nn/loss.h"
 
-#include "kernels/cpu/gpt_act_ops.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/loss.h"
 #if MP_WITH_CUDA
 #include "kernels/cuda/classifier_cuda.h"
 #include "kernels/cuda/gpt_ops_cuda.h"

@@ -1,5 +1,5 @@
 // GPU tests (label "gpu"): the kernels on the bf16 recipes' activations
-// (kernels/act.h) against their CPU bodies (kernels/cpu/gpt_act_ops.h) on
+// (kernels/act.h) against their CPU bodies (kernels/cpu/: layernorm.h, attention.h, loss.h) on
 // the same inputs: LayerNorm forward and its one-kernel backward
 // (kernels/cuda/layernorm_cuda.h), the fused classifier (classifier_cuda.h),
 // the casts (cast_cuda.h) and the flash attention's bf16 glue
@@ -19,8 +19,9 @@
 
 #include "core/error.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_act_ops.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/cast_cuda.h"
 #include "kernels/cuda/classifier_cuda.h"

@@ -1,6 +1,6 @@
 // GPU tests (label "gpu") of the cuDNN attention (kernels/cuda/attention_cudnn.h):
 // forward and backward against the float64 CPU attention
-// (gpt_attention_forward / _backward<double>, kernels/cpu/gpt_ops.h) on the
+// (gpt_attention_forward / _backward<double>, kernels/cpu/attention.h) on the
 // same bf16 inputs widened, within a tolerance derived for bf16 below; every
 // output poisoned before each call; two runs give the same bits; a shape
 // cuDNN refuses is refused before anything runs, with the shape and reason.
@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_test.h"

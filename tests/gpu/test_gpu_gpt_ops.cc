@@ -1,7 +1,7 @@
 // GPU tests (label "gpu"): the fp32 CUDA kernels of kernels/cuda/
 // gpt_ops_cuda.h (the embedding, the MLP's bias gradient and loss, the
 // reference attention) against the double instantiation of the CPU op
-// (kernels/cpu/gpt_ops.h) on tiny awkward shapes, within fp32 rounding.
+// (kernels/cpu/) on tiny awkward shapes, within fp32 rounding.
 // Every deterministic kernel runs twice and must give the same bits. The
 // LayerNorm, classifier and cast kernels: test_gpu_act_ops.cc; the GEMM:
 // test_gpu_gemm.cc.
@@ -21,7 +21,9 @@
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_ops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/gpt_ops_cuda.h"
 #include "tests/gpu/gpu_data.h"

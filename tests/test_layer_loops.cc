@@ -1,4 +1,4 @@
-// The GPT layer loops' ISA variants (kernels/cpu/gpt_loops.h): every variant
+// The GPT layer loops' ISA variants (kernels/cpu/layer_loops.h): every variant
 // this CPU runs gives the baseline's bits, on inputs with exp's clamps,
 // NaN, Inf, denormals and bf16 ties, and on lengths that leave vector tails.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/layer_loops.h"
 
 namespace mp {
 namespace {
@@ -50,11 +50,11 @@ std::vector<CpuIsa> wider_isas() {
   return isas;
 }
 
-TEST(GptLoops, ElementwiseVariantsMatchBaseline) {
+TEST(LayerLoops, ElementwiseVariantsMatchBaseline) {
   const int64_t n = 1000 + 13;  // vector tails
   const auto x = inputs(n, 1, 3.0f), d = inputs(n, 2, 1.0f);
-  const GptLoops& base = gpt_loops(CpuIsa::kBaseline);
-  auto run = [&](const GptLoops& l) {
+  const LayerLoops& base = layer_loops(CpuIsa::kBaseline);
+  auto run = [&](const LayerLoops& l) {
     std::vector<float> gelu(n), dgelu(n), sum(n), through(n);
     std::vector<bf16> rounded(n);
     l.gelu_forward(x.data(), gelu.data(), 1, n);  // a part not starting at 0
@@ -66,7 +66,7 @@ TEST(GptLoops, ElementwiseVariantsMatchBaseline) {
   };
   const auto want = run(base);
   for (CpuIsa isa : wider_isas()) {
-    const auto got = run(gpt_loops(isa));
+    const auto got = run(layer_loops(isa));
     const std::string name(cpu_isa_name(isa));
     expect_same_bits(std::get<0>(want), std::get<0>(got), name + " gelu");
     expect_same_bits(std::get<1>(want), std::get<1>(got), name + " gelu backward");
@@ -77,7 +77,7 @@ TEST(GptLoops, ElementwiseVariantsMatchBaseline) {
   if (wider_isas().empty()) GTEST_SKIP() << "this CPU has only the baseline variant";
 }
 
-TEST(GptLoops, RowVariantsMatchBaseline) {
+TEST(LayerLoops, RowVariantsMatchBaseline) {
   const int64_t rows = 6, channels = 72, heads = 3, seq = 3, vocab = 50, padded = 64;
   const auto x = inputs(rows * channels, 3, 2.0f), g = inputs(rows * channels, 4, 1.0f);
   const auto w = inputs(channels, 5, 1.0f), b = inputs(channels, 6, 1.0f);
@@ -90,7 +90,7 @@ TEST(GptLoops, RowVariantsMatchBaseline) {
   const auto qkv = finite(inputs(rows * 3 * channels, 7, 1.0f));
   const auto logits = finite(inputs(rows * padded, 8, 4.0f));
   const std::vector<int32_t> targets = {0, 49, 7, 13, 21, 34};
-  auto run = [&](const GptLoops& l) {
+  auto run = [&](const LayerLoops& l) {
     std::vector<float> out(rows * channels), mean(rows), rstd(rows), dx(rows * channels, 0.25f), dw(channels),
         db(channels), bias(channels), att(2 * heads * seq * seq), atty(rows * channels), scratch(2 * heads * seq),
         dqkv(rows * 3 * channels), loss(rows), dlogits(rows * padded);
@@ -108,11 +108,11 @@ TEST(GptLoops, RowVariantsMatchBaseline) {
     l.softmax_xent({logits.data(), targets.data(), vocab, padded, 1.0f / rows, loss.data(), dlogits.data()}, 0, rows);
     return std::vector<std::vector<float>>{out, mean, rstd, dx, dw, db, bias, att, atty, dqkv, loss, dlogits};
   };
-  const auto want = run(gpt_loops(CpuIsa::kBaseline));
+  const auto want = run(layer_loops(CpuIsa::kBaseline));
   const char* names[] = {"ln out", "ln mean", "ln rstd", "ln dx", "ln dw",   "ln db",
                          "bias grad", "att", "att out", "dqkv", "row loss", "dlogits"};
   for (CpuIsa isa : wider_isas()) {
-    const auto got = run(gpt_loops(isa));
+    const auto got = run(layer_loops(isa));
     for (size_t i = 0; i < want.size(); ++i) {
       expect_same_bits(want[i], got[i], std::string(cpu_isa_name(isa)) + " " + names[i]);
     }
@@ -121,8 +121,8 @@ TEST(GptLoops, RowVariantsMatchBaseline) {
 }
 
 // The bf16 activations' paths (loads widened, outputs rounded in the same
-// pass, kernels/cpu/gpt_loops.h) give the baseline's bits on every variant.
-TEST(GptLoops, Bf16ActivationVariantsMatchBaseline) {
+// pass, kernels/cpu/layer_loops.h) give the baseline's bits on every variant.
+TEST(LayerLoops, Bf16ActivationVariantsMatchBaseline) {
   const int64_t rows = 6, channels = 72, heads = 3, seq = 3;
   auto finite = [](std::vector<float> v) {
     for (float& e : v) e = std::isfinite(e) ? std::fmod(e, 8.0f) : 0.5f;
@@ -142,7 +142,7 @@ TEST(GptLoops, Bf16ActivationVariantsMatchBaseline) {
     for (bf16 e : v) out.push_back(math::to_f32(e));
     return out;
   };
-  auto run = [&](const GptLoops& l) {
+  auto run = [&](const LayerLoops& l) {
     std::vector<bf16> out16(rows * channels), copy16(rows * channels), atty16(rows * channels),
         dqkv16(rows * 3 * channels);
     std::vector<float> mean(rows), rstd(rows), dx(rows * channels, 0.25f), dw(channels), db(channels),
@@ -169,10 +169,10 @@ TEST(GptLoops, Bf16ActivationVariantsMatchBaseline) {
     return std::vector<std::vector<float>>{widened(out16), mean, dx, widened(copy16), dw, db, att, widened(atty16),
                                            widened(dqkv16)};
   };
-  const auto want = run(gpt_loops(CpuIsa::kBaseline));
+  const auto want = run(layer_loops(CpuIsa::kBaseline));
   const char* names[] = {"ln out", "ln mean", "ln dx", "ln dx copy", "ln dw", "ln db", "att", "att out", "dqkv"};
   for (CpuIsa isa : wider_isas()) {
-    const auto got = run(gpt_loops(isa));
+    const auto got = run(layer_loops(isa));
     for (size_t i = 0; i < want.size(); ++i) {
       expect_same_bits(want[i], got[i], std::string(cpu_isa_name(isa)) + " bf16 " + names[i]);
     }
@@ -180,8 +180,8 @@ TEST(GptLoops, Bf16ActivationVariantsMatchBaseline) {
   if (wider_isas().empty()) GTEST_SKIP() << "this CPU has only the baseline variant";
 }
 
-TEST(GptLoops, MissingVariantIsAnError) {
-  EXPECT_THROW(gpt_loops(CpuIsa::kScalar), std::exception);
+TEST(LayerLoops, MissingVariantIsAnError) {
+  EXPECT_THROW(layer_loops(CpuIsa::kScalar), std::exception);
 }
 
 }  // namespace

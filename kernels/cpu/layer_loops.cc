@@ -1,4 +1,4 @@
-#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/layer_loops.h"
 
 #include <vector>
 
@@ -6,25 +6,25 @@
 
 namespace mp {
 
-float* detail::gpt_loops_thread_floats(int64_t n) {
+float* detail::layer_loops_thread_floats(int64_t n) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
   return buffer.data();
 }
 
-const GptLoops& gpt_loops(CpuIsa isa) {
+const LayerLoops& layer_loops(CpuIsa isa) {
   if (isa == CpuIsa::kAuto) {
-    static const GptLoops& best = gpt_loops(cpu_isa_best());
+    static const LayerLoops& best = layer_loops(cpu_isa_best());
     return best;
   }
   MP_ENFORCE(isa != CpuIsa::kScalar && cpu_isa_available(isa), "GPT loops: this CPU or build has no ",
              cpu_isa_name(isa), " variant");
   switch (isa) {
 #if MP_CPU_HAVE_X86
-    case CpuIsa::kAvx2: return detail::select_gpt_loops_avx2();
-    case CpuIsa::kAvx512: return detail::select_gpt_loops_avx512();
+    case CpuIsa::kAvx2: return detail::select_layer_loops_avx2();
+    case CpuIsa::kAvx512: return detail::select_layer_loops_avx512();
 #endif
-    default: return detail::select_gpt_loops_baseline();
+    default: return detail::select_layer_loops_baseline();
   }
 }
 

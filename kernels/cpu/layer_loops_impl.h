@@ -1,6 +1,6 @@
-// kernels/cpu/gpt_loops_impl.h (private to kernels/cpu): the loop bodies of
-// kernels/cpu/gpt_loops.h, included by gpt_ops.cc (the double reference) and
-// by each gpt_loops_<isa>.cc (the float variants).
+// kernels/cpu/layer_loops_impl.h (private to kernels/cpu): the loop bodies of
+// kernels/cpu/layer_loops.h, included by the layer ops (the double reference) and
+// by each layer_loops_<isa>.cc (the float variants).
 //
 // Everything here is in an anonymous namespace, and the table entries are
 // flattened (every shared inline helper inlined into them): no out-of-line
@@ -17,7 +17,7 @@
 
 #include "kernels/convert_loop.h"
 #include "kernels/convert_math.h"
-#include "kernels/cpu/gpt_loops.h"
+#include "kernels/cpu/layer_loops.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/gpt_math.h"
 
@@ -40,7 +40,7 @@ inline void store_bf16_row(const float* src, bf16* out16, float* out_round, int6
   }
 }
 
-inline float* thread_floats(int64_t n) { return detail::gpt_loops_thread_floats(n); }
+inline float* thread_floats(int64_t n) { return detail::layer_loops_thread_floats(n); }
 
 template <class T>
 [[gnu::flatten]] void gelu_forward_loop(const T* x, T* out, int64_t j0, int64_t j1) {
@@ -397,8 +397,8 @@ template <class T>
 }
 
 template <class T>
-constexpr GptLoopsOf<T> make_gpt_loops() {
-  return GptLoopsOf<T>{&gelu_forward_loop<T>,          &gelu_backward_loop<T>,
+constexpr LayerLoopsOf<T> make_layer_loops() {
+  return LayerLoopsOf<T>{&gelu_forward_loop<T>,          &gelu_backward_loop<T>,
                        &add_loop<T>,                   &bias_grad_loop<T>,
                        &layernorm_forward_loop<T>,     &layernorm_grad_input_loop<T>,
                        &layernorm_grad_params_loop<T>, &attention_forward_loop<T>,
@@ -410,13 +410,13 @@ constexpr GptLoopsOf<T> make_gpt_loops() {
 }  // namespace
 }  // namespace mp
 
-// Each gpt_loops_<isa>.cc defines MP_GPT_LOOPS_ISA and gets its select function.
+// Each layer_loops_<isa>.cc defines MP_GPT_LOOPS_ISA and gets its select function.
 #if defined(MP_GPT_LOOPS_ISA)
 #define MP_GPT_LOOPS_CAT2(a, b) a##b
 #define MP_GPT_LOOPS_CAT(a, b) MP_GPT_LOOPS_CAT2(a, b)
 namespace mp::detail {
-const GptLoops& MP_GPT_LOOPS_CAT(select_gpt_loops_, MP_GPT_LOOPS_ISA)() {
-  static constexpr GptLoops kLoops = make_gpt_loops<float>();
+const LayerLoops& MP_GPT_LOOPS_CAT(select_layer_loops_, MP_GPT_LOOPS_ISA)() {
+  static constexpr LayerLoops kLoops = make_layer_loops<float>();
   return kLoops;
 }
 }  // namespace mp::detail

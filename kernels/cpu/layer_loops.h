@@ -1,15 +1,15 @@
-// kernels/cpu/gpt_loops.h (private to kernels/cpu): the element loops of the
-// GPT layer ops (kernels/cpu/gpt_ops.h), each over one part of its index
-// space, so gpt_ops.cc splits the work with parallel_for and calls a loop
+// kernels/cpu/layer_loops.h (private to kernels/cpu): the element loops of the
+// layer ops (Note [Layer ops on the CPU] in kernels/cpu/layer_parts.h), each over one part of its index
+// space, so each op splits the work with parallel_for and calls a loop
 // per part.
 //
-// The float loops are compiled once per instruction set (gpt_loops_<isa>.cc:
-// baseline SSE2, AVX2, AVX-512) and gpt_loops() picks the widest the CPU
+// The float loops are compiled once per instruction set (layer_loops_<isa>.cc:
+// baseline SSE2, AVX2, AVX-512) and layer_loops() picks the widest the CPU
 // runs, as the fused update does (kernels/cpu/cpu_isa.h). Every variant
 // computes the same bits: -ffp-contract=off, the reductions keep their fixed
 // lane order (reduce8 in loops.h), the exp's floor is exact in each form
 // (math::floor_in_range). The double loops (the reference of the tests) are
-// the same templates, instantiated once at baseline in gpt_ops.cc.
+// the same templates, instantiated once at baseline for the double ops.
 #pragma once
 
 #include <cstdint>
@@ -110,7 +110,7 @@ struct ClassifierLoopArgs {
 
 // Each loop runs indices [begin, end) of its op.
 template <class T>
-struct GptLoopsOf {
+struct LayerLoopsOf {
   void (*gelu_forward)(const T* x, T* out, int64_t begin, int64_t end);
   void (*gelu_backward)(const T* x, const T* dout, T* dx, int64_t begin, int64_t end);  // dx may alias dout
   void (*add)(const T* a, const T* b, T* out, int64_t begin, int64_t end);             // out may alias a or b
@@ -129,21 +129,21 @@ struct GptLoopsOf {
   void (*round_through_bf16)(const float* x, float* out, int64_t begin, int64_t end);
 };
 
-using GptLoops = GptLoopsOf<float>;
+using LayerLoops = LayerLoopsOf<float>;
 
 // The float loops of `isa` (kAuto: cpu_isa_best()); EnforceError when this
 // CPU or build has no such variant.
-const GptLoops& gpt_loops(CpuIsa isa = CpuIsa::kAuto);
+const LayerLoops& layer_loops(CpuIsa isa = CpuIsa::kAuto);
 
 namespace detail {
-const GptLoops& select_gpt_loops_baseline();
-const GptLoops& select_gpt_loops_avx2();
-const GptLoops& select_gpt_loops_avx512();
+const LayerLoops& select_layer_loops_baseline();
+const LayerLoops& select_layer_loops_avx2();
+const LayerLoops& select_layer_loops_avx512();
 // A thread's scratch of n floats for the loops, grown as needed and kept
 // (the pool's workers are persistent). Defined once, at baseline
-// (gpt_loops.cc): the vector's out-of-line members must not be compiled with
+// (layer_loops.cc): the vector's out-of-line members must not be compiled with
 // a per-ISA object's instructions.
-float* gpt_loops_thread_floats(int64_t n);
+float* layer_loops_thread_floats(int64_t n);
 }  // namespace detail
 
 }  // namespace mp

@@ -1,0 +1,124 @@
+// kernels/cpu/attention.cc: kernels/cpu/attention.h.
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_loops.h"
+#include "kernels/cpu/layer_loops_impl.h"
+#include "kernels/cpu/layer_parts.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/gpt_math.h"
+#include "kernels/op_profile.h"
+
+namespace mp {
+
+using layer::check_act;
+using layer::check_token;
+using layer::kChunk;
+using layer::loops;
+using layer::part_align;
+using layer::store;
+using layer::widen;
+
+// ---- causal self-attention ------------------------------------------------------
+
+template <class T>
+void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att, T* out,
+                           int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const AttentionLoopArgs<T> a{qkv, nullptr, nullptr, seq, channels, heads, att, out, nullptr, nullptr};
+  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_forward(a, p0, p1); });
+}
+
+template <class T>
+void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t heads, T* scratch, T* dqkv, int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const AttentionLoopArgs<T> a{qkv, att, dout, seq, channels, heads, nullptr, nullptr, scratch, dqkv};
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_backward(a, p0, p1); });
+}
+
+// ---- causal self-attention ----------------------------------------------------------
+
+int64_t gpt_attention_act_scratch_elements(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
+  (void)channels;
+  return batch * heads * seq;  // the backward's; bf16 values are read and written in place
+}
+
+namespace {
+
+void check_heads(int64_t channels, int64_t heads) {
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+}
+
+}  // namespace
+
+void gpt_attention_forward(Act qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* att, Act out,
+                           float* scratch, int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  (void)scratch;
+  check_act(qkv, "attention input");
+  check_act(out, "attention output");
+  check_heads(channels, heads);
+  AttentionLoopArgs<float> a{qkv.f32(), nullptr, nullptr, seq, channels, heads, att, out.f32(), nullptr, nullptr};
+  if (qkv.dtype == DType::kBF16) {
+    a.qkv = nullptr;
+    a.qkv16 = static_cast<const bf16*>(qkv.data);
+  }
+  if (out.dtype == DType::kBF16) {
+    a.out = nullptr;
+    a.out16 = static_cast<bf16*>(out.data);
+  } else {
+    a.round = out.bf16;
+  }
+  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads),
+               [&](int64_t p0, int64_t p1) { layer_loops().attention_forward(a, p0, p1); });
+}
+
+void gpt_attention_backward(Act qkv, const float* att, Act dout, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t heads, Act dqkv, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  check_act(qkv, "attention input");
+  check_act(dout, "attention output gradient");
+  check_act(dqkv, "attention input gradient");
+  check_heads(channels, heads);
+  AttentionLoopArgs<float> a{qkv.f32(), att, dout.f32(), seq, channels, heads, nullptr, nullptr, scratch, dqkv.f32()};
+  if (qkv.dtype == DType::kBF16) {
+    a.qkv = nullptr;
+    a.qkv16 = static_cast<const bf16*>(qkv.data);
+  }
+  if (dout.dtype == DType::kBF16) {
+    a.dout = nullptr;
+    a.dout16 = static_cast<const bf16*>(dout.data);
+  }
+  if (dqkv.dtype == DType::kBF16) {
+    a.dqkv = nullptr;
+    a.dqkv16 = static_cast<bf16*>(dqkv.data);
+  } else {
+    a.round = dqkv.bf16;
+  }
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads),
+               [&](int64_t p0, int64_t p1) { layer_loops().attention_backward(a, p0, p1); });
+}
+
+#define MP_INSTANTIATE(T)                                                                                           \
+  template void gpt_attention_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, int);                \
+  template void gpt_attention_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, \
+                                          int);
+
+MP_INSTANTIATE(float)
+MP_INSTANTIATE(double)
+#undef MP_INSTANTIATE
+
+}  // namespace mp

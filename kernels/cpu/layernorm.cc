@@ -1,0 +1,112 @@
+// kernels/cpu/layernorm.cc: kernels/cpu/layernorm.h.
+#include "kernels/cpu/layernorm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/convert_math.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_loops.h"
+#include "kernels/cpu/layer_loops_impl.h"
+#include "kernels/cpu/layer_parts.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/gpt_math.h"
+#include "kernels/op_profile.h"
+
+namespace mp {
+
+using layer::check_act;
+using layer::check_token;
+using layer::kChunk;
+using layer::loops;
+using layer::part_align;
+using layer::store;
+using layer::widen;
+
+// ---- layernorm ----------------------------------------------------------------
+
+template <class T>
+void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean, T* rstd,
+                           int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  const LayerNormLoopArgs<T> a{x, w, b, channels, out, mean, rstd};
+  parallel_for(rows, threads, part_align(3 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_forward(a, n0, n1); });
+}
+
+template <class T>
+void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
+                            int64_t channels, T* dx, T* dw, T* db, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  const LayerNormGradLoopArgs<T> a{dout, x, w, mean, rstd, rows, channels, dx, dw, db};
+  parallel_for(rows, threads, part_align(4 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_grad_input(a, n0, n1); });
+  parallel_for(channels, threads, part_align(2 * rows, 8),
+               [&](int64_t c0, int64_t c1) { loops<T>().layernorm_grad_params(a, c0, c1); });
+}
+
+// ---- layernorm -------------------------------------------------------------------
+
+int64_t gpt_layernorm_act_scratch_elements(int64_t rows, int64_t channels) {
+  (void)rows;
+  (void)channels;
+  return 0;  // the loops read and write bf16 values themselves
+}
+
+void gpt_layernorm_forward(const float* x, const float* w, const float* b, int64_t rows, int64_t channels, Act out,
+                           float* mean, float* rstd, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  (void)scratch;
+  check_act(out, "layernorm output");
+  LayerNormLoopArgs<float> a{x, w, b, channels, out.f32(), mean, rstd};
+  if (out.dtype == DType::kBF16) {
+    a.out = nullptr;
+    a.out16 = static_cast<bf16*>(out.data);
+  } else {
+    a.round = out.bf16;
+  }
+  parallel_for(rows, threads, part_align(3 * channels),
+               [&](int64_t n0, int64_t n1) { layer_loops().layernorm_forward(a, n0, n1); });
+}
+
+void gpt_layernorm_backward(Act dout, const float* x, const float* w, const float* mean, const float* rstd,
+                            int64_t rows, int64_t channels, float* dx, bool accumulate, Act dx_copy, float* dw,
+                            float* db, float* scratch, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  (void)scratch;
+  check_act(dout, "layernorm output gradient");
+  LayerNormGradLoopArgs<float> a{dout.f32(), x, w, mean, rstd, rows, channels, dx, dw, db};
+  if (dout.dtype == DType::kBF16) {
+    a.dout = nullptr;
+    a.dout16 = static_cast<const bf16*>(dout.data);
+  }
+  a.accumulate = accumulate;
+  if (dx_copy.data != nullptr) {
+    check_act(dx_copy, "layernorm input gradient copy");
+    if (dx_copy.dtype == DType::kBF16) {
+      a.dx_copy16 = static_cast<bf16*>(dx_copy.data);
+    } else {
+      MP_ENFORCE(dx_copy.bf16, "layernorm input gradient copy of fp32 values: use dx itself");
+      a.dx_copy = dx_copy.f32();
+    }
+  }
+  parallel_for(rows, threads, part_align(4 * channels),
+               [&](int64_t n0, int64_t n1) { layer_loops().layernorm_grad_input(a, n0, n1); });
+  parallel_for(channels, threads, part_align(2 * rows, 8),
+               [&](int64_t c0, int64_t c1) { layer_loops().layernorm_grad_params(a, c0, c1); });
+}
+
+#define MP_INSTANTIATE(T)                                                                                             \
+  template void gpt_layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, T*, T*, T*, int);            \
+  template void gpt_layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, T*, T*, \
+                                          T*, int);
+
+MP_INSTANTIATE(float)
+MP_INSTANTIATE(double)
+#undef MP_INSTANTIATE
+
+}  // namespace mp
