@@ -2,12 +2,16 @@
 
 #include <gloo/transport/context.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 
 #include "comm/backend_util.h"
 #include "comm/host_rounds.h"
@@ -15,6 +19,15 @@
 #include "kernels/convert.h"
 
 namespace mp {
+
+// Note [Same-host transfers] (comm/gloo/gloo_context.h), per member of a
+// communicator: the pid whose memory this rank reads what that member sends
+// (0: TCP), and whether what this rank sends it is read so.
+struct GlooSameHost {
+  std::vector<int> recv_pid;
+  std::vector<bool> send;
+};
+
 namespace {
 
 using comm_detail::ChunkSplit;
@@ -30,44 +43,98 @@ class Exchange {
  public:
   using Failed = std::function<void(int peer, bool sending, const std::exception&)>;
   Exchange(gloo::transport::Context& ctx, const CollectiveInfo& info, uint64_t round, std::chrono::milliseconds timeout,
-           const Failed* failed)
-      : ctx_(ctx), slot_((info.sequence << 24) | (round & 0xffffff)), timeout_(timeout), failed_(failed) {}
+           const Failed* failed, const GlooSameHost* same_host)
+      : ctx_(ctx), slot_((info.sequence << 24) | (round & 0xffffff)), timeout_(timeout), failed_(failed),
+        same_host_(same_host) {}
   Exchange(Exchange&&) = default;
 
   void send(int peer, const void* data, size_t bytes) { post(peer, const_cast<void*>(data), bytes, true); }
   void recv(int peer, void* data, size_t bytes) { post(peer, data, bytes, false); }
+  // Receives first (a same-host one reads and acknowledges), then sends (a
+  // same-host one waits for its acknowledgement): no rank waits for one
+  // that waits for it.
   void wait() {
     for (Op& op : ops_) {
-      try {
-        op.sending ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_);
-      } catch (const std::exception& e) {
-        (*failed_)(op.peer, op.sending, e);
-      }
+      if (!op.sending) guard(op, [&] {
+        op.buffer->waitRecv(timeout_);
+        if (op.pid != 0) read_from_peer(op);
+      });
+    }
+    for (Op& op : ops_) {
+      if (op.sending) guard(op, [&] {
+        op.buffer->waitSend(timeout_);
+        if (op.ack) op.ack->waitRecv(timeout_);
+      });
+      if (!op.sending && op.ack) guard(op, [&] { op.ack->waitSend(timeout_); });
     }
     ops_.clear();
   }
 
  private:
+  static constexpr uint64_t kAck = uint64_t{1} << 63;
   struct Op {
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-    int peer;
-    bool sending;
+    int peer = 0;
+    bool sending = false;
+    void* data = nullptr;
+    size_t bytes = 0;
+    int pid = 0;                         // same host, receiving: whose memory to read
+    std::array<uint64_t, 2> where{};     // same host: the sender's address and length
+    uint64_t acked = 0;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer, ack;
   };
+
+  template <class F>
+  void guard(const Op& op, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      (*failed_)(op.peer, op.sending, e);
+    }
+  }
+
   void post(int peer, void* data, size_t bytes, bool sending) {
     if (bytes == 0) return;
-    try {
-      Op& op = ops_.emplace_back(Op{ctx_.createUnboundBuffer(data, bytes), peer, sending});
+    Op& op = ops_.emplace_back();
+    op.peer = peer, op.sending = sending, op.data = data, op.bytes = bytes;
+    const bool same_host = bytes >= kSameHostMinBytes && (sending ? same_host_->send[static_cast<size_t>(peer)]
+                                                                   : same_host_->recv_pid[static_cast<size_t>(peer)] != 0);
+    guard(op, [&] {
+      if (!same_host) {
+        op.buffer = ctx_.createUnboundBuffer(data, bytes);
+      } else {
+        op.where = {reinterpret_cast<uintptr_t>(data), bytes};
+        op.pid = sending ? 0 : same_host_->recv_pid[static_cast<size_t>(peer)];
+        op.buffer = ctx_.createUnboundBuffer(op.where.data(), sizeof(op.where));
+        op.ack = ctx_.createUnboundBuffer(&op.acked, sizeof(op.acked));
+        if (sending) op.ack->recv(peer, slot_ | kAck);
+      }
       sending ? op.buffer->send(peer, slot_) : op.buffer->recv(peer, slot_);
-    } catch (const std::exception& e) {
-      (*failed_)(peer, sending, e);
+    });
+  }
+
+  void read_from_peer(Op& op) {
+    if (op.where[1] != op.bytes) {
+      throw std::runtime_error(detail::str("it sends ", op.where[1], " bytes where ", op.bytes, " are expected"));
     }
+    for (size_t done = 0; done < op.bytes;) {
+      iovec local{static_cast<char*>(op.data) + done, op.bytes - done};
+      iovec remote{reinterpret_cast<char*>(op.where[0]) + done, op.bytes - done};
+      const ssize_t n = process_vm_readv(op.pid, &local, 1, &remote, 1, 0);
+      if (n <= 0) {
+        throw std::runtime_error(detail::str("reading its ", op.bytes, " bytes from its memory (pid ", op.pid,
+                                             ", this host): ", std::strerror(errno)));
+      }
+      done += static_cast<size_t>(n);
+    }
+    op.ack->send(op.peer, slot_ | kAck);
   }
 
   gloo::transport::Context& ctx_;
   uint64_t slot_;
   std::chrono::milliseconds timeout_;
   const Failed* failed_;
-  std::vector<Op> ops_;
+  const GlooSameHost* same_host_;
+  std::deque<Op> ops_;  // stable: the transfers point into them
 };
 
 // Note [Chunked reduction]'s exchange over Gloo (comm/host_rounds.h).
@@ -121,6 +188,12 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared
       size_(gloo_->size),
       progress_(std::make_shared<CommProgress>()),
       stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {
+  same_host_ = std::make_shared<GlooSameHost>();
+  for (int j = 0; j < size_; ++j) {
+    const int world = members_[static_cast<size_t>(j)], me = members_[static_cast<size_t>(rank_)];
+    same_host_->recv_pid.push_back(j == rank_ ? 0 : ctx_->same_host_pid(me, world));
+    same_host_->send.push_back(j != rank_ && ctx_->same_host_pid(world, me) != 0);
+  }
   ctx_->register_comm(id_, progress_);
 }
 
@@ -169,8 +242,9 @@ struct Transfers {
   const CollectiveInfo& info;
   std::chrono::milliseconds timeout;
   Exchange::Failed failed;
+  const GlooSameHost* same_host;
   uint64_t rounds = 0;
-  Exchange next() { return Exchange(ctx, info, rounds++, timeout, &failed); }
+  Exchange next() { return Exchange(ctx, info, rounds++, timeout, &failed, same_host); }
 };
 
 }  // namespace
@@ -181,7 +255,8 @@ struct Transfers {
                 MP_THROW(CommError, info.describe(), " on communicator '", name(), "': the transfer ",           \
                          sending ? "to" : "from", " rank ", peer, " (on ", ctx_->host_of(members_[peer]),        \
                          ") failed: ", e.what(), ". ", diagnoser()(info));                                        \
-              }}
+              },                                                                                                  \
+              same_host_.get()}
 
 void GlooCommunicator::host_gather(const CollectiveInfo& info, const void* mine, size_t bytes, void* all,
                                    uint64_t round) {

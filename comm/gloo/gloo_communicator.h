@@ -32,6 +32,8 @@
 
 namespace mp {
 
+struct GlooSameHost;
+
 class GlooCommunicator final : public Communicator {
  public:
   // Collective over the ranks meeting in `store` (rank `rank` of `size`),
@@ -96,6 +98,7 @@ class GlooCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<CommProgress> progress_;
+  std::shared_ptr<GlooSameHost> same_host_;
   uint64_t splits_ = 0;
   Allocator allocator_;
   Tensor scratch_;

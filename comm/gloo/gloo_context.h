@@ -3,6 +3,18 @@
 // peer monitor (Note [Peer monitor] in comm/mpi/mpi_context.h) over a Gloo
 // context of its own.
 //
+// Note [Same-host transfers]
+// Between two ranks of one host, TCP over loopback copies every byte twice
+// through the kernel. A transfer of kSameHostMinBytes or more goes instead
+// as MPI's shared-memory transport sends large messages (Open MPI's
+// single-copy CMA): the sender sends only the buffer's address and length,
+// the receiver reads it straight from the sender's memory
+// (process_vm_readv) and acknowledges, and only then may the sender reuse
+// it. Whether rank j may read rank i's memory is probed once, at start-up,
+// for every pair on one host (same user, same PID namespace, no ptrace
+// restriction: each process allows it with PR_SET_PTRACER, as Open MPI
+// does); pairs that fail the probe, or MP_GLOO_SAME_HOST=tcp, use TCP.
+//
 // Note [Gloo peer monitor]
 // A responder thread per process waits, without a deadline, for a query from
 // any rank on the monitor's context and answers with the communicator's
@@ -36,6 +48,8 @@ class UnboundBuffer;
 
 namespace mp {
 
+constexpr size_t kSameHostMinBytes = size_t{64} << 10;
+
 class GlooContext {
  public:
   // Collective over the `size` processes that meet in `store`: each binds
@@ -50,6 +64,13 @@ class GlooContext {
 
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
+  // Note [Same-host transfers]: the pid through which `reader` reads
+  // `owner`'s memory, or 0 when transfers between them go over TCP.
+  int same_host_pid(int reader, int owner) const {
+    return readable_.at(static_cast<size_t>(reader)).at(static_cast<size_t>(owner)) == '1'
+               ? pids_.at(static_cast<size_t>(owner))
+               : 0;
+  }
   const std::string& host_of(int world_rank) const { return hosts_.at(static_cast<size_t>(world_rank)); }
 
   // Every member's bytes, in member order, for this member's `mine`.
@@ -70,11 +91,15 @@ class GlooContext {
 
  private:
   void respond_loop();
+  void probe_same_host(std::chrono::milliseconds timeout);
 
   std::shared_ptr<KeyValueStore> store_;
   int rank_, size_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::vector<std::string> hosts_;
+  std::vector<int> pids_;
+  std::vector<std::string> readable_;  // [reader][owner]: '1' where the probe read owner's memory
+  uint64_t probe_ = 0;                 // the word the others read
   std::shared_ptr<gloo::transport::Context> monitor_;
   std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;
