@@ -77,17 +77,22 @@ void check_inside(const View& v, int index, int count, const char* index_name, c
   }
 }
 
+// torchrun's variables, or Lightning's launcher's: WORLD_SIZE, LOCAL_RANK
+// and NODE_RANK without RANK (RANK = LOCAL_RANK on node 0; on other nodes
+// only the trainer knows it: rank -1).
 std::optional<View> torchrun_view(const Reader& env) {
   if (!env.has("RANK") && !env.has("WORLD_SIZE")) return std::nullopt;
   View v(RankSource::kTorchrun);
   const std::optional<int> rank = env.integer("RANK", v), size = env.integer("WORLD_SIZE", v);
-  if (!rank || !size) {
+  v.local_rank = env.integer("LOCAL_RANK", v).value_or(-1);
+  v.local_size = env.integer("LOCAL_WORLD_SIZE", v).value_or(-1);
+  const bool lightning = !rank && size && v.local_rank >= 0;
+  if ((!rank || !size) && !lightning) {
     MP_THROW(ConfigError, "launch environment: ", rank ? "RANK" : "WORLD_SIZE", " is set but ",
              rank ? "WORLD_SIZE" : "RANK", " is not (torchrun sets both)");
   }
-  v.rank = *rank, v.size = *size;
-  v.local_rank = env.integer("LOCAL_RANK", v).value_or(-1);
-  v.local_size = env.integer("LOCAL_WORLD_SIZE", v).value_or(-1);
+  v.size = *size;
+  v.rank = rank ? *rank : env.integer("NODE_RANK", v).value_or(0) == 0 ? v.local_rank : -1;
   check_inside(v, v.rank, v.size, "RANK", "WORLD_SIZE");
   check_inside(v, v.local_rank, v.local_size, "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   return v;
@@ -149,6 +154,7 @@ std::optional<View> slurm_view(const Reader& env, std::string* master, int* port
 // Note [Rank discovery]: `a` (the chosen source or the arguments) against
 // `b` (MPI's view).
 void check_agree(const View& a, const View& b) {
+  if (a.rank < 0 || b.rank < 0) return;
   if (a.size < 0 || b.size < 0) {
     if (a.size < 0 || b.rank == a.rank) return;
   } else if (a.size == b.size && a.rank == b.rank) {
@@ -211,6 +217,10 @@ Ranks discover_ranks(const Environment& environment, const RankArguments& given)
     chosen = v;
   } else {
     chosen = torchrun ? torchrun : mpi ? mpi : slurm;
+    if (chosen && chosen->rank < 0) {
+      MP_THROW(ConfigError, "launch environment (", chosen->evidence(), "): Lightning's launcher on a node other than "
+               "the first says no global rank; pass mp.init(rank=..., world_size=...) (mp.lightning.MPStrategy does)");
+    }
   }
   if (chosen && chosen->source != RankSource::kMpi && mpi) check_agree(*chosen, *mpi);
   // srun --mpi=pmix: PMIx gives the rank, the step's tasks are MPI's world.

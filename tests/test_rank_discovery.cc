@@ -119,6 +119,19 @@ TEST(RankDiscovery, TheFirstSourcePresentWins) {
   EXPECT_EQ(e.size, 1);
 }
 
+TEST(RankDiscovery, LightningsLauncherSaysWorldSizeAndLocalRank) {
+  const Environment env = {{"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"NODE_RANK", "0"},
+                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"}};
+  const Ranks r = discover_ranks(env);
+  EXPECT_EQ(r.source, RankSource::kTorchrun);
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.size, 2);
+  Environment node1 = env;
+  node1["NODE_RANK"] = "1";
+  EXPECT_NE(refusal(node1).find("pass mp.init(rank=..., world_size=...)"), std::string::npos);
+  EXPECT_EQ(discover_ranks(node1, given(3, 4)).rank, 3);
+}
+
 TEST(RankDiscovery, TorchrunOncePerNodeUnderMpirunAgrees) {
   // mpirun -np 2 torchrun --nproc-per-node 4: RANK 5 runs under MPI rank 1.
   const Environment env = {{"RANK", "5"},        {"WORLD_SIZE", "8"},        {"LOCAL_RANK", "1"},

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 
 #include <string>
+#include <vector>
 
 #include "comm/rank_discovery.h"
 #include "mp/mp.h"
@@ -52,5 +53,19 @@ NB_MODULE(_mp, m) {
   m.def("launcher", [] { return std::string(mp::rank_source_name(world().ranks.source)); },
         "What said who this process is: 'torchrun', 'MPI', 'Slurm', 'explicit' or 'none'.");
   m.def("data_plane", [] { return world().data_plane; }, "'MPI' or 'Gloo'.");
+  m.def(
+      "all_gather_bytes",
+      [](nb::bytes mine) {
+        const std::string bytes(mine.c_str(), mine.size());
+        std::vector<std::string> all;
+        {
+          nb::gil_scoped_release release;
+          all = mp::python::control().all_gather_bytes(bytes);
+        }
+        nb::list out;
+        for (const std::string& b : all) out.append(nb::bytes(b.data(), b.size()));
+        return out;
+      },
+      "Every rank's bytes, in rank order: small host values over the world's control plane. Collective.");
   mp::python::bind_engine(m);
 }

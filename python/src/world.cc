@@ -10,6 +10,7 @@
 
 #include "comm/data_plane.h"
 #include "comm/gloo/gloo_communicator.h"
+#include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_world.h"
 #include "comm/store.h"
 #include "core/error.h"
@@ -59,6 +60,7 @@ struct State {
   World world;
   std::unique_ptr<MpiWorld> mpi;
   std::unique_ptr<GlooCommunicator> gloo;  // the world's; engines get splits of it
+  std::unique_ptr<Communicator> mpi_control;
 };
 std::unique_ptr<State> g_state;
 std::map<int, std::function<void()>> g_closers;
@@ -138,6 +140,13 @@ std::unique_ptr<Communicator> make_world_communicator(Device device, const CommO
              "): not supported yet (NCCL's start-up goes through MPI); use device='cpu', or launch with mpirun");
   }
   return g_state->gloo->split(0, w.ranks.rank, "world", options);
+}
+
+Communicator& control() {
+  world();
+  if (g_state->gloo) return *g_state->gloo;
+  if (!g_state->mpi_control) g_state->mpi_control = MpiCommunicator::create_world("control", CommOptions{});
+  return *g_state->mpi_control;
 }
 
 int register_closer(std::function<void()> close) {

@@ -46,6 +46,10 @@ bool mpi_initialized();
 // NCCL / staged, comm/data_plane.h), or Gloo's. Collective.
 std::unique_ptr<Communicator> make_world_communicator(Device device, const CommOptions& options, bool shared_devices);
 
+// The world's communicator for small host values (Note [Control plane]):
+// MPI's (made on first use, collectively) or the Gloo world's.
+Communicator& control();
+
 // Engines register a closer, called by finalize() (and unregister it when
 // they close themselves). Returns a token for unregister_closer.
 int register_closer(std::function<void()> close);
