@@ -47,6 +47,7 @@ param.shape: a Hugging Face Conv1D weight [in, out] as it is). With other
 kinds nothing is marked. ShardedModel.muon_params names the marked ones.
 """
 import contextlib
+import functools
 import weakref
 
 import torch
@@ -238,6 +239,7 @@ class ShardedModel:
         # raises, the contexts it entered are left.
         inner = self.model.forward
 
+        @functools.wraps(inner)  # its signature stays the module's (transformers' Trainer reads it)
         def forward(*args, **kwargs):
             return me._root_forward(root, inner, args, kwargs)
         self.model.forward = forward

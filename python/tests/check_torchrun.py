@@ -9,6 +9,10 @@
   final weights bit for bit;
 - examples/torch_llama.py trains under torchrun (fp32, deterministic) and
   prints the lines it prints under mpirun;
+- examples/hf_trainer.py (transformers' Trainer, unpatched, stepping
+  mp.torch.ShardedOptimizer) trains under torchrun and its losses equal
+  the plain shard loop's (1 rank, 2 backwards a step, the Trainer's lrs)
+  within 1e-6 (fp32, deterministic);
 - a rank killed (SIGKILL) in its backward makes the other fail with an mp
   error naming it, within the collective timeout (5 s);
 - a contradictory launch environment, and a data plane (MPI here) whose
@@ -28,7 +32,8 @@ import time
 import gpt2_case as case
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch_llama.py")
+EXAMPLES = os.path.join(HERE, "..", "..", "examples")
+EXAMPLE = os.path.join(EXAMPLES, "torch_llama.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 failed = []
 
@@ -54,6 +59,34 @@ def train(launcher, model, steps, out):
         sys.exit(f"{model}: {launcher[0]}: exit {p.returncode}")
     with open(out) as f:
         return json.load(f), seconds
+
+
+def hf_trainer_against_the_plain_loop(steps=10, batch=4):
+    p, seconds = run([*TORCHRUN, os.path.join(EXAMPLES, "hf_trainer.py"), "--steps", str(steps), "--batch",
+                      str(batch), "--recipe", "RECIPE_FP32", "--deterministic"])
+    got = [tuple(float(x) for x in m) for m in re.findall(r"step +\d+  loss (\S+)  norm (\S+)  lr (\S+)", p.stdout)]
+    if not check(p.returncode == 0 and len(got) == steps,
+                 f"examples/hf_trainer.py under torchrun: {len(got)} steps in {seconds:.1f} s (exit {p.returncode})"):
+        print(p.stdout, p.stderr)
+        return
+    sys.path.insert(0, EXAMPLES)
+    import hf_trainer
+    import mp
+    import mp.torch
+    import torch
+    mp.init()  # the reference: 1 rank, the 2 ranks' batches as 2 backwards
+    model = hf_trainer.make_model()
+    sharded = mp.torch.shard(model, config=hf_trainer.config_text("RECIPE_FP32", True, 1e-3) + " micro_batches: 2")
+    worst = 0.0
+    for s, (loss, _, lr) in enumerate(got):
+        sharded.lr = lr
+        for r in range(2):
+            tokens = torch.stack([hf_trainer.sequence(r + 2 * j) for j in range(s * batch, (s + 1) * batch)])
+            model(input_ids=tokens, labels=tokens).loss.backward()
+        worst = max(worst, abs(sharded.step().loss - loss) / abs(loss))
+    sharded.close()
+    check(worst <= 1e-6, f"examples/hf_trainer.py: {steps} steps equal the plain shard loop's, worst relative loss "
+                         f"difference {worst:.3g} (at most 1e-6)")
 
 
 def main():
@@ -128,6 +161,7 @@ def main():
         check(p.returncode != 0 and "the launcher started 2 ranks" in p.stderr and "MPI's world has 1 rank" in p.stderr,
               "a launcher's 2 ranks on an MPI world of 1 is a ConfigError: "
               + (p.stderr.strip().splitlines() or ["(nothing)"])[-1][:300])
+        hf_trainer_against_the_plain_loop()  # last: its reference starts MPI in this process
     sys.exit(1 if failed else 0)
 
 
