@@ -35,9 +35,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,10 +46,8 @@
 #include "bench/bench.h"
 #include "bench/suites.h"
 #include "bench/timing.h"
-#include "comm/gloo/gloo_communicator.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_error.h"
-#include "comm/store.h"
 #include "core/error.h"
 #include "kernels/convert.h"
 
@@ -174,12 +170,7 @@ class CommSuite {
 
   // comm_gloo: the Gloo backend against comm_.
   void run_gloo() {
-    char dir[256] = "/tmp/mp_bench_gloo.XXXXXX";
-    if (rank_ == 0 && mkdtemp(dir) == nullptr) MP_THROW(IoError, "mkdtemp ", dir);
-    MP_CHECK_MPI(MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, ref_.get()));
-    gloo_ = GlooCommunicator::create_world(make_file_store(dir), rank_, n_, "127.0.0.1", "bench", CommOptions{});
-    MP_CHECK_MPI(MPI_Barrier(ref_.get()));
-    if (rank_ == 0) std::filesystem::remove_all(dir);
+    gloo_ = gloo_bench_world("bench");
     std::vector<int64_t> sizes = ctx_.options.sizes_bytes;
     if (sizes.empty()) sizes.assign(std::begin(kGlooSizesBytes), std::end(kGlooSizesBytes));
     ctx_.reporter.note(detail::str("comm_gloo: ", n_, " rank(s), Gloo against the MPI backend, ",
@@ -519,7 +510,7 @@ class CommSuite {
   Allocator alloc_;
   DupComm ref_;
   std::unique_ptr<MpiCommunicator> comm_;
-  std::unique_ptr<GlooCommunicator> gloo_;  // comm_gloo only
+  std::unique_ptr<Communicator> gloo_;  // comm_gloo only
   std::vector<std::string> targets_;  // rank 0's verdicts, for the summary
 };
 
