@@ -37,6 +37,20 @@ using comm_detail::element_ptr;
 // its own.
 constexpr uint64_t kFingerprintRound = 0xfff000;
 
+// `bytes` of `pid`'s memory at `from` into `to` (Note [Same-host transfers]).
+void read_memory(int pid, void* to, uintptr_t from, size_t bytes) {
+  for (size_t done = 0; done < bytes;) {
+    iovec local{static_cast<char*>(to) + done, bytes - done};
+    iovec remote{reinterpret_cast<char*>(from) + done, bytes - done};
+    const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      throw std::runtime_error(detail::str("reading ", bytes, " bytes of its memory (pid ", pid,
+                                           ", this host): ", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
 // The transfers of one round of a collective, in flight together, waited
 // for as a whole (Note [Gloo backend]). Each round has a slot of its own.
 class Exchange {
@@ -116,16 +130,7 @@ class Exchange {
     if (op.where[1] != op.bytes) {
       throw std::runtime_error(detail::str("it sends ", op.where[1], " bytes where ", op.bytes, " are expected"));
     }
-    for (size_t done = 0; done < op.bytes;) {
-      iovec local{static_cast<char*>(op.data) + done, op.bytes - done};
-      iovec remote{reinterpret_cast<char*>(op.where[0]) + done, op.bytes - done};
-      const ssize_t n = process_vm_readv(op.pid, &local, 1, &remote, 1, 0);
-      if (n <= 0) {
-        throw std::runtime_error(detail::str("reading its ", op.bytes, " bytes from its memory (pid ", op.pid,
-                                             ", this host): ", std::strerror(errno)));
-      }
-      done += static_cast<size_t>(n);
-    }
+    read_memory(op.pid, op.data, op.where[0], op.bytes);
     op.ack->send(op.peer, slot_ | kAck);
   }
 
@@ -137,29 +142,87 @@ class Exchange {
   std::deque<Op> ops_;  // stable: the transfers point into them
 };
 
-// Note [Chunked reduction]'s exchange over Gloo (comm/host_rounds.h).
+// Note [Chunked reduction]'s exchange over Gloo (comm/host_rounds.h). With
+// an input of kSameHostMinBytes or more, a same-host peer's part of each
+// round is read where it lies in its input (Note [Same-host transfers]):
+// its input's address comes once, before the rounds, and a last message
+// tells it the reading is done (it may then reuse its input); rounds then
+// cost it no message.
 class GlooRounds final : public comm_detail::HostRounds {
  public:
-  GlooRounds(std::function<Exchange()> make, size_t elem, int rank, int size, const Tensor& input,
-             const Tensor& scratch, const Tensor& out, math::ElementOp op, double divisor, bool wire)
-      : HostRounds(rank, size, input, scratch, out, op, divisor, wire), make_(std::move(make)), elem_(elem) {}
+  GlooRounds(std::function<Exchange()> make, const Exchange::Failed* failed, const GlooSameHost& same, size_t elem,
+             int rank, int size, const Tensor& input, const Tensor& scratch, const Tensor& out, math::ElementOp op,
+             double divisor, bool wire)
+      : HostRounds(rank, size, input, scratch, out, op, divisor, wire), make_(std::move(make)), failed_(failed),
+        same_(same), elem_(elem),
+        direct_(static_cast<size_t>(input.numel()) * elem >= kSameHostMinBytes),
+        bases_(static_cast<size_t>(size)) {}
+
+  void begin() { handshake(std::array<uint64_t, 2>{reinterpret_cast<uintptr_t>(input_.data()), 0}, true); }
+  void end() { handshake(std::array<uint64_t, 2>{1, 0}, false); }
 
   void start(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv, int slot) override {
     Exchange& ex = rounds_[slot].emplace(make_());
+    reads_[slot].clear();
     for (int j = 0; j < size_; ++j) {
       char* dst = place(split, begin, piece, slot, j);
       if (j == rank_) continue;
-      const int64_t send = std::clamp<int64_t>(split.counts[static_cast<size_t>(j)] - begin, 0, piece);
-      ex.recv(j, dst, static_cast<size_t>(recv) * elem_);
-      ex.send(j, outgoing(split, begin, j), static_cast<size_t>(send) * elem_);
+      const auto jj = static_cast<size_t>(j);
+      const int64_t send = std::clamp<int64_t>(split.counts[jj] - begin, 0, piece);
+      if (reads(j)) {
+        const uintptr_t at = bases_[jj][0] + static_cast<uintptr_t>(split.offsets[static_cast<size_t>(rank_)] + begin) * elem_;
+        reads_[slot].push_back({j, dst, at, static_cast<size_t>(recv) * elem_});
+      } else {
+        ex.recv(j, dst, static_cast<size_t>(recv) * elem_);
+      }
+      if (!read_by(j)) ex.send(j, outgoing(split, begin, j), static_cast<size_t>(send) * elem_);
     }
   }
-  void finish(int slot) override { rounds_[slot]->wait(); }
+
+  void finish(int slot) override {
+    rounds_[slot]->wait();
+    for (const Read& r : reads_[slot]) {
+      try {
+        if (r.bytes > 0) read_memory(same_.recv_pid[static_cast<size_t>(r.peer)], r.to, r.from, r.bytes);
+      } catch (const std::exception& e) {
+        (*failed_)(r.peer, false, e);
+      }
+    }
+  }
 
  private:
+  struct Read {
+    int peer;
+    char* to;
+    uintptr_t from;
+    size_t bytes;
+  };
+  bool reads(int j) const { return direct_ && same_.recv_pid[static_cast<size_t>(j)] != 0; }
+  bool read_by(int j) const { return direct_ && same_.send[static_cast<size_t>(j)]; }
+
+  // first: this rank's input's address to every peer that reads it, theirs
+  // from every peer it reads; then: "done" to every peer it read, from
+  // every peer that read it.
+  void handshake(std::array<uint64_t, 2> mine, bool first) {
+    if (!direct_) return;
+    Exchange ex = make_();
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      const bool to = first ? read_by(j) : reads(j), from = first ? reads(j) : read_by(j);
+      if (to) ex.send(j, mine.data(), sizeof(mine));
+      if (from) ex.recv(j, bases_[static_cast<size_t>(j)].data(), sizeof(mine));
+    }
+    ex.wait();
+  }
+
   std::function<Exchange()> make_;
+  const Exchange::Failed* failed_;
+  const GlooSameHost& same_;
   size_t elem_;
+  bool direct_;
+  std::vector<std::array<uint64_t, 2>> bases_;  // each peer's input (then its "done")
   std::optional<Exchange> rounds_[2];
+  std::vector<Read> reads_[2];
 };
 
 }  // namespace
@@ -299,9 +362,11 @@ void GlooCommunicator::accumulate_chunks(const CollectiveInfo& info, const Tenso
   const int64_t piece =
       comm_detail::host_round_piece(options().accumulate_chunk_bytes, input, size_, allocator_, &scratch_);
   MP_GLOO_TRANSFERS(t, info);
-  GlooRounds rounds([&t] { return t.next(); }, dtype_size(input.dtype()), rank_, size_, input, scratch_, out, op,
-                    divisor, wire);
+  GlooRounds rounds([&t] { return t.next(); }, &t.failed, *same_host_, dtype_size(input.dtype()), rank_, size_, input,
+                    scratch_, out, op, divisor, wire);
+  rounds.begin();
   comm_detail::reduce_chunks(rounds, split, rank_, piece);
+  rounds.end();
 }
 
 WorkPtr GlooCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
