@@ -263,8 +263,9 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared
 GlooCommunicator::~GlooCommunicator() {
   ctx_->unregister_comm(id_);
   if (cpu_streams_abandoned()) {  // a collective timed out: its thread may still use the connections
-    (void)new std::shared_ptr<gloo::transport::Context>(gloo_);
-    (void)new std::shared_ptr<GlooContext>(ctx_);
+    static auto* kept = new std::vector<std::shared_ptr<void>>();  // until exit, reachable
+    kept->push_back(gloo_);
+    kept->push_back(ctx_);
     return;
   }
   try {
