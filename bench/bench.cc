@@ -2,9 +2,14 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/store.h"
 #include "core/error.h"
 
 namespace mp::bench {
@@ -76,6 +81,25 @@ double round_to(double v, int digits) {
   if (!std::isfinite(v)) return v;
   const double scale = std::pow(10.0, digits);
   return std::round(v * scale) / scale;
+}
+
+std::unique_ptr<Communicator> gloo_bench_world(const std::string& name) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  char dir[256] = "/tmp/mp_bench_gloo.XXXXXX";
+  if (rank == 0 && mkdtemp(dir) == nullptr) MP_THROW(IoError, "mkdtemp ", dir);
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  auto world = GlooCommunicator::create_world(make_file_store(dir), rank, size, "127.0.0.1", name, CommOptions{});
+  world->barrier()->wait();  // every rank has read the store
+  if (rank == 0) std::filesystem::remove_all(dir);
+  return world;
+}
+
+std::unique_ptr<Communicator> bench_world(const std::string& name) {
+  const char* plane = std::getenv("MP_BENCH_DATA_PLANE");
+  if (plane != nullptr && std::string(plane) == "gloo") return gloo_bench_world(name);
+  return MpiCommunicator::create_world(name, CommOptions{});
 }
 
 }  // namespace mp::bench

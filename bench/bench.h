@@ -12,10 +12,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/mpi/mpi_world.h"
 
 namespace mp::bench {
@@ -61,6 +63,14 @@ struct BenchContext {
   const BenchOptions& options;
   const Reporter& reporter;
 };
+
+// A Gloo world (comm/gloo/) over the job's ranks, meeting through a file
+// store in a directory rank 0 makes and tells the others over MPI.
+// Collective.
+std::unique_ptr<Communicator> gloo_bench_world(const std::string& name);
+// The world a suite trains over: MPI's, or Gloo's with
+// MP_BENCH_DATA_PLANE=gloo (the gpt suite: GPT-2's step on either).
+std::unique_ptr<Communicator> bench_world(const std::string& name);
 
 // Rounds to `digits` decimals so the JSON stays readable (1.2345, not
 // 1.2345000000000002: the library prints the shortest round-trip form).

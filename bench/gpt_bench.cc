@@ -37,6 +37,8 @@
 // the ops a step enqueues on rank 0, the model's and the engine's (Note [Op
 // count] in kernels/op_profile.h): on a GPU, its kernel launches.
 //
+// MP_BENCH_DATA_PLANE=gloo trains over the Gloo backend (comm/gloo/) instead
+// of MPI (bench/gloo_vs_mpi.sh runs both).
 // Threads per rank: MP_NUM_THREADS if set, else the CPUs this rank may run
 // on divided by the ranks on the node (launch with --bind-to none).
 // --sizes B: the global batch of both models (default 4 and 8).
@@ -122,7 +124,7 @@ struct Recipe {
 }  // namespace
 
 void run_gpt_suite(const BenchContext& ctx) {
-  auto world = MpiCommunicator::create_world("bench", CommOptions{});
+  auto world = bench_world("bench");  // MP_BENCH_DATA_PLANE=gloo: over Gloo
   const int ranks = world->size();
   const int threads = threads_per_rank(ctx.world);
   const GptConfig big = gpt2_124m_bench_config(), small = small_gpt_bench_config();

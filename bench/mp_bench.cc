@@ -29,6 +29,7 @@ struct Suite {
 
 constexpr Suite kSuites[] = {
     {"comm", run_comm_suite, "MpiCommunicator collectives vs raw MPI (run with -np 2 or more)"},
+    {"comm_gloo", run_comm_gloo_suite, "GlooCommunicator collectives vs MpiCommunicator (run with -np 2 or more)"},
     {"reduce_accuracy", run_reduce_accuracy_suite,
      "bf16 reductions: kWire vs kFp32 error against the exact sum, at this world size and simulated rings"},
     {"update", run_update_suite, "the fused AdamW step vs a STREAM triad, 1 and 2 threads (run with -np 1)"},

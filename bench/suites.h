@@ -9,6 +9,8 @@ namespace mp::bench {
 
 // comm: MpiCommunicator collectives against the raw MPI calls (comm_bench.cc).
 void run_comm_suite(const BenchContext& ctx);
+// comm_gloo: the Gloo backend against the MPI backend (comm_bench.cc).
+void run_comm_gloo_suite(const BenchContext& ctx);
 
 // reduce_accuracy: kWire vs kFp32 error against the exact sum (accuracy_bench.cc).
 void run_reduce_accuracy_suite(const BenchContext& ctx);

@@ -10,6 +10,8 @@ endif()
 
 find_package(Threads REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
+# Gloo's TCP transport: the CPU data plane without mpirun (comm/gloo/).
+find_package(Gloo REQUIRED CONFIG)
 find_package(Protobuf REQUIRED)
 find_package(GTest REQUIRED)
 find_package(CLI11 REQUIRED)

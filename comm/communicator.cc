@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <sstream>
 
 #include "comm/backend_util.h"
 #include "core/error.h"
@@ -39,6 +40,34 @@ double reduction_divisor(const ReduceOptions& o, int size) {
 
 void check_reducible(DType t) {
   if (is_fp8(t)) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
+}
+
+// Fingerprints carry an op as its index here.
+constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",   "all_to_all",
+                                           "barrier",    "split",          "host_all_gather", "all_to_all_v"};
+constexpr int64_t kNumFingerprintOps = 9;
+
+std::array<int64_t, 4> fingerprint(const CollectiveInfo& info) {
+  int64_t op = 0;
+  while (op < kNumFingerprintOps && info.op != kFingerprintOps[op]) ++op;  // kNumFingerprintOps: "other"
+  return {op, static_cast<int64_t>(info.dtype), info.count, static_cast<int64_t>(info.sequence)};
+}
+
+void check_fingerprints(const std::array<int64_t, 4>& mine, const std::vector<int64_t>& all,
+                        const std::string& communicator, uint64_t sequence) {
+  const size_t ranks = all.size() / 4;
+  bool same = true;
+  for (size_t r = 0; r < ranks; ++r) same = same && std::equal(mine.begin(), mine.end(), &all[4 * r]);
+  if (same) return;
+  std::ostringstream os;
+  for (size_t r = 0; r < ranks; ++r) {
+    const int64_t* f = &all[4 * r];
+    os << (r ? "; " : "") << "rank " << r << ": "
+       << (f[0] >= 0 && f[0] < kNumFingerprintOps ? kFingerprintOps[f[0]] : "other") << " #" << f[3] << " ("
+       << dtype_name(static_cast<DType>(f[1])) << " x " << f[2] << ")";
+  }
+  MP_THROW(CommError, "collective mismatch on communicator '", communicator, "' at #", sequence,
+           ": the ranks called different collectives: ", os.str());
 }
 
 }  // namespace comm_detail

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/torch_llama.py: a Hugging Face Llama trained sharded by mp, in your own PyTorch loop.
 
-    mpirun -np 2 python3 examples/torch_llama.py [--steps 50] [--recipe BF16_MASTER]
+    torchrun --standalone --nproc-per-node 2 examples/torch_llama.py [--steps 50] [--recipe BF16_MASTER]
+    mpirun -np 2 python3 examples/torch_llama.py        # or srun -n 2 python3 examples/torch_llama.py
 
 The model is a small transformers.LlamaForCausalLM (rotary positions,
 RMSNorm, grouped-query attention, an untied head) built from a config in
@@ -45,6 +46,8 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="sequences per micro-batch (per rank)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--deterministic", action="store_true",
+                    help="mp's deterministic mode: the same bits under any launcher and rank count")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     args = ap.parse_args()
     if args.threads > 0:
@@ -71,6 +74,7 @@ def main():
 
     sharded = mp.torch.shard(model, config=(
         f"sharding {{ strategy: {args.strategy} }} precision {{ recipe: {args.recipe} }} "
+        f"deterministic: {'true' if args.deterministic else 'false'} "
         f"optimizer {{ lr: {args.lr} weight_decay: 0.1 grad_clip: 1.0 "
         f"schedule {{ warmup_steps: {max(1, args.steps // 10)} total_steps: {args.steps} }} }}"))
     lead = mp.rank() == 0

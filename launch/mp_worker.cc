@@ -20,6 +20,7 @@
 #include "comm/mpi/link_check.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/mpi_world.h"
+#include "comm/rank_discovery.h"
 #include "core/error.h"
 #include "core/stop_signals.h"
 #include "launch/device_choice.h"
@@ -143,7 +144,8 @@ void print_ranks(const MpiWorld& world, const TrainSettings& s, std::chrono::mil
   const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
   const LinkCheck link = check_host_links(int64_t{4} << 20, timeout);  // Note [Link check]
   if (world.rank() != 0) return;
-  std::cout << build_string() << ": " << world.size() << " rank(s)\n";
+  std::cout << build_string() << ": " << world.size() << " rank(s)\n"
+            << discover_ranks(process_environment()).describe() << "\n";
   for (const auto& info : infos) {
     std::cout << "  rank " << info.rank() << ": " << info.hostname() << " pid " << info.pid() << ", local rank "
               << info.local_rank() << "/" << info.local_size() << ", " << info.device_description();
@@ -160,12 +162,11 @@ void print_ranks(const MpiWorld& world, const TrainSettings& s, std::chrono::mil
 }
 
 // The world size a run started by mpirun/srun will have, read before MPI
-// starts (--plan and config checks run without MPI); 1 otherwise.
+// starts (--plan and config checks run without MPI; Note [Rank discovery]);
+// 1 otherwise.
 int launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    if (const char* env = std::getenv(var); env != nullptr && std::atoi(env) > 0) return std::atoi(env);
-  }
-  return 1;
+  const Ranks ranks = discover_ranks(process_environment());
+  return ranks.size > 0 ? ranks.size : 1;
 }
 
 // mp_worker's command line.

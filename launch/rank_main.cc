@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/rank_discovery.h"
 #include "core/error.h"
 
 namespace mp {
@@ -57,6 +58,9 @@ int run_rank_main(const char* program, int* argc, char*** argv,
   std::unique_ptr<MpiWorld> world;
   try {
     world = std::make_unique<MpiWorld>(argc, argv);
+    // Note [Rank discovery]: under torchrun, or srun without MPI, MPI's
+    // world would be each process alone.
+    check_world_size(discover_ranks(process_environment()), world->size(), "MPI's world");
     return body(*world);
   } catch (const Error& e) {
     print_error_line(e.what());

@@ -1,15 +1,15 @@
 #include "comm/mpi/mpi_communicator.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
-#include <sstream>
 
 #include "comm/backend_util.h"
+#include "comm/host_rounds.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_wait.h"
 #include "core/error.h"
 #include "kernels/convert.h"
-#include "kernels/cpu/reduce.h"
 
 namespace mp {
 namespace {
@@ -19,7 +19,8 @@ using comm_detail::ceil_chunks;
 using comm_detail::element_op;
 using comm_detail::equal_chunks;
 using comm_detail::reduce_chunks;
-using comm_detail::RoundTransport;
+using comm_detail::HostRounds;
+using comm_detail::mix;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
 
@@ -32,29 +33,9 @@ constexpr int kGatherTag = 9002;
 constexpr size_t kPieceBytes = size_t{16} << 20;
 int64_t piece_elements(DType t) { return static_cast<int64_t>(kPieceBytes / dtype_size(t)); }
 
-uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 step: ids derived from lineage
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h += 0x9e3779b97f4a7c15ull;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
 int to_int_count(int64_t n, const char* what) {
   MP_ENFORCE(n <= INT_MAX, what, ": ", n, " elements per rank exceed MPI's int count (", INT_MAX, ")");
   return static_cast<int>(n);
-}
-
-// Fingerprints carry an op as its index here.
-constexpr const char* kFingerprintOps[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",   "all_to_all",
-                                           "barrier",    "split",          "host_all_gather", "all_to_all_v"};
-constexpr int64_t kNumFingerprintOps = 9;
-
-int64_t op_code(const std::string& op) {
-  for (int64_t i = 0; i < kNumFingerprintOps; ++i) {
-    if (op == kFingerprintOps[i]) return i;
-  }
-  return kNumFingerprintOps;  // "other"
 }
 
 }  // namespace
@@ -124,24 +105,12 @@ WorkPtr MpiCommunicator::issue(CollectiveInfo info, std::function<void()> body) 
 }
 
 void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
-  const int64_t mine[4] = {op_code(info.op), static_cast<int64_t>(info.dtype), info.count,
-                           static_cast<int64_t>(info.sequence)};
+  const std::array<int64_t, 4> mine = comm_detail::fingerprint(info);
   std::vector<int64_t> all(4 * static_cast<size_t>(size_));
   MPI_Request req;
-  MP_CHECK_MPI(MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req));
+  MP_CHECK_MPI(MPI_Iallgather(mine.data(), 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req));
   mpi_wait(&req);
-  bool same = true;
-  for (int r = 0; r < size_; ++r) same = same && std::equal(mine, mine + 4, &all[4 * r]);
-  if (same) return;
-  std::ostringstream os;
-  for (int r = 0; r < size_; ++r) {
-    const int64_t* f = &all[4 * r];
-    os << (r ? "; " : "") << "rank " << r << ": "
-       << (f[0] >= 0 && f[0] < kNumFingerprintOps ? kFingerprintOps[f[0]] : "other") << " #" << f[3] << " ("
-       << dtype_name(static_cast<DType>(f[1])) << " x " << f[2] << ")";
-  }
-  MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
-           ": the ranks called different collectives: ", os.str());
+  comm_detail::check_fingerprints(mine, all, name(), info.sequence);
 }
 
 WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
@@ -247,91 +216,52 @@ namespace {
 
 // The MPI transport of Note [Chunked reduction]: nonblocking sends and
 // receives of a round, all posted before any is waited for, two rounds in
-// flight (two slots of the scratch); this rank's own part is read from its
-// input in place (an in-place all-reduce writes `out` over it: the
-// accumulation reads every element before it writes it, kernels/cpu/reduce.h,
-// and the sends in flight read other chunks).
-class MpiRounds final : public RoundTransport {
+// flight (comm/host_rounds.h: an in-place all-reduce writes `out` over this
+// rank's part of its input, read in place: the accumulation reads every
+// element before it writes it, kernels/cpu/reduce.h, and the sends in
+// flight read other chunks).
+class MpiRounds final : public HostRounds {
  public:
   MpiRounds(MPI_Comm comm, MPI_Datatype type, int rank, int size, const Tensor& input, const Tensor& scratch,
             const Tensor& out, math::ElementOp op, double divisor, bool wire)
-      : comm_(comm), type_(type), rank_(rank), size_(size), input_(input), scratch_(scratch), out_(out), op_(op),
-        divisor_(divisor), wire_(wire) {
-    for (Slot& s : slots_) {
-      s.pieces.resize(static_cast<size_t>(size));
-      s.reqs.reserve(2 * static_cast<size_t>(size));
-    }
+      : HostRounds(rank, size, input, scratch, out, op, divisor, wire), comm_(comm), type_(type) {
+    for (auto& r : reqs_) r.reserve(2 * static_cast<size_t>(size));
   }
-
-  int slots() const override { return 2; }
 
   void start(const ChunkSplit& split, int64_t begin, int64_t piece, int64_t recv, int slot) override {
-    Slot& s = slots_[static_cast<size_t>(slot)];
-    s.reqs.clear();
+    std::vector<MPI_Request>& reqs = reqs_[slot];
+    reqs.clear();
     for (int j = 0; j < size_; ++j) {
-      const size_t jj = static_cast<size_t>(j);
-      char* dst = element_ptr(scratch_, (slot * size_ + j) * piece);
-      s.pieces[jj] = j == rank_ ? element_ptr(input_, split.offsets[static_cast<size_t>(rank_)] + begin) : dst;
+      char* dst = place(split, begin, piece, slot, j);
       if (j == rank_) continue;
-      const int64_t send = std::clamp<int64_t>(split.counts[jj] - begin, 0, piece);
+      const int64_t send = std::clamp<int64_t>(split.counts[static_cast<size_t>(j)] - begin, 0, piece);
       if (recv > 0) {
-        s.reqs.emplace_back();
-        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type_, j, kChunkTag, comm_, &s.reqs.back()));
+        reqs.emplace_back();
+        MP_CHECK_MPI(MPI_Irecv(dst, static_cast<int>(recv), type_, j, kChunkTag, comm_, &reqs.back()));
       }
       if (send > 0) {
-        s.reqs.emplace_back();
-        MP_CHECK_MPI(MPI_Isend(element_ptr(input_, split.offsets[jj] + begin), static_cast<int>(send), type_, j,
-                               kChunkTag, comm_, &s.reqs.back()));
+        reqs.emplace_back();
+        MP_CHECK_MPI(MPI_Isend(outgoing(split, begin, j), static_cast<int>(send), type_, j, kChunkTag, comm_,
+                               &reqs.back()));
       }
     }
   }
 
-  void finish(int slot) override {
-    Slot& s = slots_[static_cast<size_t>(slot)];
-    mpi_wait_all(static_cast<int>(s.reqs.size()), s.reqs.data());
-  }
-
-  void accumulate(int64_t begin, int64_t /*piece*/, int64_t recv, int slot) override {
-    const void* const* pieces = slots_[static_cast<size_t>(slot)].pieces.data();
-    if (wire_) {
-      accumulate_rank_pieces_wire_cpu(pieces, input_.dtype(), size_, recv, element_ptr(out_, begin), op_);
-    } else {
-      accumulate_rank_pieces_cpu(pieces, input_.dtype(), size_, recv, element_ptr(out_, begin), out_.dtype(), op_,
-                                 divisor_);
-    }
-  }
+  void finish(int slot) override { mpi_wait_all(static_cast<int>(reqs_[slot].size()), reqs_[slot].data()); }
 
  private:
-  struct Slot {
-    std::vector<const void*> pieces;  // the round's part of each rank, in rank order
-    std::vector<MPI_Request> reqs;
-  };
   MPI_Comm comm_;
   MPI_Datatype type_;
-  int rank_, size_;
-  Tensor input_, scratch_, out_;
-  math::ElementOp op_;
-  double divisor_;
-  bool wire_;
-  Slot slots_[2];
+  std::vector<MPI_Request> reqs_[2];
 };
 
 }  // namespace
 
 void MpiCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& split, const Tensor& out,
                                         math::ElementOp op, double divisor, bool wire) {
-  MP_ENFORCE(!wire || (out.dtype() == input.dtype() && divisor == 1.0),
-             "wire accumulation into ", out.describe(), " from ", input.describe(), " with divisor ", divisor);
   if (split.longest() == 0) return;
-  // Two rounds in flight, accumulate_chunk_bytes of scratch in all.
-  const size_t elem = dtype_size(input.dtype());
-  const int64_t piece = std::max<int64_t>(
-      1, static_cast<int64_t>(options().accumulate_chunk_bytes / (2 * elem * static_cast<size_t>(size_))));
-  const int64_t scratch_elements = 2 * piece * size_;
-  if (!scratch_.defined() || scratch_.dtype() != input.dtype() || scratch_.numel() < scratch_elements) {
-    scratch_ = Tensor();  // release first: at most one scratch buffer at a time
-    scratch_ = Tensor::empty(allocator_, input.dtype(), {scratch_elements}, MemCategory::kCommScratch);
-  }
+  const int64_t piece =
+      comm_detail::host_round_piece(options().accumulate_chunk_bytes, input, size_, allocator_, &scratch_);
   MpiRounds rounds(comm_, ctx_->datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
   reduce_chunks(rounds, split, rank_, piece);
 }

@@ -5,6 +5,7 @@
 
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_wait.h"
+#include "comm/peer_report.h"
 #include "core/error.h"
 #include "kernels/cpu/reduce.h"
 
@@ -175,50 +176,15 @@ std::string MpiContext::diagnose(uint64_t id, uint64_t sequence, const std::vect
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::ostringstream behind, unknown, silent;
-  int behind_count = 0;
-  std::map<std::string, std::pair<std::vector<int>, bool>> by_host;  // host -> (members, one answered)
-  for (Peer& p : peers) {
-    auto& [members_there, answered_there] = by_host[host_of(p.world)];
-    members_there.push_back(p.member);
-    answered_there = answered_there || p.answered;
-  }
+  std::vector<comm_detail::PeerAnswer> answers;
   for (Peer& p : peers) {
     if (!p.answered) {
       MPI_Cancel(&p.req);
       MPI_Wait(&p.req, MPI_STATUS_IGNORE);
-      silent << (silent.tellp() > 0 ? ", " : "") << "rank " << p.member << " on " << host_of(p.world);
-      continue;
     }
-    const uint64_t issued = p.reply[2], started = p.reply[3];
-    if (p.reply[1] == 0) {
-      unknown << (unknown.tellp() > 0 ? ", " : "") << "rank " << p.member;
-    } else if (issued < sequence) {
-      ++behind_count;
-      behind << (behind.tellp() > 0 ? "; " : "") << "rank " << p.member << " (has issued up to #"
-             << issued << ")";
-    } else if (started < sequence) {
-      ++behind_count;
-      behind << (behind.tellp() > 0 ? "; " : "") << "rank " << p.member << " (issued #" << sequence
-             << " but its communication thread is still in #" << started << ")";
-    }
+    answers.push_back({p.member, host_of(p.world), p.answered, p.reply[1] != 0, p.reply[2], p.reply[3]});
   }
-  std::ostringstream out;
-  if (behind_count > 0) out << "Not arrived: " << behind.str() << ". ";
-  if (silent.tellp() > 0) {
-    out << "No answer within " << reply_timeout.count() << " ms (dead, or stuck outside MPI): "
-        << silent.str() << ". ";
-  }
-  const std::string& here = host_of(world_rank_);
-  for (const auto& [host, members_there] : by_host) {
-    if (members_there.second || host == here) continue;
-    out << "Host " << host << " unreachable: none of its ranks answered (";
-    for (size_t k = 0; k < members_there.first.size(); ++k) out << (k ? ", " : "") << members_there.first[k];
-    out << "): its link or the host is down, or every rank there died. ";
-  }
-  if (unknown.tellp() > 0) out << "Communicator not (or no longer) present on: " << unknown.str() << ". ";
-  if (out.tellp() == 0) out << "Every rank has started it; the transport is stalled.";
-  return out.str();
+  return comm_detail::describe_peers(answers, sequence, host_of(world_rank_), reply_timeout, "MPI");
 }
 
 }  // namespace mp

@@ -27,16 +27,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/peer_report.h"
 #include "core/dtype.h"
 #include "kernels/reduce_math.h"
 
 namespace mp {
-
-// Progress of one communicator on this rank, read by the responder thread.
-struct CommProgress {
-  std::atomic<uint64_t> issued{0};   // last sequence number issued by the host
-  std::atomic<uint64_t> started{0};  // last sequence number its comm thread started
-};
 
 // Every rank's processor name (its host), in rank order. Collective over
 // `comm`.

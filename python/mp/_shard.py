@@ -48,6 +48,7 @@ kinds nothing is marked. ShardedModel.muon_params names the marked ones.
 """
 import contextlib
 import enum
+import functools
 import weakref
 
 import torch
@@ -250,10 +251,12 @@ class ShardedModel:
         # raises, the contexts it entered are left.
         inner = self.model.forward
 
+        @functools.wraps(inner)  # its signature stays the module's (transformers' Trainer reads it)
         def forward(*args, **kwargs):
             return me._root_forward(root, inner, args, kwargs)
         self.model.forward = forward
         self._inner_forward = inner
+        self._root = root
         for u in self._units:
             for p, *_ in u.params:
                 if p.requires_grad:
@@ -286,6 +289,16 @@ class ShardedModel:
             loss = getattr(out, "loss", None) if not isinstance(out, dict) else out.get("loss")
             if torch.is_tensor(loss) and loss.numel() == 1:
                 self._losses.append(loss.detach())
+        return out
+
+    def run_as_forward(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs) as the module's forward is run (the root
+        unit gathered around it, the loss it returns noted): for a trainer
+        whose step is another method of the module (Lightning's
+        training_step)."""
+        out = self._root_forward(self._root, fn, args, kwargs)
+        if torch.is_tensor(out) and out.numel() == 1 and torch.is_grad_enabled():
+            self._losses.append(out.detach())
         return out
 
     def _pre_forward(self, u):

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "comm/comm_config.h"
-#include "comm/data_plane.h"
 #include "core/device.h"
 #include "mp/config.h"
 #include "mp/mp.h"
@@ -45,9 +44,9 @@ Device parse_device(const std::string& s, bool* shared) {
     if (info.device_count == 0) {
       MP_THROW(ConfigError, "Engine(device='", s, "'): no CUDA device is usable: ", info.unavailable_reason);
     }
-    const MpiWorld& w = world();
-    *shared = w.local_size() > info.device_count;
-    if (s == "cuda") return Device::cuda(w.local_rank() % info.device_count);
+    const Ranks& w = world().ranks;
+    *shared = w.local_size > info.device_count;
+    if (s == "cuda") return Device::cuda(w.local_rank % info.device_count);
     int index = -1;
     try {
       index = std::stoi(s.substr(5));
@@ -99,7 +98,7 @@ class PyEngine {
     const proto::EngineConfig& config = config_;
     nb::gil_scoped_release release;
     set_current_device(device_);
-    world_ = make_data_plane(device_, comm_options_from_config(config.comm()), shared);
+    world_ = make_world_communicator(device_, comm_options_from_config(config.comm()), shared);
     engine_ = std::make_unique<Engine>(spec_, config, *world_, Allocator(device_));
     closer_ = register_closer([this] { close(); });
   }

@@ -83,3 +83,28 @@ def forward(model, index):
         return model(pixel_values=images, labels=labels).loss
     tokens = batch(index)
     return model(tokens, labels=tokens).loss
+
+
+def torch_adamw_losses(model, steps, lr_at=None, autocast=False, ranks=1):
+    """Plain PyTorch on `model`: torch.optim.AdamW with mp's parameter groups
+    (decay for 2-D and larger) and clipping. Step s's loss is the mean of
+    micro-batches s * ranks .. s * ranks + ranks - 1, as `ranks` ranks of
+    mp each with one backward (micro-batch s * ranks + r on rank r) give."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.999), eps=1e-8,
+                            foreach=False)
+    losses = []
+    for s in range(steps):
+        if lr_at is not None and lr_at(s) is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(s)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = sum(forward(model, s * ranks + r) for r in range(ranks)) / ranks
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses

@@ -30,25 +30,7 @@ make = case.make
 forward = case.forward
 
 
-def torch_adamw_losses(model, steps, lr_at=None, autocast=False):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": case.WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=case.LR, betas=(0.9, 0.999), eps=1e-8,
-                            foreach=False)
-    losses = []
-    for s in range(steps):
-        if lr_at is not None and lr_at(s) is not None:
-            for group in opt.param_groups:
-                group["lr"] = lr_at(s)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = forward(model, s)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), case.CLIP)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
+torch_adamw_losses = case.torch_adamw_losses
 
 
 def shard_losses(model, steps, lr_at=None, recipe="RECIPE_FP32"):

@@ -13,16 +13,27 @@ runs it under launch/mprun):
       saves a checkpoint after step S; --resume starts from one (saved on
       any world size) and runs the steps after it. --muon: optimizer kind
       MUON (gpt2_case.muon_config_text; shard()'s default Muon choice).
+  torch_ranks.py kill --rank R --step S
+      rank R kills itself (SIGKILL) in step S's backward, as a crashed or
+      OOM-killed rank dies: every other rank must get an mp.Error naming
+      rank R within the collective timeout (5 s here), and prints
+      "rank r: <error> as expected after T s: <message>".
   torch_ranks.py skip --rank R --step S
       rank R runs step S's forward but not its backward, then step(): its
       peers wait for reductions it never issues. Every rank must get an
       mp.Error naming another rank within the collective timeout (5 s
       here), not hang, and each prints "rank r: <error> as expected" (the
       job then ends abnormally: a timed-out rank cannot finalize MPI).
+
+Every mode runs under any launcher mp.init() knows: launch/mprun, torchrun
+(python -m torch.distributed.run) or srun; train's output names the
+launcher, the data plane and whether MPI was initialised in the process.
 """
 import argparse
 import hashlib
 import json
+import os
+import signal
 import sys
 import time
 
@@ -57,7 +68,9 @@ def train(args):
                   if mp.rank() == 0 else mine == {})
     if mp.rank() == 0:
         with open(args.out, "w") as f:
-            json.dump({"world_size": W, "micro_batches": k, "first": first,
+            json.dump({"launcher": mp.launcher(), "data_plane": mp.data_plane(),
+                       "mpi_initialized": mp._mp.mpi_initialized(), "world_size": W, "micro_batches": k,
+                       "first": first,
                        "losses": [x.loss.hex() for x in results], "norms": [x.grad_norm.hex() for x in results],
                        "weights_sha256": digest.hexdigest(), "memory": measured, "plan": sharded.plan(),
                        "plans": plans, "rank0_only": rank0_only}, f)
@@ -90,6 +103,28 @@ def skip_a_backward(args):
     sys.exit(f"rank {mp.rank()}: no error")
 
 
+def kill_a_rank(args):
+    model = case.make_model()
+    timeout = 5
+    sharded = mp.torch.shard(model, config=case.config_text(extra=f"comm {{ timeout_s: {timeout} }}"))
+    for s in range(1, args.step + 1):
+        t0 = time.monotonic()
+        try:
+            loss = case.forward(model, s)
+            if mp.rank() == args.rank and s == args.step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+            sharded.step()
+        except mp.Error as e:
+            waited = time.monotonic() - t0
+            text = str(e)
+            if s != args.step or f"rank {args.rank}" not in text or waited > 3 * timeout:
+                sys.exit(f"rank {mp.rank()}: unexpected error at step {s} after {waited:.1f} s: {text}")
+            print(f"rank {mp.rank()}: {type(e).__name__} as expected after {waited:.2f} s: {text}", flush=True)
+            os._exit(3)  # the job failed: leave without finalizing a world a peer left
+    sys.exit(f"rank {mp.rank()}: no error")
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="what", required=True)
@@ -103,13 +138,14 @@ def main():
     t.add_argument("--resume", default="")
     t.add_argument("--muon", action="store_true")
     t.add_argument("--recipe", default="RECIPE_FP32")
-    r = sub.add_parser("skip")
-    r.add_argument("--rank", type=int, default=1)
-    r.add_argument("--step", type=int, default=2)
+    for name in ("skip", "kill"):
+        r = sub.add_parser(name)
+        r.add_argument("--rank", type=int, default=1)
+        r.add_argument("--step", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)  # the same bits on every rank count (threads can change a GEMM's)
     mp.init()
-    train(args) if args.what == "train" else skip_a_backward(args)
+    {"train": train, "skip": skip_a_backward, "kill": kill_a_rank}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@
 #           requeued (scontrol requeue) and resumes with --resume auto: its
 #           steps equal the uninterrupted job's bit for bit
 #           (tests/cluster/slurm_jobs.sh runs the jobs).
+#   srun:   Slurm on the cluster: `srun -N 2 -n 2 python examples/torch_llama.py`
+#           (no MPI: Slurm's variables say who each task is, the ranks meet
+#           at a store on node0 and train over Gloo); MP_PYTHON is the
+#           Python with torch and mp (python/CMakeLists.txt runs this case).
 #   elastic: launch/mp_elastic on 2 hosts x 2 ranks; node1's link is cut
 #           after step 10 of 30: the job ends naming node1, the supervisor
 #           relaunches on node0 alone (2 ranks, 2 micro-batches each) from
@@ -142,6 +146,19 @@ slurm)
   ! pgrep -af "mp_cluster\.[A-Za-z0-9]*/slurm/" || fail "Slurm or munge daemons left running"
   echo "sbatch on 2 hosts x 2 ranks; preempted at step $stop (SIGTERM: checkpoint, exit 0), requeued, resumed:" \
        "$steps steps bit for bit"
+  ;;
+srun)
+  # MASTER_ADDR: node0's address (the emulated hosts' names are not in DNS).
+  "$cluster" --hosts 2 --ranks 2 --slurm -- bash -c '
+    export MASTER_ADDR=$(scontrol show node node0 | sed -n "s/.*NodeAddr=\([^ ]*\).*/\1/p")
+    exec srun -N 2 -n 2 --mpi=none "$@"' srun "$MP_PYTHON" "$root/examples/torch_llama.py" --steps 3 --layers 2 \
+    --threads 1 --recipe RECIPE_FP32 --deterministic >"$dir/srun.log" 2>&1
+  status=$?; skip_if_refused "$dir/srun.log" $status
+  [[ $status -eq 0 ]] || { cat "$dir/srun.log"; fail "srun -N 2 -n 2 python examples/torch_llama.py"; }
+  grep -q "ranks: Slurm (SLURM_PROCID=0, .*): rank 0 of 2.*data plane: Gloo over TCP, MPI not started" "$dir/srun.log" ||
+    { cat "$dir/srun.log"; fail "rank 0 did not find its ranks in Slurm's variables"; }
+  grep -q "^step    3  loss" "$dir/srun.log" || { cat "$dir/srun.log"; fail "no third step"; }
+  echo "srun -N 2 -n 2 python examples/torch_llama.py: Slurm's ranks, Gloo, 3 steps"
   ;;
 elastic)
   steps=30

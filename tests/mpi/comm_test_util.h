@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,7 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "comm/gloo/gloo_communicator.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/store.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
@@ -23,6 +27,34 @@
 
 namespace mp::testing {
 
+// A world of Gloo's (comm/gloo/): the ranks meet through a file store in a
+// fresh directory that rank 0 makes and tells the others over MPI.
+inline std::unique_ptr<Communicator> make_gloo_world(const std::string& name, CommOptions options) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  char dir[256] = "/tmp/mp_gloo_test.XXXXXX";
+  if (rank == 0 && mkdtemp(dir) == nullptr) std::abort();
+  MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+  struct Remove {  // at exit (splits meet in the store too)
+    std::vector<std::string> dirs;
+    ~Remove() {
+      for (const std::string& d : dirs) std::filesystem::remove_all(d);
+    }
+  };
+  static Remove made;
+  if (rank == 0) made.dirs.push_back(dir);
+  return GlooCommunicator::create_world(make_file_store(dir), rank, size, "127.0.0.1", name, options);
+}
+
+// The communicator the comm and engine tests run on: MPI's, or Gloo's with
+// MP_TEST_COMM=gloo (the same tests, CTest comm_gloo_np*, engine_gloo_np*).
+inline std::unique_ptr<Communicator> make_world(const std::string& name, CommOptions options = {}) {
+  const char* which = std::getenv("MP_TEST_COMM");
+  if (which != nullptr && std::string(which) == "gloo") return make_gloo_world(name, options);
+  return MpiCommunicator::create_world(name, options);
+}
+
 // A test with a world communicator of its own (comm_), made in SetUp and
 // released before the harness agrees on the verdict.
 class CommTest : public MpiTest {
@@ -30,14 +62,14 @@ class CommTest : public MpiTest {
   explicit CommTest(std::string name, CommOptions options = {}) : name_(std::move(name)), options_(options) {}
   void SetUp() override {
     MpiTest::SetUp();
-    comm_ = MpiCommunicator::create_world(name_, options_);
+    comm_ = make_world(name_, options_);
   }
   void TearDown() override {
     comm_.reset();
     MpiTest::TearDown();
   }
 
-  std::unique_ptr<MpiCommunicator> comm_;
+  std::unique_ptr<Communicator> comm_;
 
  private:
   std::string name_;

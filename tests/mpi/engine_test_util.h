@@ -6,12 +6,12 @@
 #include <utility>
 #include <vector>
 
-#include "comm/mpi/mpi_communicator.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "runtime/engine.h"
 #include "runtime/precision.h"
 #include "tests/model_test_util.h"
+#include "tests/mpi/comm_test_util.h"
 #include "tests/mpi/mpi_test.h"
 #include "tests/test_util.h"
 
@@ -24,7 +24,7 @@ class EngineWorldTest : public MpiTest {
   explicit EngineWorldTest(std::string name) : name_(std::move(name)) {}
   void SetUp() override {
     MpiTest::SetUp();
-    world_ = MpiCommunicator::create_world(name_, CommOptions{});
+    world_ = make_world(name_);
     self_ = world_->split(world_->rank(), 0, "self");
   }
   void TearDown() override {

@@ -2,6 +2,9 @@
 // order, one rounding. Checked against the float64 reference rounded once,
 // for determinism, across world sizes, and against kWire's error.
 
+#include <cstring>
+#include <tuple>
+
 #include "comm/mpi/mpi_communicator.h"
 #include "tests/mpi/comm_test_util.h"
 #include "tests/mpi/mpi_test.h"
@@ -28,10 +31,10 @@ double random_value(int r, int64_t i) {
 
 class Accumulate : public testing::MpiTest {
  protected:
-  std::unique_ptr<MpiCommunicator> make(size_t chunk_bytes) {
+  std::unique_ptr<Communicator> make(size_t chunk_bytes) {
     CommOptions o;
     o.accumulate_chunk_bytes = chunk_bytes;
-    return MpiCommunicator::create_world("accumulate", o);
+    return testing::make_world("accumulate", o);
   }
   // Sum over ranks of the inputs as sent (rounded to the wire dtype).
   double exact_sum(DType wire, int64_t i) const {
@@ -149,6 +152,43 @@ TEST_F(Accumulate, MoreAccurateThanWireAccumulation) {
   }
   EXPECT_EQ(fp32_wrong, 0);
   EXPECT_GT(wire_wrong, 0) << "kWire matched exact rounding everywhere: the test data is too easy";
+}
+
+// Note [Gloo backend]: on the same inputs Gloo's reductions give MPI's bits,
+// the fp32-accumulating bf16 reduce-scatter above all, and the wire
+// accumulation too (values whose sums round, at several round sizes).
+TEST_F(Accumulate, GlooGivesTheBitsOfMpi) {
+  for (size_t chunk_bytes : {size_t{256}, size_t{4} << 20}) {
+    CommOptions o;
+    o.accumulate_chunk_bytes = chunk_bytes;
+    auto mpi = MpiCommunicator::create_world("accumulate.mpi", o);
+    auto gloo = testing::make_gloo_world("accumulate.gloo", o);
+    for (const auto& [wire, out_dtype, accumulate] :
+         {std::tuple{DType::kBF16, DType::kBF16, ReduceAccumulate::kFp32},
+          std::tuple{DType::kBF16, DType::kF32, ReduceAccumulate::kFp32},
+          std::tuple{DType::kBF16, DType::kBF16, ReduceAccumulate::kWire},
+          std::tuple{DType::kF32, DType::kF32, ReduceAccumulate::kWire}}) {
+      for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{65537}}) {
+        if (chunk_bytes == 256 && n > 1001) continue;
+        Tensor in = Tensor::empty(alloc_, wire, {n * size()}, MemCategory::kOther);
+        fill(in, [&](int64_t i) { return random_value(rank(), i) * (1 + i % 3) / 3.0; });
+        const ReduceOptions ro{ReduceOp::kAvg, 1.0, accumulate};
+        Tensor a = Tensor::empty(alloc_, out_dtype, {n}, MemCategory::kOther);
+        Tensor b = Tensor::empty(alloc_, out_dtype, {n}, MemCategory::kOther);
+        mpi->reduce_scatter(in, a, ro)->wait();
+        gloo->reduce_scatter(in, b, ro)->wait();
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(n) * dtype_size(out_dtype)), 0)
+            << "reduce_scatter " << dtype_name(wire) << " -> " << dtype_name(out_dtype) << " n=" << n;
+        if (out_dtype != wire) continue;
+        Tensor c = Tensor::empty(alloc_, wire, {n * size()}, MemCategory::kOther);
+        Tensor d = Tensor::empty(alloc_, wire, {n * size()}, MemCategory::kOther);
+        mpi->all_reduce(in, c, ro)->wait();
+        gloo->all_reduce(in, d, ro)->wait();
+        ASSERT_EQ(std::memcmp(c.data(), d.data(), static_cast<size_t>(n * size()) * dtype_size(wire)), 0)
+            << "all_reduce " << dtype_name(wire) << " n=" << n;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ TEST_F(Faults, TimeoutNamesTheRankThatHasNotArrived) {
   if (size() < 2) GTEST_SKIP() << "needs a second rank";
   CommOptions o;
   o.timeout = milliseconds(1500);
-  auto comm = MpiCommunicator::create_world("faults", o);
+  auto comm = testing::make_world("faults", o);
   const int late = size() - 1;
   Tensor x = Tensor::empty(alloc_, DType::kF32, {100}, MemCategory::kOther);
   testing::fill(x, [&](int64_t i) { return testing::exact_value(rank(), i); });
@@ -63,7 +63,7 @@ TEST_F(Faults, FingerprintMismatchRaisesOnEveryRankBeforeRunning) {
   CommOptions o;
   o.check_fingerprints = true;
   o.timeout = milliseconds(30000);
-  auto comm = MpiCommunicator::create_world("checked", o);
+  auto comm = testing::make_world("checked", o);
   Tensor a = Tensor::empty(alloc_, DType::kBF16, {10}, MemCategory::kOther);
   Tensor g = Tensor::empty(alloc_, DType::kF32, {5 * size()}, MemCategory::kOther);
   testing::fill(a, [](int64_t) { return 1.0; });
@@ -86,7 +86,7 @@ TEST_F(Faults, FingerprintMismatchRaisesOnEveryRankBeforeRunning) {
 TEST_F(Faults, DISABLED_RankThatNeverJoinsEndsTheJob) {
   CommOptions o;
   o.timeout = milliseconds(2000);
-  auto comm = MpiCommunicator::create_world("hang", o);
+  auto comm = testing::make_world("hang", o);
   Tensor x = Tensor::empty(alloc_, DType::kF32, {10}, MemCategory::kOther);
   if (rank() == size() - 1) {
     std::this_thread::sleep_for(std::chrono::hours(1));
