@@ -1,5 +1,5 @@
-// kernels/cpu/convert.cc: convert() for CPU tensors, and the dispatch to the
-// CUDA launcher for CUDA tensors.
+// kernels/cpu/convert.cc: convert(): the CPU body, and on a stream the one
+// dispatch (OpContext::run) to it or to the CUDA launcher.
 #include "kernels/convert.h"
 
 #include <type_traits>
@@ -7,10 +7,9 @@
 #include "core/stream.h"
 #include "kernels/convert_loop.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "kernels/op_profile.h"
+#include "kernels/dispatch.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
-#include "core/cuda_stream.h"
 #include "kernels/cuda/convert_cuda.h"
 #endif
 
@@ -104,7 +103,6 @@ void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) 
 }  // namespace
 
 void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options, Stream* stream) {
-  if (stream != nullptr) detail::count_op(false);  // Note [Op count] in kernels/op_profile.h
   MP_ENFORCE(src.defined() && dst.defined(), "convert with an undefined tensor");
   MP_ENFORCE(src.numel() == dst.numel(), "convert from ", src.describe(), " to ", dst.describe(),
              ": element counts differ");
@@ -117,16 +115,10 @@ void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options
     MP_THROW(ConfigError, "stochastic rounding to ", dtype_name(dst.dtype()),
              " is not supported; use bf16, fp16 or nearest_even rounding");
   }
-  if (src.device().is_cuda()) {
-#if MP_WITH_CUDA
-    convert_cuda(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), options,
-                 cuda_handle(stream));
-    return;
-#else
-    MP_THROW(ConfigError, "convert on ", src.device(), ": mp was built without CUDA");
+#if !MP_WITH_CUDA
+  if (src.device().is_cuda()) MP_THROW(ConfigError, "convert on ", src.device(), ": mp was built without CUDA");
 #endif
-  }
-  auto run = [src, dst, options, stochastic] {
+  auto cpu = [src, dst, options, stochastic] {
     dispatch_dtype(src.dtype(), [&](auto s) {
       dispatch_dtype(dst.dtype(), [&](auto d) {
         using S = decltype(s);
@@ -138,11 +130,15 @@ void convert(const Tensor& src, const Tensor& dst, const ConvertOptions& options
       });
     });
   };
-  if (stream == nullptr) return run();
-  auto* cpu = dynamic_cast<CpuStream*>(stream);
-  MP_ENFORCE(cpu != nullptr, "convert of CPU tensors on ", to_string(stream->device()), " stream '",
-             stream->name(), "'");
-  cpu->submit(run);
+  if (stream == nullptr) {
+    MP_ENFORCE(src.device().is_cpu(), "convert of ", src.describe(), " needs a stream on its device");
+    return cpu();
+  }
+  MP_ENFORCE(stream->device() == src.device(), "convert of ", to_string(src.device()), " memory on ",
+             to_string(stream->device()), " stream '", stream->name(), "'");
+  OpContext{*stream}.run("convert", OpFamily::kElementwise, cpu,
+                         MP_CUDA_BODY(convert_cuda(src.data(), src.dtype(), dst.data(), dst.dtype(),
+                                                   src.numel(), options, cuda_stream)));
 }
 
 }  // namespace mp
