@@ -46,58 +46,57 @@ const char* cast_name(ParamCast c) {
   return "?";
 }
 
-// The recipe's choices, before overrides.
+// Note [Precision recipes]
+// The one table of recipes: the name users write, the proto value, and the
+// choices before overrides. A new recipe is its proto value
+// (PrecisionPolicy.Recipe in proto/mp.proto), one entry here and its row in
+// docs/engine.md's recipe table; the engine tests (tests/mpi/test_engine.cc)
+// run every entry.
+struct RecipeEntry {
+  PP::Recipe id;
+  Precision choices;
+};
+
+const RecipeEntry kRecipes[] = {
+    {PP::RECIPE_FP32, {.recipe = "fp32"}},
+    {PP::RECIPE_TF32, {.recipe = "tf32", .tf32_matmul = true}},
+    {PP::AMP_BF16, {.recipe = "amp_bf16", .param_dtype = DType::kBF16, .param_cast = ParamCast::kAtGather}},
+    {PP::BF16_MASTER,
+     {.recipe = "bf16_master",
+      .param_dtype = DType::kBF16,
+      .reduce_dtype = DType::kBF16,
+      .reduce_accumulate = ReduceAccumulate::kFp32,
+      .param_cast = ParamCast::kAtUpdate}},
+    {PP::BF16_REMAINDER,
+     {.recipe = "bf16_remainder",
+      .param_dtype = DType::kBF16,
+      .reduce_dtype = DType::kBF16,
+      .reduce_accumulate = ReduceAccumulate::kFp32,
+      .master = MasterMode::kBf16Remainder}},
+    {PP::PURE_BF16,
+     {.recipe = "pure_bf16",
+      .param_dtype = DType::kBF16,
+      .reduce_dtype = DType::kBF16,
+      .grad_accum_dtype = DType::kBF16,
+      .master = MasterMode::kNone,
+      .state_dtype = DType::kBF16,
+      .rounding = Rounding::kStochastic}},
+    {PP::AMP_FP16,
+     {.recipe = "amp_fp16",
+      .param_dtype = DType::kF16,
+      .reduce_dtype = DType::kF16,
+      .reduce_accumulate = ReduceAccumulate::kFp32,
+      .loss_scaling = LossScalingMode::kDynamic,
+      .param_cast = ParamCast::kAtGather}},
+};
+
+// The recipe's choices, before overrides (UNSET is fp32).
 Precision expand(PP::Recipe recipe) {
-  Precision p;
-  switch (recipe) {
-    case PP::RECIPE_UNSET:
-    case PP::RECIPE_FP32:
-      p.recipe = "fp32";
-      break;
-    case PP::RECIPE_TF32:
-      p.recipe = "tf32";
-      p.tf32_matmul = true;
-      break;
-    case PP::AMP_BF16:
-      p.recipe = "amp_bf16";
-      p.param_dtype = DType::kBF16;
-      p.param_cast = ParamCast::kAtGather;
-      break;
-    case PP::BF16_MASTER:
-      p.recipe = "bf16_master";
-      p.param_dtype = DType::kBF16;
-      p.param_cast = ParamCast::kAtUpdate;
-      p.reduce_dtype = DType::kBF16;
-      p.reduce_accumulate = ReduceAccumulate::kFp32;
-      break;
-    case PP::BF16_REMAINDER:
-      p.recipe = "bf16_remainder";
-      p.param_dtype = DType::kBF16;
-      p.master = MasterMode::kBf16Remainder;
-      p.reduce_dtype = DType::kBF16;
-      p.reduce_accumulate = ReduceAccumulate::kFp32;
-      break;
-    case PP::PURE_BF16:
-      p.recipe = "pure_bf16";
-      p.param_dtype = DType::kBF16;
-      p.master = MasterMode::kNone;
-      p.reduce_dtype = DType::kBF16;
-      p.grad_accum_dtype = DType::kBF16;
-      p.state_dtype = DType::kBF16;
-      p.rounding = Rounding::kStochastic;
-      break;
-    case PP::AMP_FP16:
-      p.recipe = "amp_fp16";
-      p.param_dtype = DType::kF16;
-      p.param_cast = ParamCast::kAtGather;
-      p.reduce_dtype = DType::kF16;
-      p.reduce_accumulate = ReduceAccumulate::kFp32;
-      p.loss_scaling = LossScalingMode::kDynamic;
-      break;
-    default:
-      MP_THROW(ConfigError, "precision.recipe = ", static_cast<int>(recipe), ": unknown recipe");
+  if (recipe == PP::RECIPE_UNSET) recipe = PP::RECIPE_FP32;
+  for (const RecipeEntry& r : kRecipes) {
+    if (r.id == recipe) return r.choices;
   }
-  return p;
+  MP_THROW(ConfigError, "precision.recipe = ", static_cast<int>(recipe), ": unknown recipe");
 }
 
 }  // namespace
@@ -206,24 +205,24 @@ Precision resolve_precision(const proto::PrecisionPolicy& policy, bool optimizer
 }
 
 const std::vector<std::string>& precision_recipe_names() {
-  static const std::vector<std::string> names = {"fp32",           "tf32",      "amp_bf16", "bf16_master",
-                                                 "bf16_remainder", "pure_bf16", "amp_fp16"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const RecipeEntry& r : kRecipes) v.push_back(r.choices.recipe);
+    return v;
+  }();
   return names;
 }
 
 proto::PrecisionPolicy precision_recipe(const std::string& name) {
-  static const PP::Recipe recipes[] = {PP::RECIPE_FP32,      PP::RECIPE_TF32, PP::AMP_BF16, PP::BF16_MASTER,
-                                       PP::BF16_REMAINDER,   PP::PURE_BF16,   PP::AMP_FP16};
-  const auto& names = precision_recipe_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) {
+  std::string all;
+  for (const RecipeEntry& r : kRecipes) {
+    if (r.choices.recipe == name) {
       proto::PrecisionPolicy p;
-      p.set_recipe(recipes[i]);
+      p.set_recipe(r.id);
       return p;
     }
+    all += (all.empty() ? "" : ", ") + r.choices.recipe;
   }
-  std::string all;
-  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
   MP_THROW(ConfigError, "precision recipe '", name, "' is unknown; recipes: ", all);
 }
 
