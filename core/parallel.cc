@@ -1,5 +1,6 @@
 #include "core/parallel.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -37,7 +38,10 @@ class Pool {
     std::unique_lock<std::mutex> lock(mu_);
     while (static_cast<int>(workers_.size()) < parts - 1) {
       const int id = static_cast<int>(workers_.size()) + 1;
-      workers_.emplace_back([this, id] { worker(id); });
+      workers_.emplace_back([this, id] {
+        name_this_thread("pool");
+        worker(id);
+      });
     }
     part_ = &part;
     parts_ = parts;
@@ -101,6 +105,10 @@ Pool& pool() {
 std::atomic<int> g_default_threads{0};  // set_default_cpu_threads
 
 }  // namespace
+
+void name_this_thread(const std::string& name) {
+  pthread_setname_np(pthread_self(), ("mp:" + name).substr(0, 15).c_str());
+}
 
 void set_default_cpu_threads(int threads) {
   MP_ENFORCE(threads >= 0, "set_default_cpu_threads(", threads, ")");

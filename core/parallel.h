@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace mp {
 
@@ -22,6 +23,10 @@ int default_cpu_threads();
 // GEMMs (the update, Muon's Newton-Schulz) use that share too, not every
 // core of the node on each rank. Results do not depend on it.
 void set_default_cpu_threads(int threads);
+
+// Names the calling thread "mp:" + `name` (15 bytes at most, as Linux
+// keeps them), for debuggers, top -H and crash reports.
+void name_this_thread(const std::string& name);
 
 // Splits [0, n) into `threads` contiguous parts whose boundaries are
 // multiples of `align` (except n) and runs body(begin, end) on each, the

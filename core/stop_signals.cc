@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/parallel.h"
+
 namespace mp {
 namespace {
 
@@ -59,7 +61,12 @@ void block_stop_signals_in_this_thread() {
 void install_stop_signal_watcher() {
   block_stop_signals_in_this_thread();
   // The watcher inherits the block: sigwait needs the signals blocked.
-  std::call_once(g_watcher_started, [] { std::thread(watch).detach(); });
+  std::call_once(g_watcher_started, [] {
+    std::thread([] {
+      name_this_thread("signals");
+      watch();
+    }).detach();
+  });
 }
 
 int stop_signal() { return g_signal.load(); }

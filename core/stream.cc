@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/stop_signals.h"
 #include "mp/config.h"
 #if MP_WITH_CUDA
@@ -116,6 +117,7 @@ CpuStream::CpuStream(std::string name, StreamOptions options)
   state_->inherits_failures = options.inherits_failures;
   worker_ = std::thread([state = state_] {
     block_stop_signals_in_this_thread();  // Note [Signals and oneDNN]
+    name_this_thread(state->name);
     run(*state);
   });
 }

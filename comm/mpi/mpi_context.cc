@@ -7,6 +7,7 @@
 #include "comm/mpi/mpi_wait.h"
 #include "comm/peer_report.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "kernels/cpu/reduce.h"
 
 namespace mp {
@@ -65,7 +66,10 @@ MpiContext::MpiContext() {
   create_ops<float>(ops_[0], /*builtin_sum=*/true);
   create_ops<bf16>(ops_[1], false);
   create_ops<fp16>(ops_[2], false);
-  responder_ = std::thread([this] { respond_loop(); });
+  responder_ = std::thread([this] {
+    name_this_thread("mpi-respond");
+    respond_loop();
+  });
 }
 
 MpiContext::~MpiContext() {
