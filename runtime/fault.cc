@@ -71,9 +71,11 @@ std::vector<Fault> parse_faults(const std::string& text) {
       fault.kind = FaultKind::kDeviceFault;
     } else if (kind == "save_kill") {
       fault.kind = FaultKind::kSaveKill;
+    } else if (kind == "segv") {
+      fault.kind = FaultKind::kSegv;
     } else {
       MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': unknown kind '", kind,
-               "' (kill, hang, sleep, nan, write_fail, device_fault, save_kill)");
+               "' (kill, hang, sleep, nan, write_fail, device_fault, save_kill, segv)");
     }
     const bool needs_arg = fault.kind == FaultKind::kSleep;
     const bool takes_arg = needs_arg || fault.kind == FaultKind::kNan;
@@ -110,8 +112,22 @@ const Fault* find_fault(FaultKind kind, int64_t step, int rank) {
   return nullptr;
 }
 
+// A store through a null pointer the compiler cannot see is null: a real
+// SIGSEGV in a frame of its own (the crash report names it).
+namespace {
+[[gnu::noinline]] void store_through_null() {
+  volatile int* volatile p = nullptr;
+  *p = 1;
+}
+}  // namespace
+
 void inject_step_faults(int64_t step, int rank) {
   if (!faults_enabled()) return;
+  if (find_fault(FaultKind::kSegv, step, rank) != nullptr) {
+    std::fprintf(stderr, "[rank %d] MP_FAULT: SIGSEGV at step %lld\n", rank, static_cast<long long>(step));
+    std::fflush(stderr);
+    store_through_null();
+  }
   if (find_fault(FaultKind::kKill, step, rank) != nullptr) {
     std::fprintf(stderr, "[rank %d] MP_FAULT: SIGKILL at step %lld\n", rank, static_cast<long long>(step));
     std::fflush(stderr);

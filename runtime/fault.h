@@ -17,6 +17,8 @@
 //                     checkpoint.async_save, after the first 8 MiB or the
 //                     aligned part of a smaller file, before its tail and
 //                     fsync, in the background writer while training goes on)
+//   segv@5:1          rank 1 stores through a null pointer at the start of
+//                     step 5 (a real SIGSEGV: launch/crash_report.h)
 //   device_fault@5:1  rank 1's compute stream runs a kernel that writes
 //                     outside its memory at the start of step 5 (an illegal
 //                     memory access; CUDA engines only, ConfigError on the CPU)
@@ -31,7 +33,7 @@
 
 namespace mp {
 
-enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail, kDeviceFault, kSaveKill };
+enum class FaultKind { kKill, kHang, kSleep, kNan, kWriteFail, kDeviceFault, kSaveKill, kSegv };
 
 struct Fault {
   FaultKind kind = FaultKind::kKill;
