@@ -27,7 +27,7 @@ for dir in cmake mp include configs $subdirs; do
   grep -qE "^COPY $dir/ " "$df" || fail "docker/Dockerfile does not copy $dir/ (add_subdirectory or include needs it)"
 done
 # The packages of scripts/setup, but for tools the image has no use for.
-skip=" ccache clang libclang-rt-14-dev clang-format cmake iproute2 util-linux slurmd slurmctld slurm-client munge "
+skip=" ccache clang libclang-rt-14-dev clang-format cmake iproute2 util-linux slurmd slurmctld slurm-client munge stress-ng "
 packages=$(sed -n '/^packages=(/,/^)/p' "$src/scripts/setup" | sed 's/#.*//' | tr ' ' '\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -v packages)
 for p in $packages; do
   [[ $skip == *" $p "* ]] && continue
