@@ -59,7 +59,7 @@ class Run:
     rc: int
     seconds: float
     log_path: Path
-    left_running: list  # worker processes of this session still there when the launcher ended
+    left_running: list  # worker processes of the run (or the session) still there when the launcher ended
     log: str = field(repr=False)  # its output, stdout and stderr together
 
     def lines(self, pattern):
@@ -101,19 +101,23 @@ def not_logged(run, pattern):
         pytest.fail(f"lines match /{pattern}/: {found} in the log of {run}", pytrace=False)
 
 
-def workers_running(marker):
-    """Process ids of mp_worker processes whose command line names `marker`
-    (the session's scratch directory): argv[0] ends in mp_worker, so
-    mpirun, whose command line names it too, is not one."""
+def workers_running(marker, sid=None):
+    """Process ids of mp_worker processes (argv[0] ends in mp_worker, so not
+    mpirun) in the session `sid` (a job's: its launcher started one, and
+    ranks on this host stay in it) or whose command line names `marker`
+    (the scratch directory every run directory is under: ranks a launcher
+    started elsewhere, on an emulated cluster's hosts)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            session = int(Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, IndexError, ValueError):
             continue
-        if argv and os.path.basename(argv[0]) == b"mp_worker" and any(marker.encode() in a for a in argv[1:]):
+        if argv and os.path.basename(argv[0]) == b"mp_worker" and (
+                session == sid or (marker is not None and any(marker.encode() in a for a in argv[1:]))):
             pids.append(int(entry))
     return pids
 
@@ -144,8 +148,12 @@ class Job:
         worker.jobs.append(self)
 
     def ranks(self):
-        """The worker processes of this session (the ranks of this job while it runs)."""
-        return workers_running(self.worker.marker)
+        """The job's worker processes on this host (its ranks, while it runs)."""
+        return workers_running(None, sid=self.p.pid)
+
+    def left(self):
+        """Worker processes of this job, or of this test session, still there."""
+        return workers_running(self.worker.marker, sid=self.p.pid)
 
     def wait(self):
         """Waits for the end; past the deadline, ends the run's process group
@@ -157,11 +165,11 @@ class Job:
             rc, timed_out = _end_group(self.p), True
         seconds = time.monotonic() - self.t0
         self.log_file.close()
-        left = workers_running(self.worker.marker)
+        left = self.left()
         t0 = time.monotonic()
         while left and time.monotonic() - t0 < LEFT_RUNNING_GRACE_S:  # a rank its launcher ended may be exiting
             time.sleep(0.05)
-            left = workers_running(self.worker.marker)
+            left = self.left()
         for pid in left:  # the next run must not meet them
             try:
                 os.kill(pid, signal.SIGKILL)
