@@ -245,10 +245,12 @@ SLURM_STEPS = 30
 @pytest.fixture(scope="module")
 def slurm(on_cluster, worker, d):
     """slurm_jobs.sh on the cluster's head node: a reference job, then one
-    preempted after step 8 and requeued; their outputs in d/*.out."""
+    preempted after step 8 and requeued; their outputs in d/*.out, the
+    cluster's directory (its daemons' files) in d/cluster_dir."""
+    record_dir = ["bash", "-c", 'echo "$MP_CLUSTER_DIR" > "$0/cluster_dir"; exec "$@"', d]
     run = on_cluster("slurm", ["--hosts", 2, "--ranks", 2, "--slurm"],
-                     command=["bash", ROOT / "tests" / "cluster" / "slurm_jobs.sh", d, ROOT, worker.binary,
-                              SLURM_STEPS, *SMALL])
+                     command=[*record_dir, "bash", ROOT / "tests" / "cluster" / "slurm_jobs.sh", d, ROOT,
+                              worker.binary, SLURM_STEPS, *SMALL])
     outs = "\n".join(f"{p}:\n{p.read_text(errors='replace')}" for p in sorted(d.glob("*.out")))
     assert run.rc == 0, f"{run}\n{outs}"
     states = dict(re.findall(r"^(reference|preempted|requeued) job [0-9]+: ([A-Z_]+)$", run.log, re.M))
@@ -256,7 +258,7 @@ def slurm(on_cluster, worker, d):
     stop = re.search(rf"got SIGTERM at step ([0-9]+) of {SLURM_STEPS}: checkpoint saved", first)
     cluster = re.search(r"^scripts/cluster: cluster (mpc[0-9]+):", run.log, re.M)
     return Outcome(run=run, states=states, first=first, stop=int(stop[1]) if stop else None,
-                   name=cluster[1] if cluster else None,
+                   name=cluster[1] if cluster else None, dir=(d / "cluster_dir").read_text().strip(),
                    ref_out="".join(p.read_text(errors="replace") for p in d.glob("ref-*.out")),
                    requeued_out="".join(p.read_text(errors="replace") for p in d.glob("pre-[0-9]*.out")),
                    want=metrics(d / "ref"), got=metrics(d / "pre"))
@@ -294,8 +296,8 @@ class TestSlurm:
         assert not left, f"namespaces of {slurm.name} left behind: {left}"
 
     def test_no_slurm_or_munge_daemon_is_left_running(self, slurm):
-        left = processes_matching(r"mp_cluster\.[A-Za-z0-9]*/slurm/")
-        assert not left, f"Slurm or munge daemons left running: {left}"
+        left = processes_matching(re.escape(slurm.dir) + "/slurm/")
+        assert not left, f"Slurm or munge daemons of {slurm.dir} left running: {left}"
 
 
 # ---- TestElastic -----------------------------------------------------------------
