@@ -98,16 +98,24 @@ def update(ctx, st):
                        judge.bench_row)
 
 
+# The fault cases the faults stage runs: classes of tests/worker/test_faults.py (pytest).
+FAULT_CASES = {"kill": "TestKilledRank", "hang": "TestHungRank", "nan": "TestNanGradients",
+               "device_fault": "TestDeviceFault"}
+
+
 def faults(ctx, st):
     s = ctx.s
     args = f"--set compute.device={s.device}"
     if s.device != "CUDA" or envmod.gpu_count() < 2:
         args += " --set compute.share_gpus=true"
     ok = True
-    for case in ("kill", "hang", "nan", "device_fault"):
-        r = ctx.runner.run(f"fault_{case}", ["bash", os.path.join(s.root, "tests", "faults_worker.sh"), case,
-                                             ctx.runner.mprun, os.path.join(s.build, "mp_worker"),
-                                             ctx.path(f"fault_{case}")], env={"MP_FAULT_WORKER_ARGS": args})
+    for case, cls in FAULT_CASES.items():
+        test = os.path.join(s.root, "tests", "worker", "test_faults.py") + "::" + cls
+        r = ctx.runner.run(f"fault_{case}", [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                                             test, "--worker", os.path.join(s.build, "mp_worker"),
+                                             "--mprun", ctx.runner.mprun, f"--worker-args={args}",
+                                             "--basetemp", ctx.path(f"fault_{case}")],
+                           env={"PYTHONDONTWRITEBYTECODE": "1"})
         what = [line for line in ctx.log_text(f"fault_{case}").splitlines() if line.startswith(f"{case}: ")]
         st.row({"case": f"fault_{case}", "pass": r.ok, "what": what[0] if what else ""})
         ok &= r.ok

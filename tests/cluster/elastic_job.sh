@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cluster/elastic_job.sh DIR ROOT STEPS CUT_AT [WORKER ARGS...]: the
-# elastic case of cluster_test.sh, on the emulated cluster's head node:
+# elastic case of test_cluster.py (TestElastic), on the emulated cluster's head node:
 # launch/mp_elastic trains STEPS steps on every host; once the run has
 # logged CUT_AT steps, the last host's link goes down (both directions).
 # Writes DIR/elastic.log (the supervisor's and the job's output) and

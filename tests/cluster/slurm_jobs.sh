@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cluster/slurm_jobs.sh DIR ROOT WORKER STEPS [WORKER ARGS...]: the
-# Slurm case of cluster_test.sh, run on the emulated cluster's head node
+# Slurm case of test_cluster.py (TestSlurm), run on the emulated cluster's head node
 # (scripts/cluster --slurm): an uninterrupted job of STEPS steps, then a
 # second one preempted with scancel --signal=TERM once it has run 8 steps,
 # requeued with scontrol requeue, resuming with --resume auto. Prints each
