@@ -455,6 +455,11 @@ void copy_bounded(char* dst, size_t cap, const std::string& s) {
 
 }  // namespace
 
+void install_worker_crash_report(const std::string& out_dir, int rank) {
+  const std::string r = std::to_string(rank);
+  install_crash_report(out_dir.empty() ? "" : out_dir + "/crash.rank" + r + ".txt", "mp_worker rank " + r);
+}
+
 void install_crash_report(const std::string& path, const std::string& label) {
   copy_bounded(g_path, sizeof(g_path), path);
   copy_bounded(g_label, sizeof(g_label), label);

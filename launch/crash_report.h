@@ -34,4 +34,10 @@ namespace mp {
 // stderr only. Throws IoError when the handlers cannot be installed.
 void install_crash_report(const std::string& path, const std::string& label);
 
+// mp_worker's: OUT_DIR/crash.rank<R>.txt (stderr alone without an out_dir),
+// labelled "mp_worker rank R". mp_worker installs it before MPI starts
+// (the rank its launcher gives) and again once MPI has (MPI's rank, and
+// over the handlers Open MPI may have installed).
+void install_worker_crash_report(const std::string& out_dir, int rank);
+
 }  // namespace mp

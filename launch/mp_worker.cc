@@ -23,6 +23,7 @@
 #include "comm/rank_discovery.h"
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "launch/crash_report.h"
 #include "launch/device_choice.h"
 #include "launch/plan_search.h"
 #include "launch/rank_info.h"
@@ -299,6 +300,7 @@ int main(int argc, char** argv) {
   // ends every rank at once with exit code 2 and the same message.
   mp::TrainSettings settings;
   if (const std::optional<int> code = mp::resolve_settings(args, check_size, settings)) return *code;
+  mp::install_worker_crash_report(settings.config.out_dir(), mp::discover_ranks(mp::process_environment()).rank);
   return mp::run_rank_main("mp_worker", &argc, &argv, [&](const mp::MpiWorld& world) {
     mp::print_ranks(world, settings, mp::comm_options_from_config(settings.config.engine().comm()).timeout);
     return mp::train(world, world.size() == check_size ? settings : mp::resolve_train_config(settings.config, world.size()));

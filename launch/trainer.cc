@@ -111,8 +111,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const proto::TrainConfig& c = s.config;
   const bool lead = world.rank() == 0;
   // Note [Crash reports] in launch/crash_report.h.
-  install_crash_report(c.out_dir().empty() ? "" : detail::str(c.out_dir(), "/crash.rank", world.rank(), ".txt"),
-                       detail::str("mp_worker rank ", world.rank()));
+  install_worker_crash_report(c.out_dir(), world.rank());
   const int threads = c.compute().threads() > 0 ? c.compute().threads() : default_threads_per_rank(world.local_size());
   set_default_cpu_threads(threads);  // the engine's loops take the model's share of the cores
   (void)cuda_sync_each_op();  // checks MP_CUDA_SYNC on every device (core/device.h)
