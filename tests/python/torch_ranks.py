@@ -1,4 +1,4 @@
-"""One rank's part of the multi-rank mp.torch checks (python/tests/check_ranks.py
+"""One rank's part of the multi-rank mp.torch checks (tests/python/check_ranks.py
 runs it under launch/mprun):
 
   torch_ranks.py train --model M --micro-batches K --steps N --out FILE [--muon]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# python/tests/pip_install.sh PYTHON SOURCE BUILD WORK: `pip install .` of
+# tests/python/pip_install.sh PYTHON SOURCE BUILD WORK: `pip install .` of
 # SOURCE into a fresh virtual environment (made by PYTHON), against BUILD's
 # cmake --install in WORK/prefix, so that only the extension compiles; then
 # `import mp` prints the version from another directory, and the wheel holds
