@@ -5,7 +5,8 @@
 # second one preempted with scancel --signal=TERM once it has run 8 steps,
 # requeued with scontrol requeue, resuming with --resume auto. Prints each
 # job's final state; the jobs' output is DIR/ref-JOB.out and DIR/pre-JOB.out
-# (the preempted run's first part kept as DIR/pre-first.out).
+# (the preempted run's first part kept as DIR/pre-first.out). Last, what
+# node1 and the head node see in /dev/shm after node0 wrote a file there.
 set -u
 dir=$1 root=$2 worker=$3 steps=$4
 shift 4
@@ -32,8 +33,9 @@ echo "reference job $ref: $(state "$ref")"
 # job finishing).
 pre=$(MP_FAULT="sleep@1-1000000:0:0.2" "${sb[@]}" --output="$dir/pre-%j.out" "$root/launch/mp.sbatch" "$@" \
   --steps "$steps" --out "$dir/pre" --resume auto) || exit 1
-for _ in $(seq 1 600); do
+for i in $(seq 1 600); do
   [[ -s $dir/pre/metrics.jsonl && $(wc -l < "$dir/pre/metrics.jsonl") -ge 8 ]] && break
+  (( i < 600 )) || { echo "job $pre wrote no 8 steps in 120 s"; scancel "$pre"; exit 1; }
   sleep 0.2
 done
 scancel --signal=TERM "$pre"
@@ -44,3 +46,7 @@ scontrol requeue "$pre" || exit 1  # it starts after the cluster's cred_expire (
 for _ in $(seq 1 50); do [[ $(state "$pre") != COMPLETED ]] && break; sleep 0.1; done
 wait_done "$pre" || exit 1
 echo "requeued job $pre: $(state "$pre")"
+# Each host's /dev/shm is its own, as on real hosts (scripts/cluster): what
+# node0 puts there, node1 and the head node do not see.
+srun -N 1 -w node0 --mpi=none touch /dev/shm/mp_probe_node0 || exit 1
+echo "node1's /dev/shm: [$(srun -N 1 -w node1 --mpi=none ls /dev/shm | tr '\n' ' ')]; the head's: [$(ls /dev/shm | grep mp_probe | tr '\n' ' ')]"

@@ -295,6 +295,13 @@ class TestSlurm:
     def test_preempted_and_requeued_job_equals_the_uninterrupted_one_bitwise(self, slurm):
         assert losses(slurm.got) == losses(slurm.want)
 
+    def test_each_host_has_its_own_dev_shm(self, slurm):
+        # Shared, two clusters' same-numbered jobs opened each other's Open
+        # MPI shared-memory segments and segfaulted (docs/reliability.md).
+        seen = re.search(r"^node1's /dev/shm: \[(.*)\]; the head's: \[(.*)\]$", slurm.run.log, re.M)
+        assert seen, str(slurm.run)
+        assert "mp_probe_node0" not in seen[1] and not seen[2].strip(), seen[0]
+
     def test_no_namespace_is_left_behind(self, slurm):
         assert slurm.name, str(slurm.run)
         left = [ns for ns in namespaces() if re.match(rf"{slurm.name}[hd]", ns)]
