@@ -11,7 +11,6 @@
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_loops.h"
-#include "kernels/cpu/layer_loops_impl.h"
 #include "kernels/cpu/layer_parts.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/gpt_math.h"

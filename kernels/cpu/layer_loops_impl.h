@@ -1,6 +1,6 @@
 // kernels/cpu/layer_loops_impl.h (private to kernels/cpu): the loop bodies of
-// kernels/cpu/layer_loops.h, included by the layer ops (the double reference) and
-// by each layer_loops_<isa>.cc (the float variants).
+// kernels/cpu/layer_loops.h, included by layer_parts.cc (the double reference's
+// table) and by each layer_loops_<isa>.cc (the float variants).
 //
 // Everything here is in an anonymous namespace, and the table entries are
 // flattened (every shared inline helper inlined into them): no out-of-line

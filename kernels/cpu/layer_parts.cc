@@ -5,8 +5,14 @@
 
 #include "core/parallel.h"
 #include "kernels/convert_math.h"
+#include "kernels/cpu/layer_loops_impl.h"
 
 namespace mp::layer {
+
+const LayerLoopsOf<double>& double_loops() {
+  static constexpr LayerLoopsOf<double> kLoops = make_layer_loops<double>();
+  return kLoops;
+}
 
 void check_act(const Act& a, const char* what) {
   MP_ENFORCE(a.data != nullptr, what, " is null");

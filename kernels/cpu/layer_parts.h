@@ -48,7 +48,6 @@
 #include "core/error.h"
 #include "kernels/act.h"
 #include "kernels/cpu/layer_loops.h"
-#include "kernels/cpu/layer_loops_impl.h"
 
 namespace mp::layer {
 
@@ -70,15 +69,17 @@ inline void check_token(int32_t token, int64_t vocab, int64_t row, const char* w
   MP_ENFORCE(token >= 0 && token < vocab, what, " ", token, " at row ", row, " outside [0, ", vocab, ")");
 }
 
+// The double reference's loops: the same templates at baseline.
+const LayerLoopsOf<double>& double_loops();
+
 // The loops of T: float's picked for this CPU (kernels/cpu/layer_loops.h),
-// double's the same templates at baseline.
+// double's the reference's.
 template <class T>
 const LayerLoopsOf<T>& loops() {
   if constexpr (std::is_same_v<T, float>) {
     return layer_loops();
   } else {
-    static constexpr LayerLoopsOf<T> kLoops = make_layer_loops<T>();
-    return kLoops;
+    return double_loops();
   }
 }
 
