@@ -30,7 +30,7 @@ namespace {
 constexpr int kMaxThreads = 128;
 constexpr int kMaxFrames = 48;
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-constexpr int64_t kThreadWaitNs = 1'000'000'000;    // each silent thread's time, at most
+constexpr int64_t kThreadWaitNs = 1'000'000'000;    // the other threads' time to answer, in all
 constexpr int64_t kSymbolizeWaitNs = 20'000'000'000;  // one addr2line run, at most
 
 struct ThreadStack {
@@ -84,7 +84,6 @@ char* format_number(uint64_t v, int base, char (&buf)[24]) {
   }
   return p;
 }
-
 
 struct Out {
   int fds[2] = {2, -1};
@@ -305,8 +304,8 @@ void symbolize_module(const char* program, const Module& m) {
     ThreadStack& s = g_stacks[t];
     for (int f = 0; f < s.frames; ++f) {
       const Module* own = module_of(reinterpret_cast<uintptr_t>(s.pc[f]));
-      if (own == nullptr || own->path != m.path || s.symbol[f] != nullptr) continue;
-      argv[argc++] = format_number(file_address(m, s, f), 16, hex[n]);
+      if (own == nullptr || std::strcmp(own->path, m.path) != 0 || s.symbol[f] != nullptr) continue;
+      argv[argc++] = format_number(file_address(*own, s, f), 16, hex[n]);
       which[n][0] = static_cast<int16_t>(t);
       which[n][1] = static_cast<int16_t>(f);
       ++n;

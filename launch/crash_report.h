@@ -8,8 +8,8 @@
 //   - the signal, its code and address, the label ("mp_worker rank 1") and
 //     the thread that took it, with the program counter of the fault;
 //   - every thread's stack: the crashing thread's from its handler, each
-//     other's from a handler of SIGRTMIN+5 sent to it with tgkill (each
-//     thread is given up to 1 s; one that blocks the signal is named as
+//     other's from a handler of SIGRTMIN+5 sent to it with tgkill (they
+//     have 1 s in all to answer; one that blocks the signal is named as
 //     silent), thread names from /proc/self/task;
 //   - each frame symbolized (function, file:line, inlined frames) by
 //     addr2line run in a child process per module, from the module offsets
