@@ -59,7 +59,9 @@ StepResult driven_step(Engine& engine, Model& model, int64_t step, bool hold_fir
       const Tensor params = u == 0 && hold_first ? first : engine.unshard(u, Pass::kBackward);
       const Tensor grads = engine.gradient_buffer(u);
       if (as_host != nullptr && grads.dtype() != DType::kF32) {
+        // The buffer's gaps and padding come zeroed; so must the copy's.
         const Tensor fp32 = as_host->flat(0, grads.numel());
+        convert(grads, fp32, {}, &s);
         model.backward_on(u, params, fp32, s);
         convert(fp32, grads, {}, &s);
       } else {
