@@ -75,7 +75,7 @@ def carried_deps(gpu_deps, prefix):
             os.symlink("orterun", mpirun)
         with open(stamp, "w") as f:
             f.write(names)
-    env = {"OPAL_PREFIX": usr, "PATH": os.path.join(usr, "bin"), "LD_LIBRARY_PATH": os.path.join(usr, MULTIARCH)}
+    env = {"OPAL_PREFIX": usr, "PATH": os.path.join(usr, "bin"), "LD_LIBRARY_PATH": os.path.join(usr, MULTIARCH) + ":" + os.path.join(usr, "lib")}  # libgloo: usr/lib
     cmake = [f"-DCMAKE_PREFIX_PATH={usr}", f"-DMPI_CXX_COMPILER={usr}/bin/mpicxx.openmpi",
              f"-DProtobuf_PROTOC_EXECUTABLE={usr}/bin/protoc"]
     return env, cmake
