@@ -24,6 +24,7 @@ them (full precision: a test compares them with the plain loop).
 """
 import argparse
 import os
+import sys
 
 import torch
 import transformers
@@ -79,7 +80,9 @@ class PrintSteps(transformers.TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         r = self.optimizer.results[-1]
         if mp.rank() == 0:
-            print(f"step {r.step:4d}  loss {r.loss!r}  norm {r.grad_norm!r}  lr {r.lr!r}", flush=True)
+            # one write: unbuffered, print's line and newline are two
+            sys.stdout.write(f"step {r.step:4d}  loss {r.loss!r}  norm {r.grad_norm!r}  lr {r.lr!r}\n")
+            sys.stdout.flush()
 
 
 def main():
@@ -107,6 +110,8 @@ def main():
     data = RankSequences(mp.rank(), mp.world_size(), args.steps * args.batch)
     trainer = transformers.Trainer(model=model, args=training, train_dataset=data,
                                    optimizers=(optimizer, None), callbacks=[PrintSteps(optimizer)])
+    if mp.rank() != 0:
+        trainer.remove_callback(transformers.PrinterCallback)  # each Trainer thinks it is process 0
     trainer.train()
     sharded.close()
 

@@ -64,7 +64,7 @@ def train(launcher, model, steps, out):
 def hf_trainer_against_the_plain_loop(steps=10, batch=4):
     p, seconds = run([*TORCHRUN, os.path.join(EXAMPLES, "hf_trainer.py"), "--steps", str(steps), "--batch",
                       str(batch), "--recipe", "RECIPE_FP32", "--deterministic"])
-    got = [tuple(float(x) for x in m) for m in re.findall(r"step +\d+  loss (\S+)  norm (\S+)  lr (\S+)", p.stdout)]
+    got = [tuple(float(x) for x in m) for m in re.findall(r"^step +\d+  loss (\S+)  norm (\S+)  lr (\S+)$", p.stdout, re.M)]
     if not check(p.returncode == 0 and len(got) == steps,
                  f"examples/hf_trainer.py under torchrun: {len(got)} steps in {seconds:.1f} s (exit {p.returncode})"):
         print(p.stdout, p.stderr)
