@@ -78,12 +78,12 @@ void run_case(const BenchContext& ctx, int64_t n, int threads) {
       row["target"] = "ratio >= 0.8";
       row["target_met"] = gbps / triad_gbps >= 0.8;
       // Unfused: unscale into an fp32 gradient, clip it, update, cast.
-      const math::StepConstants k = math::make_step_constants(u.hyper, scalars, 1.0f, 1.0f);
+      const math::AdamW::Step k = math::step_constants<math::AdamW>(u.hyper, scalars, 1.0f, 1.0f);
       const double unfused_s = time_local(warmup, iters, [&] {
         parallel_for(n, threads, 64, [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) g32[i] = math::bf16_bits_to_f32(grad[i]) * scalars.grad_multiplier;
           for (int64_t i = lo; i < hi; ++i) g32[i] *= clip;
-          for (int64_t i = lo; i < hi; ++i) math::adamw_element(master[i], m[i], v[i], g32[i], k.adamw);
+          for (int64_t i = lo; i < hi; ++i) math::AdamW::element(master[i], m[i], v[i], g32[i], k);
           for (int64_t i = lo; i < hi; ++i) copy[i] = math::f32_to_bf16_bits(master[i]);
         });
       }).median_s;

@@ -19,8 +19,7 @@ struct UpdateArgs {
   MasterMode master_mode = MasterMode::kFp32;
   float* master = nullptr;            // kFp32: the shard's fp32 master
   int16_t* master_remainder = nullptr;  // kBf16Remainder: the remainder; param_out is the bf16 half
-  // Optimizer state: AdamW m and v, Lion m, SGD the momentum buffer
-  // (state1 unused; both unused for SGD without momentum).
+  // The rule's state arrays (kernels/optim_math.h; unused beyond its count).
   void* state0 = nullptr;
   void* state1 = nullptr;
   // Elements in state1 (the range table's state1_shift leave some out); -1: n.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
 #include <vector>
 
 #include "core/error.h"
@@ -131,16 +130,6 @@ std::vector<int> assign_muon_owners(const std::vector<double>& flops, int ranks)
     load[r] += flops[i];
   }
   return owners;
-}
-
-MuonAssignment gpt_muon_assignment(const std::string& name, const Shape& shape) {
-  static const std::regex in_block(R"(h[0-9]+\..+)");
-  MuonAssignment a;
-  if (shape.size() != 2 || !std::regex_match(name, in_block)) return a;
-  a.muon = true;
-  a.lr_a = shape[1];  // out (fan-out): the GPT stores [in, out]
-  a.lr_b = shape[0];
-  return a;
 }
 
 }  // namespace mp

@@ -37,7 +37,7 @@
 #include "core/tensor.h"
 #include "kernels/muon_math.h"
 #include "kernels/newton_schulz.h"
-#include "kernels/update_math.h"
+#include "kernels/optim_math.h"
 
 namespace mp {
 
@@ -60,9 +60,9 @@ struct MuonHyper {
 struct MuonSettings {
   MuonHyper hyper;
   double weight_decay = 0.1;  // the matrices' (OptimizerConfig.weight_decay)
-  // The other parameters' AdamW (kind kAdamW; torch.optim.AdamW's defaults
-  // for unset fields) and its peak lr, scaled by the schedule as lr is
-  // (Optimizer::adamw_lr).
+  // The other parameters' AdamW (torch.optim.AdamW's defaults for unset
+  // fields) and its peak lr, scaled by the schedule as lr is
+  // (Optimizer::element_lr).
   OptimizerHyper adamw;
   double adamw_lr = 1e-3;
 };
@@ -156,11 +156,7 @@ std::vector<int> assign_muon_owners(const std::vector<double>& flops, int ranks)
 // [out, in] that torch.optim.Muon's adjust_lr_fn reads as (A, B) = (fan-out,
 // fan-in); so a GPT matrix's lr shape is (A, B) = (out, in) = (shape[1],
 // shape[0]): the adjusted lr of the same matrix in nanoGPT's nn.Linear
-// under torch.optim.Muon (c_fc: sqrt(4) with ORIGINAL, mlp.c_proj: 1).
-struct MuonAssignment {
-  bool muon = false;
-  int64_t lr_a = 0, lr_b = 0;  // when muon: MuonMatrix::lr_a, lr_b
-};
-MuonAssignment gpt_muon_assignment(const std::string& name, const Shape& shape);
+// under torch.optim.Muon (c_fc: sqrt(4) with ORIGINAL, mlp.c_proj: 1). The
+// GPT's model spec marks them (ParamSpec::muon, muon_lr_a, muon_lr_b).
 
 }  // namespace mp

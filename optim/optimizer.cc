@@ -4,149 +4,11 @@
 #include <regex>
 
 #include "core/error.h"
-#include "kernels/cpu/update.h"
 
 namespace mp {
-namespace {
 
-void check_range(double v, double lo, double hi, bool hi_open, const char* field) {
-  const bool ok = std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi);
-  if (!ok) {
-    MP_THROW(ConfigError, "optimizer.", field, " = ", v, ": must be in [", lo, ", ", hi, hi_open ? ")" : "]");
-  }
-}
-
-// Kind MUON's settings (proto/mp.proto MuonConfig): torch.optim.Muon's and
-// torch.optim.AdamW's defaults for unset fields.
-MuonSettings muon_settings(const proto::MuonConfig& m, double weight_decay) {
-  MuonSettings out;
-  MuonHyper& h = out.hyper;
-  out.weight_decay = weight_decay;
-  if (m.has_momentum()) h.momentum = m.momentum();
-  check_range(h.momentum, 0, 1, true, "muon.momentum");
-  if (m.has_nesterov()) h.nesterov = m.nesterov();
-  if (m.ns_coefficients_size() != 0) {
-    if (m.ns_coefficients_size() != 3) {
-      MP_THROW(ConfigError, "optimizer.muon.ns_coefficients: ", m.ns_coefficients_size(),
-               " values; need exactly 3 (a, b, c), or none for the defaults");
-    }
-    for (int k = 0; k < 3; ++k) {
-      if (!std::isfinite(m.ns_coefficients(k))) {
-        MP_THROW(ConfigError, "optimizer.muon.ns_coefficients[", k, "] = ", m.ns_coefficients(k), ": must be finite");
-      }
-    }
-    h.ns_a = m.ns_coefficients(0);
-    h.ns_b = m.ns_coefficients(1);
-    h.ns_c = m.ns_coefficients(2);
-  }
-  if (m.has_ns_steps()) h.ns_steps = m.ns_steps();
-  if (h.ns_steps < 1 || h.ns_steps >= 100) {
-    MP_THROW(ConfigError, "optimizer.muon.ns_steps = ", h.ns_steps, ": must be in [1, 100)");
-  }
-  if (m.has_eps()) h.eps = m.eps();
-  if (!std::isfinite(h.eps) || h.eps <= 0) MP_THROW(ConfigError, "optimizer.muon.eps = ", h.eps, ": must be > 0");
-  switch (m.adjust_lr_fn()) {
-    case proto::MuonConfig::ORIGINAL: h.adjust_lr = MuonAdjustLr::kOriginal; break;
-    case proto::MuonConfig::MATCH_RMS_ADAMW: h.adjust_lr = MuonAdjustLr::kMatchRmsAdamW; break;
-    case proto::MuonConfig::SPECTRAL_UNCLAMPED: h.adjust_lr = MuonAdjustLr::kSpectralUnclamped; break;
-    default:
-      MP_THROW(ConfigError, "optimizer.muon.adjust_lr_fn = ", static_cast<int>(m.adjust_lr_fn()),
-               ": unknown (ORIGINAL, MATCH_RMS_ADAMW or SPECTRAL_UNCLAMPED)");
-  }
-  switch (m.iteration_dtype()) {
-    case proto::DATA_TYPE_UNSET:
-    case proto::BF16: h.iteration_dtype = DType::kBF16; break;
-    case proto::FP32: h.iteration_dtype = DType::kF32; break;
-    default:
-      MP_THROW(ConfigError, "optimizer.muon.iteration_dtype = ", proto::DataType_Name(m.iteration_dtype()),
-               ": must be FP32 or BF16");
-  }
-  out.adamw.kind = OptimizerKind::kAdamW;
-  out.adamw_lr = m.has_adamw_lr() ? m.adamw_lr() : 1e-3;
-  const double beta1 = m.has_adamw_beta1() ? m.adamw_beta1() : 0.9;
-  const double beta2 = m.has_adamw_beta2() ? m.adamw_beta2() : 0.999;
-  const double eps = m.has_adamw_eps() ? m.adamw_eps() : 1e-8;
-  const double wd = m.has_adamw_weight_decay() ? m.adamw_weight_decay() : 0.01;
-  check_range(out.adamw_lr, 0, 10, false, "muon.adamw_lr");
-  check_range(beta1, 0, 1, true, "muon.adamw_beta1");
-  check_range(beta2, 0, 1, true, "muon.adamw_beta2");
-  check_range(eps, 0, 1, false, "muon.adamw_eps");
-  check_range(wd, 0, 1e3, false, "muon.adamw_weight_decay");
-  out.adamw.beta1 = static_cast<float>(beta1);
-  out.adamw.beta2 = static_cast<float>(beta2);
-  out.adamw.eps = static_cast<float>(eps);
-  out.adamw.weight_decay = static_cast<float>(wd);
-  return out;
-}
-
-}  // namespace
-
-Optimizer::Optimizer(const proto::OptimizerConfig& c) {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, wd = 0.0;
-  const bool muon = c.kind() == proto::OptimizerConfig::MUON;
-  if (c.has_muon() && !muon) {
-    MP_THROW(ConfigError, "optimizer.muon: only for kind MUON (kind is ",
-             proto::OptimizerConfig::Kind_Name(c.kind()), ")");
-  }
-  switch (c.kind()) {
-    case proto::OptimizerConfig::ADAMW:
-      hyper_.kind = OptimizerKind::kAdamW;
-      wd = 0.01;
-      break;
-    case proto::OptimizerConfig::SGD: hyper_.kind = OptimizerKind::kSgd; break;
-    case proto::OptimizerConfig::LION:
-      hyper_.kind = OptimizerKind::kLion;
-      lr = 1e-4;
-      beta2 = 0.99;
-      break;
-    case proto::OptimizerConfig::MUON:
-      hyper_.kind = OptimizerKind::kAdamW;  // the other parameters'; set below
-      wd = 0.1;
-      break;
-    default: MP_THROW(ConfigError, "optimizer.kind = ", static_cast<int>(c.kind()), ": unknown optimizer");
-  }
-  const bool sgd = hyper_.kind == OptimizerKind::kSgd;
-  if (sgd && (c.has_beta1() || c.has_beta2() || c.has_eps())) {
-    MP_THROW(ConfigError, "optimizer: beta1, beta2 and eps are not SGD options (use momentum)");
-  }
-  if (muon && (c.has_beta1() || c.has_beta2() || c.has_eps())) {
-    MP_THROW(ConfigError, "optimizer: beta1, beta2 and eps are not Muon options (its AdamW's are muon.adamw_beta1, ",
-             "muon.adamw_beta2 and muon.adamw_eps)");
-  }
-  if (!sgd && (c.momentum() != 0 || c.dampening() != 0 || c.nesterov())) {
-    MP_THROW(ConfigError, "optimizer: momentum, dampening and nesterov are SGD options",
-             muon ? " (Muon's are muon.momentum and muon.nesterov)" : "");
-  }
-  if (hyper_.kind == OptimizerKind::kLion && c.has_eps()) MP_THROW(ConfigError, "optimizer.eps: Lion has no eps");
-  if (c.has_lr()) lr = c.lr();
-  if (c.has_beta1()) beta1 = c.beta1();
-  if (c.has_beta2()) beta2 = c.beta2();
-  if (c.has_weight_decay()) wd = c.weight_decay();
-  check_range(lr, 0, 10, false, "lr");
-  check_range(beta1, 0, 1, true, "beta1");
-  check_range(beta2, 0, 1, true, "beta2");
-  check_range(wd, 0, 1e3, false, "weight_decay");
-  hyper_.beta1 = static_cast<float>(beta1);
-  hyper_.beta2 = static_cast<float>(beta2);
-  hyper_.weight_decay = static_cast<float>(wd);
-  if (c.has_eps()) {
-    check_range(c.eps(), 0, 1, false, "eps");
-    hyper_.eps = static_cast<float>(c.eps());
-  }
-  check_range(c.momentum(), 0, 1, true, "momentum");
-  check_range(c.dampening(), 0, 1, false, "dampening");
-  hyper_.momentum = static_cast<float>(c.momentum());
-  hyper_.dampening = static_cast<float>(c.dampening());
-  hyper_.nesterov = c.nesterov();
-  if (c.nesterov() && (c.momentum() <= 0 || c.dampening() != 0)) {
-    MP_THROW(ConfigError, "optimizer.nesterov: needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
-  }
-  if (muon) {
-    muon_ = muon_settings(c.muon(), wd);
-    hyper_ = muon_->adamw;
-  }
-
-  schedule_.lr = lr;
+Optimizer::Optimizer(const proto::OptimizerConfig& c) : kind_(configure_kind(c)) {
+  schedule_.lr = kind_.lr;
   schedule_.min_lr = c.schedule().min_lr();
   schedule_.warmup_steps = c.schedule().warmup_steps();
   schedule_.total_steps = c.schedule().total_steps();
@@ -197,18 +59,10 @@ Optimizer::Optimizer(const proto::OptimizerConfig& c) {
   }
 }
 
-double Optimizer::adamw_lr(double scheduled_lr) const {
-  MP_ENFORCE(muon_.has_value(), "adamw_lr: the optimizer is not MUON");
-  return schedule_.lr > 0 ? muon_->adamw_lr * (scheduled_lr / schedule_.lr) : muon_->adamw_lr;
-}
-
-int Optimizer::state_count() const {
-  switch (hyper_.kind) {
-    case OptimizerKind::kAdamW: return 2;
-    case OptimizerKind::kLion: return 1;
-    case OptimizerKind::kSgd: return hyper_.momentum != 0.0f ? 1 : 0;
-  }
-  return 0;
+double Optimizer::element_lr(double scheduled_lr) const {
+  if (!kind_.muon) return scheduled_lr;
+  const double peak = kind_.muon->adamw_lr;
+  return schedule_.lr > 0 ? peak * (scheduled_lr / schedule_.lr) : peak;
 }
 
 double Optimizer::unscale_multiplier(double divisor) const {
@@ -225,7 +79,7 @@ StepPlan Optimizer::plan_step(double global_sum_sq, bool found_inf, double divis
   if (scaler_) scaler_->update(found_inf);
   p.lr = schedule_.at(steps_done_);
   p.clip_coefficient = found_inf ? 1.0 : clip_coefficient(p.grad_norm, grad_clip_);
-  p.scalars.lr = static_cast<float>(p.lr);
+  p.scalars.lr = static_cast<float>(element_lr(p.lr));
   p.scalars.grad_multiplier = static_cast<float>(1.0 / (p.loss_scale * divisor) * p.clip_coefficient);
   p.scalars.step = steps_done_ + 1;
   p.scalars.found_inf = found_inf ? 1 : 0;
@@ -235,11 +89,6 @@ StepPlan Optimizer::plan_step(double global_sum_sq, bool found_inf, double divis
     ++steps_done_;
   }
   return p;
-}
-
-void Optimizer::apply_cpu(UpdateArgs args, const StepPlan& plan) const {
-  args.hyper = hyper_;
-  fused_update_cpu(args, plan.scalars);
 }
 
 namespace {

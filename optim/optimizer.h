@@ -11,16 +11,14 @@
 //   2. all-reduce (sum of sum_sq, max of non_finite) across the ranks;
 //   3. plan = opt.plan_step(global_sum_sq, found_inf, divisor): the same
 //      decision on every rank;
-//   4. opt.apply_cpu(shard_args, plan) for every shard (a skipped step
-//      writes nothing); the engine instead enqueues ops::fused_update
-//      (kernels/ops.h) with the plan's scalars in device memory.
+//   4. the fused update of every shard with the plan's scalars
+//      (fused_update_cpu, or ops::fused_update in kernels/ops.h with them in
+//      device memory); a skipped step writes nothing.
 // Skipped steps (found_inf) do not advance the step counter, the bias
 // correction or the learning-rate schedule, as in DeepSpeed.
 //
-// Kind MUON: hyper() is the AdamW of the parameters Muon does not take
-// (muon()->adamw), and muon() holds the matrices' settings for
-// muon_step_cpu (optim/muon.h); the engine runs Muon on its matrices
-// (runtime/muon_exchange.h) and this AdamW, at adamw_lr, on the rest.
+// The kind is its entry (Note [Optimizer kinds] in optim/optimizer_kind.h);
+// with whole matrices (MUON), muon() holds their settings.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +28,8 @@
 
 #include "kernels/update_args.h"
 #include "optim/loss_scaler.h"
-#include "optim/muon.h"
+#include "optim/optimizer_kind.h"
 #include "optim/schedule.h"
-#include "proto/mp.pb.h"
 
 namespace mp {
 
@@ -57,8 +54,8 @@ struct StepPlan {
   double grad_norm = 0.0;        // global L2 norm of the true gradient (NaN when non-finite)
   double clip_coefficient = 1.0;
   double loss_scale = 1.0;       // the scale this step's gradients carry
-  double lr = 0.0;
-  StepScalars scalars;           // what the kernels read
+  double lr = 0.0;               // scheduled
+  StepScalars scalars;           // what the fused update reads (its lr: Optimizer::element_lr)
 };
 
 class Optimizer {
@@ -66,21 +63,23 @@ class Optimizer {
   // Throws ConfigError naming the field ("optimizer.beta2 = 1.5: ...").
   explicit Optimizer(const proto::OptimizerConfig& config);
 
-  // The fused update's hyperparameters; for MUON those of its AdamW.
-  const OptimizerHyper& hyper() const { return hyper_; }
-  // Kind MUON: its settings; otherwise null.
-  const MuonSettings* muon() const { return muon_ ? &*muon_ : nullptr; }
-  // Kind MUON: the AdamW parameters' lr for a step whose (Muon) lr is
-  // scheduled_lr: adamw_lr x scheduled_lr / lr, the schedule's factor (1
-  // when lr is 0).
-  double adamw_lr(double scheduled_lr) const;
+  const OptimizerKind& kind() const { return *kind_.kind; }
+  // The fused update's rule and hyperparameters; for MUON those of its AdamW.
+  const OptimizerHyper& hyper() const { return kind_.hyper; }
+  // A kind with whole matrices (MUON): their settings; otherwise null.
+  const MuonSettings* muon() const { return kind_.muon ? &*kind_.muon : nullptr; }
+  // The fused update's lr (StepPlan::scalars) for a step scheduled at
+  // scheduled_lr: that lr, or with whole matrices (whose lr it is) the
+  // rule's own (muon.adamw_lr) times the schedule's factor scheduled_lr /
+  // lr (1 when lr is 0).
+  double element_lr(double scheduled_lr) const;
   const LrSchedule& schedule() const { return schedule_; }
   double grad_clip() const { return grad_clip_; }
   bool loss_scaling() const { return scaler_.has_value(); }
   const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
-  // Moment arrays per parameter: AdamW 2, Lion 1, SGD 1 with momentum else 0;
-  // MUON 2 (its AdamW's; a Muon matrix has 1, its momentum buffer).
-  int state_count() const;
+  // State arrays per element: the rule's (MUON: its AdamW's 2; its
+  // matrices keep the first, their momentum buffer).
+  int state_count() const { return math::rule_states(kind_.hyper.rule); }
 
   // Completed (not skipped) steps.
   int64_t steps_done() const { return steps_done_; }
@@ -92,10 +91,6 @@ class Optimizer {
   // counters and the loss scaler. `divisor`: what the reduced gradient is
   // still to be divided by (1 when the reduction averaged).
   StepPlan plan_step(double global_sum_sq, bool found_inf, double divisor = 1.0);
-
-  // Applies a plan to one shard: args carries the shard's arrays; hyper is
-  // set here. A skipped plan writes nothing.
-  void apply_cpu(UpdateArgs args, const StepPlan& plan) const;
 
   // The range table of a shard from its parameters: each parameter's
   // group (first matching pattern) and the 1-D rule; gaps (padding) join
@@ -116,8 +111,7 @@ class Optimizer {
   void set_lr(double lr);
 
  private:
-  OptimizerHyper hyper_;
-  std::optional<MuonSettings> muon_;
+  KindConfig kind_;
   LrSchedule schedule_;
   double grad_clip_ = 0.0;
   std::optional<LossScaler> scaler_;

@@ -128,15 +128,11 @@ proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int wor
   return file;
 }
 
-std::string shape_text(const google::protobuf::RepeatedField<int64_t>& s) {
+// "[768, 2304]": a Shape or a manifest's repeated shape.
+template <class Dims>
+std::string shape_text(const Dims& dims) {
   std::string t = "[";
-  for (int i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
-std::string shape_text(const Shape& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  for (const int64_t d : dims) t += (t.size() > 1 ? ", " : "") + std::to_string(d);
   return t + "]";
 }
 
@@ -200,19 +196,8 @@ bool prepare_save(const std::string& root, const std::string& final_dir, const s
   return false;
 }
 
-// OptimizerConfig.kind's name of `opt`.
-std::string optimizer_kind_name(const Optimizer& opt) {
-  if (opt.muon() != nullptr) return "MUON";
-  switch (opt.hyper().kind) {
-    case OptimizerKind::kAdamW: return "ADAMW";
-    case OptimizerKind::kSgd: return "SGD";
-    case OptimizerKind::kLion: return "LION";
-  }
-  return "?";
-}
-
 void describe_optimizer(const Optimizer& opt, proto::OptimizerCheckpoint* oc) {
-  oc->set_kind(optimizer_kind_name(opt));
+  oc->set_kind(opt.kind().name());
   oc->set_steps_done(opt.steps_done());
   oc->set_steps_skipped(opt.steps_skipped());
   if (const LossScaler* s = opt.loss_scaler()) {
@@ -521,9 +506,9 @@ proto::CheckpointManifest load_checkpoint(Engine& engine, const std::string& dir
   int64_t bytes_read = 0;
   state.world().agree("checkpoint load", [&] {
     m = read_checkpoint_manifest(dir);
-    if (const std::string& kind = m.optimizer().kind(); !kind.empty() && kind != optimizer_kind_name(opt)) {
+    if (const std::string& kind = m.optimizer().kind(); !kind.empty() && kind != opt.kind().name()) {
       MP_THROW(ConfigError, "checkpoint '", dir, "' was saved with optimizer.kind = ", kind, ", whose state this run's ",
-               optimizer_kind_name(opt), " does not read: load with the checkpoint's optimizer kind");
+               opt.kind().name(), " does not read: load with the checkpoint's optimizer kind");
     }
     check_compatible(state, m, dir);
     CheckpointReader reader(dir, m);

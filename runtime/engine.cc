@@ -93,9 +93,7 @@ Engine::Impl::Impl(const ModelSpec& model, const proto::EngineConfig& config, Co
   reducer_ = std::make_unique<GradReducer>(o_, layout_, units_, mesh_, *shard_stream_, *replicate_stream_, *compute_,
                                            *opt_, comm_, alloc_);
   gathers_ = std::make_unique<ParamGathers>(o_, layout_, units_, *mesh_.shard, *shard_stream_, comm_, alloc_);
-  if (const MuonSettings* muon = opt_->muon(); muon != nullptr) {
-    muon_ = std::make_unique<MuonExchange>(layout_, o_, *muon, *mesh_.shard, comm_, alloc_);
-  }
+  matrices_ = make_matrix_step(layout_, o_, *opt_, *mesh_.shard, comm_, alloc_);
   reduced_.assign(static_cast<size_t>(layout_.num_units()), 0);
   unsharded_.assign(static_cast<size_t>(layout_.num_units()), 0);
   init_params();
@@ -368,10 +366,7 @@ void Engine::Impl::reduce(int u, int micro_batch, const GradBuffer& grads, const
 // returns the event after the copy.
 Event Engine::Impl::write_scalars(const StepPlan& plan) {
   scalars_copied_.synchronize();  // last step's copy has read the pinned slot (long since, in practice)
-  StepScalars scalars = plan.scalars;
-  // Kind MUON: the fused update is the AdamW of the other parameters.
-  if (opt_->muon() != nullptr) scalars.lr = static_cast<float>(opt_->adamw_lr(plan.lr));
-  *scalars_host_.as<StepScalars>() = scalars;
+  *scalars_host_.as<StepScalars>() = plan.scalars;
   ops::copy_bytes(scalars_device_.data(), device_, scalars_host_.data(), Device::cpu(), sizeof(StepScalars), *compute_);
   scalars_written_ = true;
   scalars_copied_ = compute_->record();
@@ -386,8 +381,8 @@ void Engine::Impl::update_in_backward(int u, Stream& stream) {
   const UnitState& unit = units_[static_cast<size_t>(u)];
   stats_.take_shard(u, unit.grad_shard(), unit.n(), decision_.multiplier(), stream, reducer_->local_rounding());
   update_unit(u, stream);
-  if (muon_ && muon_->has(u)) {  // Note [Muon overlapped]: updated after the backward
-    muon_->begin_in_backward(u, unit, scalars_host_.as<StepScalars>()->grad_multiplier, stream);
+  if (matrices_ && matrices_->has(u)) {  // whole matrices: finished after the backward (runtime/matrix_step.h)
+    matrices_->begin(u, unit, scalars_host_.as<StepScalars>()->grad_multiplier, stream);
     return;
   }
   gathers_->updated(u, stream.record());
@@ -413,27 +408,28 @@ GradStats Engine::Impl::reduced_statistics() {
 }
 
 // The fused update of every unit (done already with optimizer_in_backward),
-// each followed by its next gather, so the gathers overlap the updates.
+// each followed by its next gather, so the gathers overlap the updates; a
+// kind with whole matrices first finishes them (runtime/matrix_step.h).
 void Engine::Impl::update(const StepPlan& plan) {
   update_begin_ = compute_->record_timed();
   if (!plan.skip) {
     gathers_->drop_ring();  // gathered before the update: stale now
-    if (!o_.optimizer_in_backward) write_scalars(plan);
-    if (muon_ && o_.optimizer_in_backward) {  // Note [Muon overlapped]
-      muon_->finish_in_backward(units_, plan.lr, *compute_);
-    } else if (muon_) {  // Note [Muon in the engine]: every unit's part, then the exchanges
-      for (int u = 0; u < layout_.num_units(); ++u) {
-        update_unit(u, *compute_);
-        muon_->begin(u, units_[static_cast<size_t>(u)], plan.scalars.grad_multiplier, *compute_);
-      }
-      muon_->finish(units_, plan.lr, *compute_);
-    }
-    for (int u = 0; u < layout_.num_units(); ++u) {
-      if (!o_.optimizer_in_backward || (muon_ && muon_->has(u))) {
-        if (!muon_) update_unit(u, *compute_);
-        gathers_->updated(u, compute_->record());
-      }
+    const bool now = !o_.optimizer_in_backward;
+    if (now) write_scalars(plan);
+    auto next_gathers = [&](int u, bool updated) {
+      if (updated) gathers_->updated(u, compute_->record());
       gathers_->prefetch_next_step(u);  // the next step's first units
+    };
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (now) update_unit(u, *compute_);
+      if (!matrices_) next_gathers(u, now);
+      if (matrices_ && now) {
+        matrices_->begin(u, units_[static_cast<size_t>(u)], plan.scalars.grad_multiplier, *compute_);
+      }
+    }
+    if (matrices_) {
+      matrices_->finish(units_, plan.lr, *compute_);
+      for (int u = 0; u < layout_.num_units(); ++u) next_gathers(u, now || matrices_->has(u));
     }
   }
   update_end_ = compute_->record_timed();

@@ -11,6 +11,7 @@
 //   gathers_        full parameters for compute: the gather ring and the
 //                   kept full params (param_gathers.h, gather_ring.h)
 //   reducer_        the gradient path into the reduced shards (grad_reducer.h)
+//   matrices_       an optimizer kind's whole matrices (matrix_step.h)
 //   stats_, decision_  statistics and the step's plan (step_decision.h)
 //   step counters   steps run, consecutive skips, the step's timings
 #pragma once
@@ -26,7 +27,7 @@
 #include "runtime/comm_watch.h"
 #include "runtime/engine.h"
 #include "runtime/grad_reducer.h"
-#include "runtime/muon_exchange.h"
+#include "runtime/matrix_step.h"
 #include "runtime/param_gathers.h"
 #include "runtime/step_decision.h"
 #include "runtime/unit_state.h"
@@ -79,7 +80,6 @@ class Engine::Impl {
   const MeshGroups& mesh() const { return mesh_; }
   const Allocator& allocator() const { return alloc_; }
   const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
-  const MuonExchange* muon() const { return muon_.get(); }
   int64_t steps_run() const { return steps_run_; }
   Stream& compute() const { return *compute_; }
   void set_steps_run(int64_t steps) { steps_run_ = steps; }
@@ -168,7 +168,7 @@ class Engine::Impl {
   std::vector<UnitState> units_;  // filled once, never resized: reducer_ and gathers_ refer to it
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGathers> gathers_;
-  std::unique_ptr<MuonExchange> muon_;  // optimizer kind MUON (Note [Muon in the engine])
+  std::unique_ptr<MatrixStep> matrices_;  // a kind with whole matrices (runtime/matrix_step.h)
   GradStatistics stats_;
   StepDecision decision_;
 

@@ -163,10 +163,7 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
 
   const Optimizer optimizer(config.optimizer());  // validates the optimizer fields
   o.state_count = optimizer.state_count();
-  if (const MuonSettings* muon = optimizer.muon(); muon != nullptr) {
-    o.muon = true;
-    o.muon_hyper = muon->hyper;
-  }
+  if (const MuonSettings* muon = optimizer.muon(); muon != nullptr) o.muon = muon->hyper;
   o.precision = resolve_precision(config.precision(), config.optimizer().has_loss_scaling());
   const Precision& p = o.precision;
 
@@ -189,19 +186,16 @@ EngineOptions resolve_engine_options(const proto::EngineConfig& config, int worl
     if (!o.comm_hook.empty()) MP_THROW(ConfigError, "deterministic reduction does not go through comm.comm_hook");
     if (o.int8_param_gather) MP_THROW(ConfigError, "deterministic runs gather exact parameters: turn off sharding.int8_param_gather");
   }
-  if (optimizer.muon() != nullptr) {  // Note [Muon in the engine] (runtime/muon_exchange.h)
-    if (p.master == MasterMode::kNone) {
-      MP_THROW(ConfigError, "optimizer.kind = MUON needs a master (precision.master): Muon's matrices are updated ",
-               "on the fp32 master or bf16 + remainder");
-    }
-    if (p.rounding != Rounding::kNearestEven) {
-      MP_THROW(ConfigError, "optimizer.kind = MUON writes its matrices' parameters rounded to nearest: ",
-               "precision.rounding must be NEAREST");
-    }
-    if (p.state_dtype != DType::kF32) {
-      MP_THROW(ConfigError, "optimizer.kind = MUON keeps its matrices' momentum in the fp32 optimizer state: ",
-               "precision.state_dtype must be FP32");
-    }
+  if (o.muon) {  // its matrices' update (Note [Muon in the engine] in runtime/muon_exchange.h)
+    const char* refused =
+        p.master == MasterMode::kNone ? "needs a master (precision.master): its matrices are updated on the fp32 "
+                                        "master or bf16 + remainder"
+        : p.rounding != Rounding::kNearestEven ? "writes its matrices' parameters rounded to nearest: "
+                                                 "precision.rounding must be NEAREST"
+        : p.state_dtype != DType::kF32 ? "keeps its matrices' momentum in the fp32 optimizer state: "
+                                         "precision.state_dtype must be FP32"
+                                       : nullptr;
+    if (refused != nullptr) MP_THROW(ConfigError, "optimizer.kind = ", optimizer.kind().name(), " ", refused);
   }
   if (o.optimizer_in_backward) {
     if (config.optimizer().grad_clip() != 0) {

@@ -4,6 +4,7 @@
 // memory_plan.h) both start from these options.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "optim/muon.h"
@@ -41,11 +42,10 @@ struct EngineOptions {
   uint64_t seed = 0;
   std::string comm_hook;  // NO_SHARD with comm.comm_hook set
   Precision precision;
-  int state_count = 2;    // optimizer moments per parameter
-  // optimizer.kind = MUON: the matrices' settings (Note [Muon in the
-  // engine] in runtime/muon_exchange.h); the memory plan sizes its buffers.
-  bool muon = false;
-  MuonHyper muon_hyper;
+  int state_count = 2;  // optimizer state arrays per element (Optimizer::state_count)
+  // A kind with whole matrices (MUON): their settings, by which the memory
+  // plan sizes the exchange (Note [Muon in the engine] in runtime/muon_exchange.h).
+  std::optional<MuonHyper> muon;
   size_t accumulate_chunk_bytes = 0;  // comm.accumulate_chunk_bytes, resolved
 
   // FULL_SHARD and HYBRID_SHARD over more than one rank: units are gathered

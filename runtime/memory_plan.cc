@@ -68,16 +68,6 @@ int64_t state1_elements(const FlatLayout& layout, const EngineOptions& o, int sh
   return most;
 }
 
-// Kind MUON (Note [Muon in the engine]): the exchange's buffers on
-// `shard_rank`, or on the rank with the most. (Its momentum is state0.)
-void add_muon(MemoryPlan& plan, const FlatLayout& layout, const EngineOptions& o, int shard_rank, Device device) {
-  const std::vector<int64_t> ranks = muon_scratch_bytes(layout, o.muon_hyper, o.shard_size, device);
-  MP_ENFORCE(shard_rank < o.shard_size, "shard rank ", shard_rank, " of ", o.shard_size);
-  const int64_t bytes = shard_rank >= 0 ? ranks[static_cast<size_t>(shard_rank)]
-                                        : *std::max_element(ranks.begin(), ranks.end());
-  plan.bytes[static_cast<size_t>(MemCategory::kCommScratch)] += static_cast<size_t>(bytes);
-}
-
 }  // namespace
 
 MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard_rank, Device device) {
@@ -149,7 +139,12 @@ MemoryPlan plan_memory(const ModelSpec& model, const EngineOptions& o, int shard
   if (o.state_count >= 2) {
     add(MemCategory::kOptimizerState, state1_elements(layout, o, shard_rank), dtype_size(p.state_dtype));
   }
-  if (o.muon) add_muon(plan, layout, o, shard_rank, device);
+  if (o.muon) {  // the exchange's buffers (Note [Muon in the engine]) on shard_rank, or the most on any rank
+    const std::vector<int64_t> ranks = muon_scratch_bytes(layout, *o.muon, o.shard_size, device);
+    MP_ENFORCE(shard_rank < o.shard_size, "shard rank ", shard_rank, " of ", o.shard_size);
+    add(MemCategory::kCommScratch, 1,
+        shard_rank >= 0 ? ranks[static_cast<size_t>(shard_rank)] : *std::max_element(ranks.begin(), ranks.end()));
+  }
   // The communicators' own kFp32 accumulation scratch: at most
   // accumulate_chunk_bytes each, in the shard and the replicate group.
   if (p.reduce_accumulate == ReduceAccumulate::kFp32 && !o.deterministic) {

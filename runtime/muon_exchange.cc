@@ -55,6 +55,12 @@ MuonExchange::MuonExchange(const FlatLayout& layout, const EngineOptions& o, con
   }
 }
 
+std::unique_ptr<MatrixStep> make_matrix_step(const FlatLayout& layout, const EngineOptions& o, const Optimizer& opt,
+                                             Communicator& shard, CommWatch& comm, Allocator& alloc) {
+  if (opt.muon() == nullptr) return nullptr;
+  return std::make_unique<MuonExchange>(layout, o, *opt.muon(), shard, comm, alloc);
+}
+
 void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream) {
   const Unit& table = units_[static_cast<size_t>(u)];
   const UpdateArgs args = unit.update_args(o_);
@@ -66,6 +72,11 @@ void MuonExchange::begin(int u, const UnitState& unit, float grad_multiplier, St
     ops::muon_momentum(g, args.grad_dtype, static_cast<float*>(args.state0) + at, send_.data_as<float>() + p.send_at,
                        p.end - p.begin, grad_multiplier, mc, device_, stream);
   }
+  if (!o_.optimizer_in_backward || !has(u)) return;  // Note [Muon overlapped]: steps 2 and 3 now
+  const Event ready = stream.record();
+  const WorkPtr w = exchange(u, false, ready);  // on the communication stream, which never waits for ns_
+  ns_->wait(w ? w->event() : ready);
+  orthogonalize(u, *ns_);
 }
 
 // Unit u's pieces to their owners (back: from them), after `ready`; null
@@ -131,9 +142,16 @@ void MuonExchange::apply(int u, const UnitState& unit, double lr, Stream& stream
 }
 
 // The exchanges go out unit by unit, back to back on the communication
-// stream; each owner then runs all its matrices in a row.
+// stream; each owner then runs all its matrices in a row. With
+// optimizer_in_backward (Note [Muon overlapped]) that was done in begin().
 void MuonExchange::finish(const std::vector<UnitState>& units, double lr, Stream& compute) {
   if (matrices_.empty()) return;
+  if (o_.optimizer_in_backward) {
+    const Event done = ns_->record();
+    compute.wait(done);  // the iterations' own time: not communication
+    receive_and_apply(units, lr, compute, done);
+    return;
+  }
   const Event ready = compute.record();
   for (size_t u = 0; u < units_.size(); ++u) {  // 2. U to the owners
     if (has(static_cast<int>(u))) comm_.wait_on(compute, exchange(static_cast<int>(u), false, ready));
@@ -153,23 +171,6 @@ void MuonExchange::receive_and_apply(const std::vector<UnitState>& units, double
   for (size_t u = 0; u < units_.size(); ++u) {
     if (has(static_cast<int>(u))) apply(static_cast<int>(u), units[u], lr, compute);
   }
-}
-
-void MuonExchange::begin_in_backward(int u, const UnitState& unit, float grad_multiplier, Stream& reduced) {
-  if (!has(u)) return;
-  MP_ENFORCE(ns_ != nullptr, "the Muon stream exists with optimizer_in_backward only");
-  begin(u, unit, grad_multiplier, reduced);
-  const Event ready = reduced.record();
-  const WorkPtr w = exchange(u, false, ready);  // on the communication stream, which never waits for ns_
-  ns_->wait(w ? w->event() : ready);
-  orthogonalize(u, *ns_);
-}
-
-void MuonExchange::finish_in_backward(const std::vector<UnitState>& units, double lr, Stream& compute) {
-  if (matrices_.empty()) return;
-  const Event done = ns_->record();
-  compute.wait(done);  // the iterations' own time: not communication
-  receive_and_apply(units, lr, compute, done);
 }
 
 }  // namespace mp

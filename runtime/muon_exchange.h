@@ -5,7 +5,7 @@
 // The Muon matrices are the parameters the model spec marks (ParamSpec::
 // muon; the GPT's blocks' 2-D weights). The fused update leaves their
 // elements alone (UpdateRange::skip) and runs the optimizer's AdamW, at
-// Optimizer::adamw_lr, on the rest. Muon's momentum is element-wise, so it
+// Optimizer::element_lr, on the rest. Muon's momentum is element-wise, so it
 // stays sharded like every other optimizer state: in the first moment's
 // slot (state0) of the matrices' elements, saved, loaded and resharded by
 // checkpoints as state0 is. Only Newton-Schulz needs a matrix whole: each
@@ -61,49 +61,26 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "core/allocator.h"
-#include "core/stream.h"
 #include "core/tensor.h"
-#include "models/flat_layout.h"
 #include "optim/muon.h"
-#include "runtime/comm_watch.h"
-#include "runtime/engine_options.h"
+#include "runtime/matrix_step.h"
 #include "runtime/muon_plan.h"
-#include "runtime/unit_state.h"
 
 namespace mp {
 
-class MuonExchange {
+// MatrixStep::begin is step 1 of Note [Muon in the engine] for unit u
+// (with optimizer_in_backward also its steps 2 and 3, Note [Muon
+// overlapped]); finish() is steps 2 to 5 for every unit (then only 4 and 5).
+class MuonExchange : public MatrixStep {
  public:
   MuonExchange(const FlatLayout& layout, const EngineOptions& o, const MuonSettings& settings, Communicator& shard,
                CommWatch& comm, Allocator& alloc);
 
-  const std::vector<MuonMatrixInfo>& matrices() const { return matrices_; }
-  bool has(int unit) const { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
-  // Enqueues step 1 of Note [Muon in the engine] for unit u on `stream`,
-  // which must already be ordered after u's reduced gradients: the momentum
-  // of this rank's Muon elements and their U, into its send buffer.
-  void begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream);
-  // Enqueues steps 2 to 5 for every unit with Muon matrices, once each has
-  // begun this step, on `compute`: every unit's all-to-all to the owners,
-  // then each owner's matrices in a row (owners balance the flops of the
-  // whole model, not of a unit, so no rank waits for another between
-  // units), then every unit's all-to-all back and the element part.
-  // `units`: the engine's, by index.
-  void finish(const std::vector<UnitState>& units, double lr, Stream& compute);
-
-  // sharding.optimizer_in_backward (Note [Muon overlapped]): steps 1 to 3
-  // of unit u as soon as its reduction lands on `reduced`: step 1 there,
-  // u's all-to-all on the communication stream, the iterations on the
-  // exchange's own stream, so the backward of the earlier units goes on.
-  void begin_in_backward(int u, const UnitState& unit, float grad_multiplier, Stream& reduced);
-  // Then, after the backward, steps 4 and 5 of every unit on `compute`,
-  // once the iterations are done.
-  void finish_in_backward(const std::vector<UnitState>& units, double lr, Stream& compute);
+  bool has(int unit) const override { return !units_[static_cast<size_t>(unit)].pieces.empty(); }
+  void begin(int u, const UnitState& unit, float grad_multiplier, Stream& stream) override;
+  void finish(const std::vector<UnitState>& units, double lr, Stream& compute) override;
 
  private:
   struct Unit {

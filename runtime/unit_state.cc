@@ -21,15 +21,6 @@ uint64_t global_index(int unit, int64_t offset) {
   return (static_cast<uint64_t>(unit) << 40) + static_cast<uint64_t>(offset);
 }
 
-std::string dtype_label(DType t) {
-  switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    default: return std::string(dtype_name(t));
-  }
-}
-
 }  // namespace
 
 UnitState::UnitState(int index, const UnitLayout& ul, int shard_rank, const EngineOptions& o, const Optimizer& opt,
@@ -135,7 +126,7 @@ std::vector<ShardField> UnitState::fields() const {
   std::vector<ShardField> f;
   auto add = [&](const char* name, const Tensor& t) {
     if (!t.defined()) return;
-    f.push_back(ShardField{name, dtype_label(t.dtype()), static_cast<int64_t>(dtype_size(t.dtype())),
+    f.push_back(ShardField{name, std::string(dtype_name(t.dtype())), static_cast<int64_t>(dtype_size(t.dtype())),
                            static_cast<char*>(t.data())});
   };
   add("master", master_);

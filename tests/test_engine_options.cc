@@ -106,6 +106,11 @@ TEST(EngineOptions, BadConfigsNameTheField) {
   EXPECT_NO_THROW(resolve_engine_options(muon, 2));  // the engine runs it (runtime/muon_exchange.h)
   muon.mutable_sharding()->set_optimizer_in_backward(true);  // overlapped (Note [Muon overlapped])
   EXPECT_NO_THROW(resolve_engine_options(muon, 2));
+  muon.mutable_precision()->set_state_dtype(proto::BF16);  // its matrices' momentum is fp32
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(muon, 2); }),
+                       "optimizer.kind = MUON keeps its matrices' momentum in the fp32 optimizer state"));
+  muon.mutable_precision()->set_master(proto::PrecisionPolicy::MASTER_NONE);
+  EXPECT_TRUE(contains(error_of([&] { resolve_engine_options(muon, 2); }), "optimizer.kind = MUON needs a master"));
 }
 
 }  // namespace

@@ -334,7 +334,7 @@ struct Shard {
   }
   UpdateArgs args() {
     UpdateArgs a;
-    a.hyper = testing::hyper_for(OptimizerKind::kAdamW);
+    a.hyper = testing::hyper_for(UpdateRule::kAdamW);
     a.n = kN;
     a.master_mode = MasterMode::kFp32;
     a.master = master.data();

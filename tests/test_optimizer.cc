@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/grad_stats.h"
+#include "kernels/cpu/update.h"
 #include "optim/optimizer.h"
 #include "tests/test_util.h"
 
@@ -30,7 +31,7 @@ void expect_config_error(const std::string& text, const std::string& needle) {
 
 TEST(Optimizer, DefaultsAreThoseOfTheReferenceImplementations) {
   const Optimizer adamw(parse(""));
-  EXPECT_EQ(adamw.hyper().kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(adamw.hyper().rule, UpdateRule::kAdamW);
   EXPECT_EQ(adamw.schedule().lr, 1e-3);
   EXPECT_EQ(adamw.hyper().beta1, 0.9f);
   EXPECT_EQ(adamw.hyper().beta2, 0.999f);
@@ -57,8 +58,8 @@ TEST(Optimizer, BadConfigsNameTheField) {
   expect_config_error("beta2: 1.5", "optimizer.beta2 = 1.5: must be in [0, 1)");
   expect_config_error("lr: -1", "optimizer.lr = -1");
   expect_config_error("kind: SGD nesterov: true", "optimizer.nesterov: needs momentum > 0");
-  expect_config_error("kind: SGD beta1: 0.5", "not SGD options");
-  expect_config_error("momentum: 0.9", "SGD options");
+  expect_config_error("kind: SGD beta1: 0.5", "optimizer.beta1: SGD has no beta1; it is AdamW's and Lion's");
+  expect_config_error("momentum: 0.9", "optimizer.momentum: AdamW has no momentum; it is SGD's");
   expect_config_error("kind: LION eps: 1e-6", "Lion has no eps");
   expect_config_error("grad_clip: -1", "optimizer.grad_clip = -1");
   expect_config_error("schedule { warmup_steps: 10 total_steps: 5 }", "optimizer.schedule: ");
@@ -84,7 +85,7 @@ TEST(Optimizer, MuonDefaultsAreTorchs) {
   EXPECT_EQ(m.hyper.iteration_dtype, DType::kBF16);
   // The other parameters' AdamW: torch.optim.AdamW's defaults, and the fused update's hyper.
   EXPECT_EQ(m.adamw_lr, 1e-3);
-  EXPECT_EQ(opt.hyper().kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(opt.hyper().rule, UpdateRule::kAdamW);
   EXPECT_EQ(opt.hyper().beta1, 0.9f);
   EXPECT_EQ(opt.hyper().beta2, 0.999f);
   EXPECT_EQ(opt.hyper().eps, 1e-8f);
@@ -110,8 +111,8 @@ TEST(Optimizer, MuonDefaultsAreTorchs) {
   EXPECT_EQ(set.hyper().eps, 1e-10f);
   EXPECT_EQ(set.hyper().weight_decay, 0.0f);
   // The schedule scales the AdamW lr as it scales the Muon lr.
-  EXPECT_DOUBLE_EQ(set.adamw_lr(set.schedule().at(0)), 0.004 / 4);
-  EXPECT_DOUBLE_EQ(set.adamw_lr(set.schedule().at(10)), 0.004);
+  EXPECT_DOUBLE_EQ(set.element_lr(set.schedule().at(0)), 0.004 / 4);
+  EXPECT_DOUBLE_EQ(set.element_lr(set.schedule().at(10)), 0.004);
 }
 
 TEST(Optimizer, BadMuonConfigsNameTheField) {
@@ -131,7 +132,8 @@ TEST(Optimizer, BadMuonConfigsNameTheField) {
   expect_config_error("kind: MUON muon { adamw_weight_decay: -1 }", "optimizer.muon.adamw_weight_decay = -1");
   expect_config_error("muon { momentum: 0.9 }", "optimizer.muon: only for kind MUON (kind is ADAMW)");
   expect_config_error("kind: SGD muon { }", "optimizer.muon: only for kind MUON (kind is SGD)");
-  expect_config_error("kind: MUON beta2: 0.95", "not Muon options (its AdamW's are muon.adamw_beta1");
+  expect_config_error("kind: MUON beta2: 0.95",
+                      "Muon has no beta2; it is AdamW's and Lion's (its AdamW's are muon.adamw_beta1");
   expect_config_error("kind: MUON momentum: 0.9", "Muon's are muon.momentum and muon.nesterov");
   expect_config_error("kind: MUON weight_decay: -1", "optimizer.weight_decay = -1");
 }
@@ -252,7 +254,8 @@ TEST(Optimizer, ClippedLossScaledAdamWOverTwoShardsFollowsFloat64) {
       a.state1 = v.data() + b;
       a.grad = g.data() + b;
       a.param_out = copy.data() + b;
-      opt.apply_cpu(a, plan);
+      a.hyper = opt.hyper();
+      fused_update_cpu(a, plan.scalars);
     }
     if (total.non_finite) continue;
     // float64 reference

@@ -40,9 +40,9 @@ RefStep ref_step(const OptimizerHyper& h, double lr, int64_t t) {
   return RefStep{lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.momentum, h.dampening, h.nesterov, t};
 }
 
-void ref_update(OptimizerKind kind, Ref& r, double g, const RefStep& s) {
+void ref_update(UpdateRule kind, Ref& r, double g, const RefStep& s) {
   switch (kind) {
-    case OptimizerKind::kAdamW: {
+    case UpdateRule::kAdamW: {
       const double bc1 = 1 - std::pow(s.beta1, static_cast<double>(s.t));
       const double bc2 = 1 - std::pow(s.beta2, static_cast<double>(s.t));
       r.p *= 1 - s.lr * s.wd;
@@ -51,7 +51,8 @@ void ref_update(OptimizerKind kind, Ref& r, double g, const RefStep& s) {
       r.p -= s.lr / bc1 * r.m / (std::sqrt(r.v) / std::sqrt(bc2) + s.eps);
       break;
     }
-    case OptimizerKind::kSgd: {
+    case UpdateRule::kSgd:
+    case UpdateRule::kSgdMomentum: {
       g += s.wd * r.p;
       double d = g;
       if (s.momentum != 0) {
@@ -61,7 +62,7 @@ void ref_update(OptimizerKind kind, Ref& r, double g, const RefStep& s) {
       r.p -= s.lr * d;
       break;
     }
-    case OptimizerKind::kLion: {
+    case UpdateRule::kLion: {
       r.p *= 1 - s.lr * s.wd;
       const double c = s.beta1 * r.m + (1 - s.beta1) * g;
       r.p -= s.lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
@@ -71,12 +72,18 @@ void ref_update(OptimizerKind kind, Ref& r, double g, const RefStep& s) {
   }
 }
 
-float lr_for(OptimizerKind kind) {
-  return kind == OptimizerKind::kLion ? 1e-4f : 1e-3f;
+float lr_for(UpdateRule kind) {
+  return kind == UpdateRule::kLion ? 1e-4f : 1e-3f;
 }
 
-const char* kind_name(OptimizerKind k) {
-  return k == OptimizerKind::kAdamW ? "adamw" : k == OptimizerKind::kSgd ? "sgd" : "lion";
+const char* kind_name(UpdateRule k) {
+  switch (k) {
+    case UpdateRule::kAdamW: return "adamw";
+    case UpdateRule::kSgd: return "sgd";
+    case UpdateRule::kSgdMomentum: return "sgd_momentum";
+    case UpdateRule::kLion: return "lion";
+  }
+  return "?";
 }
 
 // ---- storage ----------------------------------------------------------------
@@ -123,7 +130,7 @@ struct Shard {
     a.master = master.empty() ? nullptr : master.data();
     a.master_remainder = remainder.empty() ? nullptr : remainder.data();
     a.state0 = s0.data();
-    a.state1 = h.kind == OptimizerKind::kAdamW ? s1.data() : nullptr;
+    a.state1 = h.rule == UpdateRule::kAdamW ? s1.data() : nullptr;
     a.state_dtype = s0.dtype;
     a.grad = grad.bytes.data();
     a.grad_dtype = grad.dtype;
@@ -158,7 +165,7 @@ Array gradients(DType dtype, int64_t n, int64_t t) {
 // the float64 reference started from the same (fp32) values.
 TEST(FusedUpdate, OneStepMatchesFloat64ToFloatRounding) {
   const int64_t n = 4096;
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+  for (UpdateRule kind : testing::all_rules()) {
     const OptimizerHyper h = hyper_for(kind);
     Shard s(n, MasterMode::kFp32, DType::kF32, DType::kBF16, initial_params(n, 3));
     for (int t = 1; t <= 5; ++t) {
@@ -172,14 +179,14 @@ TEST(FusedUpdate, OneStepMatchesFloat64ToFloatRounding) {
       sc.lr = lr_for(kind);
       sc.step = t;
       fused_update_cpu(s.args(h, g, Rounding::kNearestEven), sc);
-      const math::StepConstants c = math::make_step_constants(h, sc, 1, 1);
+      const float bc1 = math::step_constants<math::AdamW>(h, sc, 1, 1).bias_correction1;
       for (int64_t i = 0; i < n; ++i) {
         ref_update(kind, ref[i], g.get(i), ref_step(h, sc.lr, t));
         // A handful of fp32 roundings at the scale of |p|, of the update, and
         // of the terms that may cancel inside it (g and the moments, times
         // the effective learning rate).
         const double p_old = before[i];
-        const double lr = kind == OptimizerKind::kAdamW ? sc.lr / c.adamw.bias_correction1 : sc.lr;
+        const double lr = kind == UpdateRule::kAdamW ? sc.lr / bc1 : sc.lr;
         const double terms = std::fabs(g.get(i)) + std::fabs(m_before[i]) + std::fabs(ref[i].m);
         const double tol = 16 * 0x1p-24 * (std::fabs(p_old) + std::fabs(ref[i].p - p_old) + lr * terms);
         ASSERT_NEAR(s.master[i], ref[i].p, tol) << kind_name(kind) << " step " << t << " i " << i;
@@ -196,7 +203,7 @@ TEST(FusedUpdate, OneStepMatchesFloat64ToFloatRounding) {
 // ---- 1000-step trajectories of every combination ---------------------------
 
 struct MatrixCase {
-  OptimizerKind kind;
+  UpdateRule kind;
   DType grad;
   DType state;
   Rounding rounding;
@@ -285,7 +292,7 @@ void run_matrix_case(const MatrixCase& mc, int64_t n, int steps) {
       EXPECT_LE(d, 4.0 * lr + tol) << "element " << i;
     }
   }
-  const int allowed_far = mc.kind == OptimizerKind::kLion ? 3 : 0;
+  const int allowed_far = mc.kind == UpdateRule::kLion ? 3 : 0;
   EXPECT_LE(far, allowed_far) << "elements beyond tolerance of the float64 reference; worst at "
                               << worst << " x tolerance";
   // Pure bf16 with stochastic rounding: unbiased. Each step's rounding error
@@ -308,7 +315,7 @@ void run_matrix_case(const MatrixCase& mc, int64_t n, int steps) {
 
 TEST(FusedUpdate, EveryCombinationFollowsTheFloat64ReferenceFor1000Steps) {
   const int64_t n = 512;
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+  for (UpdateRule kind : testing::all_rules()) {
     for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (DType state : {DType::kF32, DType::kBF16}) {
         for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
@@ -332,7 +339,7 @@ TEST(FusedUpdate, FoundInfSkipsTheWholeStep) {
     g.set(17, std::numeric_limits<float>::infinity());
     StepScalars sc;
     sc.found_inf = 1;
-    fused_update_cpu(s.args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven), sc);
+    fused_update_cpu(s.args(hyper_for(UpdateRule::kAdamW), g, Rounding::kNearestEven), sc);
     EXPECT_EQ(s.master, before.master);
     EXPECT_EQ(s.remainder, before.remainder);
     EXPECT_EQ(s.s0.bytes, before.s0.bytes);
@@ -347,7 +354,7 @@ TEST(FusedUpdate, StochasticCopyIsANeighbourAndReproducible) {
   Shard s1(n, MasterMode::kFp32, DType::kF32, DType::kBF16, init), s2 = s1;
   const Array g = gradients(DType::kF32, n, 1);
   OptimizerHyper h;
-  h.kind = OptimizerKind::kSgd;
+  h.rule = UpdateRule::kSgd;
   StepScalars sc;
   sc.lr = 1e-2f;
   for (Shard* s : {&s1, &s2}) fused_update_cpu(s->args(h, g, Rounding::kStochastic), sc);
@@ -372,7 +379,7 @@ TEST(FusedUpdate, NoneModeWithStochasticRoundingKeepsUpdatesBelowHalfAnUlp) {
   Array g(DType::kF32, n);
   for (int64_t i = 0; i < n; ++i) g.set(i, 1.0f);
   OptimizerHyper h;
-  h.kind = OptimizerKind::kSgd;
+  h.rule = UpdateRule::kSgd;
   for (Rounding rounding : {Rounding::kNearestEven, Rounding::kStochastic}) {
     Shard s(n, MasterMode::kNone, DType::kF32, DType::kBF16, std::vector<float>(n, start));
     for (int t = 1; t <= 8; ++t) {
@@ -402,7 +409,7 @@ TEST(FusedUpdate, NoneModeWithStochasticRoundingKeepsUpdatesBelowHalfAnUlp) {
 TEST(FusedUpdate, RangeTableAppliesEachGroupsLrAndWeightDecay) {
   const int64_t n = 3000;
   const std::vector<UpdateRange> table{{0, 1000, 1.0f, 1.0f}, {1000, 1001, 0.5f, 0.0f}, {1001, 3000, 2.0f, 0.0f}};
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+  for (UpdateRule kind : testing::all_rules()) {
     const auto init = initial_params(n, 4);
     Shard whole(n, MasterMode::kFp32, DType::kF32, DType::kBF16, init);
     std::vector<Shard> parts;
@@ -460,7 +467,7 @@ TEST(FusedUpdate, SkippedRangesNeedNoSecondMoment) {
     sc.lr = 1e-2f;
     sc.step = t;
     for (auto [shard, table] : {std::pair{&a, &full}, std::pair{&b, &compact}}) {
-      UpdateArgs args = shard->args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven);
+      UpdateArgs args = shard->args(hyper_for(UpdateRule::kAdamW), g, Rounding::kNearestEven);
       args.ranges = table->data();
       args.num_ranges = static_cast<int64_t>(table->size());
       args.state1_numel = shard == &b ? kept : -1;
@@ -494,7 +501,7 @@ TEST(FusedUpdate, BadArgumentsAreNamed) {
   const int64_t n = 100;
   Shard s(n, MasterMode::kFp32, DType::kF32, DType::kBF16, initial_params(n, 1));
   const Array g = gradients(DType::kF32, n, 1);
-  const UpdateArgs ok = s.args(hyper_for(OptimizerKind::kAdamW), g, Rounding::kNearestEven);
+  const UpdateArgs ok = s.args(hyper_for(UpdateRule::kAdamW), g, Rounding::kNearestEven);
 
   std::vector<UpdateRange> gap{{0, 40, 1, 1}, {50, 100, 1, 1}};
   UpdateArgs a = ok;
@@ -541,7 +548,7 @@ TEST(FusedUpdate, BadArgumentsAreNamed) {
   expect_error(a, "bf16_remainder keeps a bf16 parameter copy, not fp16");
   a = ok;
   a.state1 = nullptr;
-  expect_error(a, "AdamW needs two moments");
+  expect_error(a, "its rule keeps 2 state arrays; state1 is missing");
   a = ok;
   a.isa = CpuIsa::kAvx512;
   if (!cpu_isa_available(CpuIsa::kAvx512)) expect_error(a, "no avx512 variant");
@@ -559,7 +566,7 @@ TEST(FusedUpdate, BytesPerParameter) {
   EXPECT_EQ(update_bytes_per_param(a), 22);
   a.state_dtype = DType::kBF16;
   EXPECT_EQ(update_bytes_per_param(a), 14);
-  a.hyper.kind = OptimizerKind::kSgd;
+  a.hyper.rule = UpdateRule::kSgd;
   EXPECT_EQ(update_bytes_per_param(a), 6);
 }
 

@@ -17,6 +17,7 @@ namespace mp {
 namespace {
 
 using testing::Array;
+using testing::all_rules;
 using testing::hyper_for;
 
 // Inputs that exercise every path: normal values, NaN and Inf gradients and
@@ -137,11 +138,9 @@ TEST(FusedUpdate, CpuVectorPathsEqualTheScalarPathBitForBit) {
     if (cpu_isa_available(isa)) isas.push_back(isa);
   }
   ASSERT_FALSE(isas.empty());
-  std::vector<OptimizerHyper> hypers = {hyper_for(OptimizerKind::kAdamW), hyper_for(OptimizerKind::kSgd),
-                                        hyper_for(OptimizerKind::kLion), OptimizerHyper{}};
-  hypers[3].kind = OptimizerKind::kSgd;  // plain SGD: no state
   int variants = 0;
-  for (const OptimizerHyper& h : hypers) {
+  for (const UpdateRule rule : all_rules()) {
+    const OptimizerHyper h = hyper_for(rule);
     for (MasterMode mode : {MasterMode::kFp32, MasterMode::kBf16Remainder, MasterMode::kNone}) {
       for (bool copy : {true, false}) {
         if (!copy && mode != MasterMode::kFp32) continue;
@@ -169,7 +168,7 @@ TEST(FusedUpdate, CpuVectorPathsEqualTheScalarPathBitForBit) {
                   b.isa = isa;
                   fused_update_cpu(b, sc);
                   ASSERT_TRUE(same_bits(want, got))
-                      << cpu_isa_name(isa) << ": optimizer " << static_cast<int>(h.kind) << " momentum "
+                      << cpu_isa_name(isa) << ": optimizer " << static_cast<int>(h.rule) << " momentum "
                       << h.momentum << " mode " << static_cast<int>(mode) << " copy " << copy << " grad "
                       << dtype_name(grad) << " state " << dtype_name(state) << " param " << dtype_name(param)
                       << " rounding " << static_cast<int>(rounding);
@@ -196,7 +195,7 @@ TEST(FusedUpdate, ResultDoesNotDependOnTheThreadCount) {
   sc.step = 2;
   for (int threads : {1, 3}) {
     VariantState& v = threads == 1 ? one : many;
-    UpdateArgs a = variant_args(v, hyper_for(OptimizerKind::kAdamW), MasterMode::kFp32, true, Rounding::kStochastic);
+    UpdateArgs a = variant_args(v, hyper_for(UpdateRule::kAdamW), MasterMode::kFp32, true, Rounding::kStochastic);
     a.ranges = table.data();
     a.num_ranges = static_cast<int64_t>(table.size());
     a.threads = threads;

@@ -1,5 +1,6 @@
 // tests/update_test_util.h: what the fused-update tests share: a typed
-// array in raw bytes and the hyperparameters each optimizer is tested with.
+// array in raw bytes, every update rule, and the hyperparameters each is
+// tested with.
 #pragma once
 
 #include <cstring>
@@ -35,22 +36,31 @@ struct Array {
   }
 };
 
-inline OptimizerHyper hyper_for(OptimizerKind kind) {
+// Every rule of math::UpdateRules: the update tests run each.
+inline std::vector<UpdateRule> all_rules() {
+  return []<class... Rules>(math::RuleList<Rules...>) { return std::vector<UpdateRule>{Rules::kId...}; }(
+      math::UpdateRules{});
+}
+
+// Decay and, for SGD with momentum, dampening and Nesterov, so that every
+// term of a rule is exercised.
+inline OptimizerHyper hyper_for(UpdateRule rule) {
   OptimizerHyper h;
-  h.kind = kind;
-  switch (kind) {
-    case OptimizerKind::kAdamW: h.weight_decay = 0.1f; break;
-    case OptimizerKind::kSgd:
+  h.rule = rule;
+  switch (rule) {
+    case UpdateRule::kAdamW: h.weight_decay = 0.1f; break;
+    case UpdateRule::kSgdMomentum:
       h.momentum = 0.9f;
       h.dampening = 0.1f;
       h.nesterov = true;
       h.weight_decay = 1e-4f;
       break;
-    case OptimizerKind::kLion:
+    case UpdateRule::kLion:
       h.beta1 = 0.9f;
       h.beta2 = 0.99f;
       h.weight_decay = 0.1f;
       break;
+    default: break;  // plain SGD, and a new rule: its defaults
   }
   return h;
 }

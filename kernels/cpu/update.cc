@@ -97,40 +97,22 @@ void check_ranges(const UpdateArgs& a) {
 
 }  // namespace detail
 
-namespace {
-
-math::ElementKind element_kind(const OptimizerHyper& h) {
-  switch (h.kind) {
-    case OptimizerKind::kAdamW: return math::ElementKind::kAdamW;
-    case OptimizerKind::kLion: return math::ElementKind::kLion;
-    case OptimizerKind::kSgd: return h.momentum != 0.0f ? math::ElementKind::kSgdMomentum : math::ElementKind::kSgdPlain;
-  }
-  MP_THROW(EnforceError, "fused update: unknown optimizer kind ", static_cast<int>(h.kind));
-}
-
-}  // namespace
-
 int64_t update_bytes_per_param(const UpdateArgs& a) {
   const int64_t g = dtype_size(a.grad_dtype), s = dtype_size(a.state_dtype), o = dtype_size(a.param_dtype);
-  const int states = a.hyper.kind == OptimizerKind::kAdamW ? 2
-                     : a.hyper.kind == OptimizerKind::kLion ? 1
-                     : a.hyper.momentum != 0.0f            ? 1
-                                                           : 0;
   int64_t master = 0;
   switch (a.master_mode) {
     case MasterMode::kFp32: master = 8 + (a.param_out ? o : 0); break;
     case MasterMode::kBf16Remainder: master = 8; break;  // bf16 half and remainder, read and written
     case MasterMode::kNone: master = 2 * o; break;
   }
-  return g + master + 2 * s * states;
+  return g + master + 2 * s * math::rule_states(a.hyper.rule);
 }
 
 namespace detail {
 
 SpanVariant plan_update(const UpdateArgs& a) {
   MP_ENFORCE(a.n >= 0, "fused update of ", a.n, " elements");
-  const math::ElementKind kind = element_kind(a.hyper);
-  const bool stateful = kind != math::ElementKind::kSgdPlain;
+  const int states = math::rule_states(a.hyper.rule);
   const bool remainder = a.master_mode == MasterMode::kBf16Remainder;
   const bool none = a.master_mode == MasterMode::kNone;
   MP_ENFORCE(a.n == 0 || a.grad != nullptr, "fused update without a gradient");
@@ -143,24 +125,25 @@ SpanVariant plan_update(const UpdateArgs& a) {
   MP_ENFORCE(a.state_dtype == DType::kF32 || a.state_dtype == DType::kBF16,
              "optimizer state must be fp32 or bf16, not ", dtype_name(a.state_dtype));
   MP_ENFORCE(!is_fp8(a.grad_dtype) && !is_fp8(a.param_dtype), "fused update with fp8 gradients or parameters");
-  MP_ENFORCE(a.n == 0 || !stateful || a.state0 != nullptr, "optimizer state missing");
-  MP_ENFORCE(state1_numel(a) == 0 || kind != math::ElementKind::kAdamW || a.state1 != nullptr,
-             "AdamW needs two moments");
+  MP_ENFORCE(a.n == 0 || states < 1 || a.state0 != nullptr, "fused update: its rule keeps ", states,
+             " state arrays; state0 is missing");
+  MP_ENFORCE(state1_numel(a) == 0 || states < 2 || a.state1 != nullptr,
+             "fused update: its rule keeps 2 state arrays; state1 is missing");
 
   const int64_t gs = dtype_size(a.grad_dtype), ss = dtype_size(a.state_dtype), os = dtype_size(a.param_dtype);
   std::vector<Extent> extents{{"grad", a.grad, a.n * gs}};
   if (a.master_mode == MasterMode::kFp32) extents.push_back({"master", a.master, a.n * 4});
   if (remainder) extents.push_back({"master_remainder", a.master_remainder, a.n * 2});
   if (a.param_out != nullptr) extents.push_back({"param_out", a.param_out, a.n * os});
-  if (stateful) extents.push_back({"state0", a.state0, a.n * ss});
-  if (kind == math::ElementKind::kAdamW) extents.push_back({"state1", a.state1, state1_numel(a) * ss});
+  if (states >= 1) extents.push_back({"state0", a.state0, a.n * ss});
+  if (states >= 2) extents.push_back({"state1", a.state1, state1_numel(a) * ss});
   if (a.n > 0) check_disjoint(extents);
 
   SpanVariant v;
-  v.kind = kind;
+  v.rule = a.hyper.rule;
   v.mode = a.master_mode;
   v.grad = a.grad_dtype;
-  v.state = stateful ? a.state_dtype : DType::kF32;
+  v.state = states >= 1 ? a.state_dtype : DType::kF32;
   v.out = a.param_dtype;
   const bool stochastic = a.rounding == Rounding::kStochastic && a.param_dtype != DType::kF32;
   v.copy = remainder || a.param_out == nullptr ? math::CopyMode::kNone
@@ -179,11 +162,10 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
   CpuIsa isa = a.isa == CpuIsa::kAuto ? cpu_isa_best() : a.isa;
   MP_ENFORCE(cpu_isa_available(isa), "fused update: this CPU or build has no ", cpu_isa_name(isa), " variant");
   const SpanFn fn = select(isa, v);
-  MP_ENFORCE(fn != nullptr, "fused update: no kernel for this combination of dtypes");
+  MP_ENFORCE(fn != nullptr, "fused update: no kernel for this rule and these dtypes");
 
-  const detail::SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
-                            scalars.grad_multiplier, a.seed, static_cast<uint64_t>(scalars.step), a.index_offset};
-  const int64_t state_bytes = static_cast<int64_t>(dtype_size(a.state_dtype));
+  const detail::SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out, a.seed,
+                            a.index_offset};
   const UpdateRange whole{0, a.n, 1.0f, 1.0f};
   const UpdateRange* ranges = a.ranges ? a.ranges : &whole;
   const int64_t num_ranges = a.ranges ? a.num_ranges : 1;
@@ -195,12 +177,9 @@ void fused_update_cpu(const UpdateArgs& a, const StepScalars& scalars) {
                                  [](int64_t i, const UpdateRange& r) { return i < r.end; }) -
                 ranges;
     for (; k < num_ranges && ranges[k].begin < end; ++k) {
-      if (ranges[k].skip != 0) continue;
-      const math::StepConstants c =
-          math::make_step_constants(a.hyper, scalars, ranges[k].lr_scale, ranges[k].weight_decay_scale);
-      detail::SpanArgs ra = sa;
-      if (ra.state1 != nullptr) ra.state1 = static_cast<char*>(ra.state1) - ranges[k].state1_shift * state_bytes;
-      fn(ra, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), c);
+      if (ranges[k].skip == 0) {
+        fn(sa, std::max(begin, ranges[k].begin), std::min(end, ranges[k].end), ranges[k], a.hyper, scalars);
+      }
     }
   });
 }

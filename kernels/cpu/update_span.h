@@ -28,14 +28,12 @@ struct SpanArgs {
   void* state0;
   void* state1;
   void* out;
-  float grad_multiplier;
   uint64_t seed;
-  uint64_t step;
   uint64_t index_offset;
 };
 
 struct SpanVariant {
-  math::ElementKind kind;
+  UpdateRule rule;
   MasterMode mode;
   math::CopyMode copy;  // kNone for kBf16Remainder and for kFp32 without a copy
   DType grad;           // fp32, bf16, fp16
@@ -43,8 +41,9 @@ struct SpanVariant {
   DType out;            // fp32, bf16, fp16 (bf16 for kBf16Remainder); ignored without a copy
 };
 
-// Runs elements [begin, end) of one range with its constants.
-using SpanFn = void (*)(const SpanArgs&, int64_t begin, int64_t end, const math::StepConstants&);
+// Runs elements [begin, end) of range r of a step.
+using SpanFn = void (*)(const SpanArgs&, int64_t begin, int64_t end, const UpdateRange& r, const OptimizerHyper& h,
+                        const StepScalars& s);
 
 // Validates the arguments (EnforceError naming what is wrong) and says which
 // loop they need; shared by the CPU and CUDA steps (kernels/cpu/update.cc).
@@ -59,7 +58,7 @@ SpanFn select_span_avx512(const SpanVariant& v);
 
 // Picks the instantiation a variant needs, for the CPU loops and the CUDA
 // launchers alike: Pick::Fn is the function-pointer type and
-// Pick::get<kKind, kMode, kCopy, G, S, Out>() returns the instantiation;
+// Pick::get<Rule, kMode, kCopy, G, S, Out>() returns the instantiation;
 // nullptr for combinations that do not exist. Instantiate it with a Pick
 // in an anonymous namespace (everything it instantiates then stays local).
 template <class Fn, class F>
@@ -72,7 +71,7 @@ Fn with_update_float_type(DType t, F&& f) {
   }
 }
 
-template <class Pick, math::ElementKind kKind, MasterMode kMode, math::CopyMode kCopy>
+template <class Pick, class Rule, MasterMode kMode, math::CopyMode kCopy>
 typename Pick::Fn select_update_types(const SpanVariant& v) {
   using Fn = typename Pick::Fn;
   return with_update_float_type<Fn>(v.grad, [&](auto g) -> Fn {
@@ -82,36 +81,30 @@ typename Pick::Fn select_update_types(const SpanVariant& v) {
       if constexpr (std::is_same_v<S, fp16>) {
         return nullptr;  // states are fp32 or bf16
       } else if constexpr (kMode == MasterMode::kBf16Remainder) {
-        return Pick::template get<kKind, kMode, kCopy, G, S, bf16>();
+        return Pick::template get<Rule, kMode, kCopy, G, S, bf16>();
       } else if constexpr (kCopy == math::CopyMode::kNone) {
-        return Pick::template get<kKind, kMode, kCopy, G, S, float>();
+        return Pick::template get<Rule, kMode, kCopy, G, S, float>();
       } else {
         return with_update_float_type<Fn>(
-            v.out, [](auto o) -> Fn { return Pick::template get<kKind, kMode, kCopy, G, S, decltype(o)>(); });
+            v.out, [](auto o) -> Fn { return Pick::template get<Rule, kMode, kCopy, G, S, decltype(o)>(); });
       }
     });
   });
 }
 
-template <class Pick, math::ElementKind kKind>
+template <class Pick, class Rule>
 typename Pick::Fn select_update_mode(const SpanVariant& v) {
-  using math::CopyMode;
+  using C = math::CopyMode;
+  using M = MasterMode;
   switch (v.mode) {
-    case MasterMode::kBf16Remainder:
-      return select_update_types<Pick, kKind, MasterMode::kBf16Remainder, CopyMode::kNone>(v);
-    case MasterMode::kFp32:
-      if (v.copy == CopyMode::kNone) return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kNone>(v);
-      if (v.copy == CopyMode::kNearest) {
-        return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kNearest>(v);
-      }
-      return select_update_types<Pick, kKind, MasterMode::kFp32, CopyMode::kStochastic>(v);
-    case MasterMode::kNone:
-      if (v.copy == CopyMode::kNearest) {
-        return select_update_types<Pick, kKind, MasterMode::kNone, CopyMode::kNearest>(v);
-      }
-      if (v.copy == CopyMode::kStochastic) {
-        return select_update_types<Pick, kKind, MasterMode::kNone, CopyMode::kStochastic>(v);
-      }
+    case M::kBf16Remainder: return select_update_types<Pick, Rule, M::kBf16Remainder, C::kNone>(v);
+    case M::kFp32:
+      if (v.copy == C::kNone) return select_update_types<Pick, Rule, M::kFp32, C::kNone>(v);
+      if (v.copy == C::kNearest) return select_update_types<Pick, Rule, M::kFp32, C::kNearest>(v);
+      return select_update_types<Pick, Rule, M::kFp32, C::kStochastic>(v);
+    case M::kNone:
+      if (v.copy == C::kNearest) return select_update_types<Pick, Rule, M::kNone, C::kNearest>(v);
+      if (v.copy == C::kStochastic) return select_update_types<Pick, Rule, M::kNone, C::kStochastic>(v);
       return nullptr;
   }
   return nullptr;
@@ -119,14 +112,8 @@ typename Pick::Fn select_update_mode(const SpanVariant& v) {
 
 template <class Pick>
 typename Pick::Fn select_update_variant(const SpanVariant& v) {
-  using math::ElementKind;
-  switch (v.kind) {
-    case ElementKind::kAdamW: return select_update_mode<Pick, ElementKind::kAdamW>(v);
-    case ElementKind::kSgdMomentum: return select_update_mode<Pick, ElementKind::kSgdMomentum>(v);
-    case ElementKind::kSgdPlain: return select_update_mode<Pick, ElementKind::kSgdPlain>(v);
-    case ElementKind::kLion: return select_update_mode<Pick, ElementKind::kLion>(v);
-  }
-  return nullptr;
+  return math::with_rule<typename Pick::Fn>(v.rule, nullptr,
+                                            [&](auto rule) { return select_update_mode<Pick, decltype(rule)>(v); });
 }
 
 }  // namespace mp::detail
@@ -140,30 +127,31 @@ namespace mp::detail {
 namespace {
 
 using math::CopyMode;
-using math::ElementKind;
 
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
-[[gnu::flatten]] void span(const SpanArgs& a, int64_t begin, int64_t end, const math::StepConstants& c) {
-  const math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
-                                          static_cast<S*>(a.state0), static_cast<S*>(a.state1),
-                                          static_cast<Out*>(a.out)};
-  const float gm = a.grad_multiplier;
-  const uint64_t seed = a.seed, step = a.step, offset = a.index_offset;
+template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+[[gnu::flatten]] void span(const SpanArgs& a, int64_t begin, int64_t end, const UpdateRange& r, const OptimizerHyper& h,
+                           const StepScalars& s) {
+  math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
+                                    static_cast<S*>(a.state0), static_cast<S*>(a.state1), static_cast<Out*>(a.out)};
+  if constexpr (Rule::kStates >= 2) p.state1 -= r.state1_shift;  // where the range keeps it
+  const typename Rule::Step c = math::step_constants<Rule>(h, s, r.lr_scale, r.weight_decay_scale);
+  const float gm = s.grad_multiplier;
+  const uint64_t seed = a.seed, step = static_cast<uint64_t>(s.step), offset = a.index_offset;
   // Elements are independent: no loop-carried dependence, no aliasing
   // between the arrays (checked by fused_update_cpu).
 #if MP_UPDATE_VECTORIZE
 #pragma omp simd
 #endif
   for (int64_t i = begin; i < end; ++i) {
-    math::update_element<kKind, kMode, kCopy>(p, i, gm, c, seed, step, offset + static_cast<uint64_t>(i));
+    math::update_element<Rule, kMode, kCopy>(p, i, gm, c, seed, step, offset + static_cast<uint64_t>(i));
   }
 }
 
 struct PickSpan {
   using Fn = SpanFn;
-  template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+  template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
   static Fn get() {
-    return &span<kKind, kMode, kCopy, G, S, Out>;
+    return &span<Rule, kMode, kCopy, G, S, Out>;
   }
 };
 

@@ -18,7 +18,6 @@ namespace {
 using detail::SpanArgs;
 using detail::SpanVariant;
 using math::CopyMode;
-using math::ElementKind;
 
 // Elements per thread per iteration on the vector path: one 16-byte access
 // of each 2-byte array, two of each fp32 array.
@@ -29,10 +28,11 @@ struct alignas(16) Pack {
   T v[kVec];
 };
 
-// The constants of the range holding element i, recomputed only when i
+// Rule's constants for the range holding element i, recomputed only when i
 // leaves the cached range (a thread walks its elements in increasing order).
 // Inlined: an out-of-line load would take the cursor, the hyperparameters
 // and the scalars by address, which puts them in a stack frame.
+template <class Rule>
 struct RangeCursor {
   const UpdateRange* ranges;
   int64_t num_ranges;
@@ -40,7 +40,7 @@ struct RangeCursor {
   int64_t end = 0;
   bool skip = false;  // the range's elements are left alone (UpdateRange::skip)
   int64_t state1_shift = 0;
-  math::StepConstants c;
+  typename Rule::Step c;
 
   __device__ __forceinline__ void seek(int64_t i, const OptimizerHyper& h, const StepScalars& s, int64_t n) {
     if (i < begin || i >= end) load(i, h, s, n);
@@ -52,7 +52,7 @@ struct RangeCursor {
       end = n;
       skip = false;
       state1_shift = 0;
-      c = math::make_step_constants(h, s, 1.0f, 1.0f);
+      c = math::step_constants<Rule>(h, s, 1.0f, 1.0f);
       return;
     }
     int64_t lo = 0, hi = num_ranges - 1;  // the first range with end > i
@@ -64,7 +64,7 @@ struct RangeCursor {
     end = ranges[lo].end;
     skip = ranges[lo].skip != 0;
     state1_shift = ranges[lo].state1_shift;
-    c = math::make_step_constants(h, s, ranges[lo].lr_scale, ranges[lo].weight_decay_scale);
+    c = math::step_constants<Rule>(h, s, ranges[lo].lr_scale, ranges[lo].weight_decay_scale);
   }
 };
 
@@ -72,10 +72,10 @@ template <class T>
 __device__ __forceinline__ T* typed(void* p) { return static_cast<T*>(p); }
 
 // The pointers with state1 where the range keeps it (UpdateRange::state1_shift).
-template <ElementKind kKind, class G, class S, class Out>
+template <class Rule, class G, class S, class Out>
 __device__ __forceinline__ math::UpdatePointers<G, S, Out> in_range(math::UpdatePointers<G, S, Out> p,
                                                                     int64_t state1_shift) {
-  if constexpr (kKind == ElementKind::kAdamW) p.state1 -= state1_shift;
+  if constexpr (Rule::kStates >= 2) p.state1 -= state1_shift;
   return p;
 }
 
@@ -83,11 +83,11 @@ __device__ __forceinline__ math::UpdatePointers<G, S, Out> in_range(math::Update
 // registers, the element function on them at the constant indices 0..7 (so
 // the packs never leave registers), 16-byte stores. `rng0` is element 8j's
 // index in the stochastic-rounding stream.
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
 __device__ __forceinline__ void update_pack(const math::UpdatePointers<G, S, Out>& p, int64_t j, float gm,
-                                            const math::StepConstants& c, uint64_t seed, uint64_t step, uint64_t rng0) {
-  constexpr bool kHasState0 = kKind != ElementKind::kSgdPlain;
-  constexpr bool kHasState1 = kKind == ElementKind::kAdamW;
+                                            const typename Rule::Step& c, uint64_t seed, uint64_t step, uint64_t rng0) {
+  constexpr bool kHasState0 = Rule::kStates >= 1;
+  constexpr bool kHasState1 = Rule::kStates >= 2;
   constexpr bool kReadsOut = kMode != MasterMode::kFp32;
   constexpr bool kWritesOut = kMode != MasterMode::kFp32 || kCopy != CopyMode::kNone;
   const Pack<G> g = reinterpret_cast<const Pack<G>*>(p.grad)[j];
@@ -103,7 +103,7 @@ __device__ __forceinline__ void update_pack(const math::UpdatePointers<G, S, Out
   const math::UpdatePointers<G, S, Out> local{g.v, w.v, r.v, s0.v, s1.v, o.v};
 #pragma unroll
   for (int e = 0; e < kVec; ++e) {
-    math::update_element<kKind, kMode, kCopy>(local, e, gm, c, seed, step, rng0 + static_cast<uint64_t>(e));
+    math::update_element<Rule, kMode, kCopy>(local, e, gm, c, seed, step, rng0 + static_cast<uint64_t>(e));
   }
   if constexpr (kMode == MasterMode::kFp32) reinterpret_cast<Pack<float>*>(p.master)[j] = w;
   if constexpr (kMode == MasterMode::kBf16Remainder) reinterpret_cast<Pack<int16_t>*>(p.remainder)[j] = r;
@@ -112,22 +112,22 @@ __device__ __forceinline__ void update_pack(const math::UpdatePointers<G, S, Out
   if constexpr (kWritesOut) reinterpret_cast<Pack<Out>*>(p.out)[j] = o;
 }
 
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
 __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const StepScalars* scalars,
                               const UpdateRange* ranges, int64_t num_ranges, bool vectorized) {
   const StepScalars s = *scalars;
   if (s.found_inf != 0) return;
   const float gm = s.grad_multiplier;
   const uint64_t step = static_cast<uint64_t>(s.step);
-  RangeCursor cursor{ranges, num_ranges};
+  RangeCursor<Rule> cursor{ranges, num_ranges};
   const math::UpdatePointers<G, S, Out> p{static_cast<const G*>(a.grad), a.master, a.remainder,
                                           typed<S>(a.state0), typed<S>(a.state1), typed<Out>(a.out)};
   // Element i straight in global memory, with its range's constants.
   const auto element = [&](int64_t i) {
     cursor.seek(i, h, s, n);
     if (cursor.skip) return;
-    math::update_element<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), i, gm, cursor.c, a.seed, step,
-                                              a.index_offset + static_cast<uint64_t>(i));
+    math::update_element<Rule, kMode, kCopy>(in_range<Rule>(p, cursor.state1_shift), i, gm, cursor.c, a.seed, step,
+                                             a.index_offset + static_cast<uint64_t>(i));
   };
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -139,8 +139,8 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
       cursor.seek(i0, h, s, n);
       if (i0 + kVec <= cursor.end) {  // the whole pack in one range: the common case
         if (cursor.skip) continue;
-        update_pack<kKind, kMode, kCopy>(in_range<kKind>(p, cursor.state1_shift), j, gm, cursor.c, a.seed, step,
-                                         a.index_offset + static_cast<uint64_t>(i0));
+        update_pack<Rule, kMode, kCopy>(in_range<Rule>(p, cursor.state1_shift), j, gm, cursor.c, a.seed, step,
+                                        a.index_offset + static_cast<uint64_t>(i0));
       } else {
         // A pack across a range boundary (at most one per boundary): element
         // by element in global memory, each with its own range's constants.
@@ -156,19 +156,19 @@ __global__ void update_kernel(SpanArgs a, int64_t n, OptimizerHyper h, const Ste
 using Launcher = void (*)(const SpanArgs&, int64_t, const OptimizerHyper&, const StepScalars*, const UpdateRange*,
                           int64_t, bool, cudaStream_t);
 
-template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
 void launch(const SpanArgs& a, int64_t n, const OptimizerHyper& h, const StepScalars* scalars,
             const UpdateRange* ranges, int64_t num_ranges, bool vectorized, cudaStream_t stream) {
   const int64_t work = vectorized ? (n + kVec - 1) / kVec : n;
-  launch_kernel(&update_kernel<kKind, kMode, kCopy, G, S, Out>, cuda_launch::update(work), stream, a, n, h, scalars,
+  launch_kernel(&update_kernel<Rule, kMode, kCopy, G, S, Out>, cuda_launch::update(work), stream, a, n, h, scalars,
                 ranges, num_ranges, vectorized);
 }
 
 struct PickLauncher {
   using Fn = Launcher;
-  template <ElementKind kKind, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
+  template <class Rule, MasterMode kMode, CopyMode kCopy, class G, class S, class Out>
   static Fn get() {
-    return &launch<kKind, kMode, kCopy, G, S, Out>;
+    return &launch<Rule, kMode, kCopy, G, S, Out>;
   }
 };
 
@@ -182,9 +182,8 @@ void fused_update_cuda(const UpdateArgs& a, const StepScalars* scalars, cudaStre
   MP_ENFORCE((a.ranges == nullptr) == (a.num_ranges == 0), "fused update: ranges and num_ranges disagree");
   if (a.n == 0) return;
   const Launcher launcher = detail::select_update_variant<PickLauncher>(v);
-  MP_ENFORCE(launcher != nullptr, "fused update: no kernel for this combination of dtypes");
-  const SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out,
-                    0.0f, a.seed, 0, a.index_offset};
+  MP_ENFORCE(launcher != nullptr, "fused update: no kernel for this rule and these dtypes");
+  const SpanArgs sa{a.grad, a.master, a.master_remainder, a.state0, a.state1, a.param_out, a.seed, a.index_offset};
   const bool vectorized = aligned16(a.grad) && aligned16(a.master) && aligned16(a.master_remainder) &&
                           aligned16(a.state0) && aligned16(a.state1) && aligned16(a.param_out);
   launcher(sa, a.n, a.hyper, scalars, a.ranges, a.num_ranges, vectorized, stream);

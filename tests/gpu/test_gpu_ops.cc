@@ -291,7 +291,7 @@ struct UpdateCase {
     param = host_tensor(host, param_t, w);
     ranges = {{0, 4096, 1.0f, 1.0f}, {4096, 4099, 0.5f, 0.0f}, {4099, n, 2.0f, 1.0f}};
   }
-  UpdateArgs args(OptimizerKind kind, const Tensor& g, const Tensor& m, const Tensor& a, const Tensor& b,
+  UpdateArgs args(UpdateRule kind, const Tensor& g, const Tensor& m, const Tensor& a, const Tensor& b,
                   const Tensor& p, const UpdateRange* table) const {
     UpdateArgs x;
     x.hyper = testing::hyper_for(kind);
@@ -317,7 +317,7 @@ struct UpdateCase {
 
 TEST_F(GpuElementOps, FusedUpdateWithDeviceScalarsMatchesTheCpuLoop) {
   const int64_t n = (int64_t{1} << 20) + 13;
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+  for (UpdateRule kind : testing::all_rules()) {
     for (DType t : kFloatTypes) {
       for (bool found_inf : {false, true}) {
         const std::string what = "optimizer " + std::to_string(static_cast<int>(kind)) + " grad/state/param " +

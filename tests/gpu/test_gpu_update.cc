@@ -21,6 +21,7 @@
 #include "kernels/cuda/grad_stats_cuda.h"
 #include "kernels/cuda/update_cuda.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/update_test_util.h"
 
 namespace mp {
 namespace {
@@ -97,7 +98,7 @@ std::vector<uint8_t> random_array(int64_t n, DType dtype, float scale, uint64_t 
   return out;
 }
 
-void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state, DType param, Rounding rounding,
+void check_variant(UpdateRule kind, MasterMode mode, DType grad, DType state, DType param, Rounding rounding,
                    size_t misalign, bool found_inf, cudaStream_t stream) {
   SCOPED_TRACE(::testing::Message() << "kind " << static_cast<int>(kind) << " mode " << static_cast<int>(mode)
                                     << " grad " << dtype_name(grad) << " state " << dtype_name(state) << " param "
@@ -121,9 +122,9 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
     }
   }
   OptimizerHyper h;
-  h.kind = kind;
+  h.rule = kind;
   h.weight_decay = 0.1f;
-  h.momentum = kind == OptimizerKind::kSgd ? 0.9f : 0.0f;
+  h.momentum = kind == UpdateRule::kSgdMomentum ? 0.9f : 0.0f;
   StepScalars sc;
   sc.lr = 1e-3f;
   sc.grad_multiplier = 0.5f;
@@ -184,7 +185,7 @@ void check_variant(OptimizerKind kind, MasterMode mode, DType grad, DType state,
 }
 
 TEST_F(GpuUpdate, FusedUpdateMatchesTheCpuLoop) {
-  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd, OptimizerKind::kLion}) {
+  for (UpdateRule kind : testing::all_rules()) {
     for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
       check_variant(kind, MasterMode::kFp32, grad, DType::kF32, DType::kBF16, Rounding::kNearestEven, 0, false,
                     stream_);
@@ -199,7 +200,7 @@ TEST_F(GpuUpdate, FusedUpdateMatchesTheCpuLoop) {
     check_variant(kind, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16, Rounding::kStochastic, 4, false,
                   stream_);
   }
-  check_variant(OptimizerKind::kAdamW, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16,
+  check_variant(UpdateRule::kAdamW, MasterMode::kFp32, DType::kBF16, DType::kF32, DType::kBF16,
                 Rounding::kNearestEven, 0, true, stream_);
 }
 
