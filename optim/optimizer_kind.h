@@ -5,18 +5,18 @@
 // Note [Optimizer kinds]
 // An entry is all mp knows of a kind; the engine, the memory plan and
 // checkpoints (runtime/), the fused update's kernels and the bindings read
-// it through the Optimizer, and none switches on the kind. It states how
-// the kind is configured (defaults, the top-level fields it reads: any
-// other that is set is refused, naming the kinds that read it); its
-// element rule (kernels/optim_math.h) and so its state, the rule's arrays
-// per element, state0 and state1 in checkpoints; whether it updates the
-// matrices the model marks whole (Muon: set up from OptimizerConfig.muon,
-// which also holds the rule's hyperparameters for the other parameters;
-// the fused update skips the matrices and the engine runs the kind's
-// exchange, runtime/matrix_step.h; their elements keep state0 only, and
-// state1 reads as zeros there); and its name, which checkpoints record.
-// A new element-wise kind: its Kind value (proto/mp.proto), its rule, its
-// entry, and its float64 reference in tests/test_update.cc.
+// it (through the Optimizer, or configure_kind), and none switches on the
+// kind. It states how the kind is configured (defaults, the top-level
+// fields it reads: any other that is set is refused, naming the kinds that
+// read it); its element rule (kernels/optim_math.h) and so its state, the
+// rule's arrays per element, state0 and state1 in checkpoints; whether it
+// updates the matrices the model marks whole (Muon: set up from
+// OptimizerConfig.muon, which also holds the rule's hyperparameters for the
+// other parameters; the fused update skips the matrices and the engine runs
+// the kind's exchange, runtime/matrix_step.h; their elements keep state0
+// only, and state1 reads as zeros there); and its name, which checkpoints
+// record. A new element-wise kind: its Kind value (proto/mp.proto), its
+// rule, its entry, and its float64 reference in tests/test_update.cc.
 #pragma once
 
 #include <optional>

@@ -38,6 +38,7 @@ from ._mp import (  # noqa: F401
     local_rank,
     local_world_size,
     optimizer_kind,
+    optimizer_updates_matrices,
     plan_memory,
     rank,
     version,

@@ -185,10 +185,11 @@ class ShardedModel:
         return units
 
     @staticmethod
-    def muon_choice(model, units, muon, kind_is_muon):
+    def muon_choice(model, units, muon, kind_takes_matrices):
         """The names of the parameters Muon updates: shard()'s `muon` rule
         (None: the default of the module docstring), () unless the
-        optimizer kind is MUON. A chosen parameter must be 2-D."""
+        optimizer kind updates marked matrices (MUON). A chosen parameter
+        must be 2-D."""
         entries = [(u, p, name, shape) for u in units for (p, name, _, _, shape) in u.params]
         if muon is None:
             embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -216,7 +217,7 @@ class ShardedModel:
                 if len(shapes[name]) != 2:
                     raise _mp.ConfigError(f"mp.torch.shard(muon=...): parameter '{name}' of shape "
                                           f"{list(shapes[name])} is marked for Muon, which takes 2-D matrices only")
-        return tuple(chosen) if kind_is_muon else ()
+        return tuple(chosen) if kind_takes_matrices else ()
 
     def _load_weights(self):
         """The engine's weights := the module's, rank 0's on every rank; then
@@ -576,7 +577,7 @@ def _layout(model, units, config, muon):
     Muon parameters, the engine's unit specs and its held_units."""
     blocks = list(units) if units is not None else _default_units(model)
     placed = ShardedModel.place(model, blocks)
-    muon_params = ShardedModel.muon_choice(model, placed, muon, _mp.optimizer_kind(config) == "MUON")
+    muon_params = ShardedModel.muon_choice(model, placed, muon, _mp.optimizer_updates_matrices(config))
     marked = set(muon_params)
     # Every unit but the root may have its activations recomputed
     # (engine.activation_checkpointing picks which).

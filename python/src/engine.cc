@@ -22,6 +22,7 @@
 #include "core/device.h"
 #include "mp/config.h"
 #include "mp/mp.h"
+#include "optim/optimizer_kind.h"
 #include "python/src/arrays.h"
 #include "python/src/models.h"
 #include "python/src/world.h"
@@ -356,8 +357,16 @@ void bind_engine(nb::module_& m) {
         return proto::OptimizerConfig::Kind_Name(parse_engine_config(config_text, "engine config").optimizer().kind());
       },
       nb::arg("config") = "",
-      "The optimizer kind an engine config text names: 'ADAMW', 'SGD', 'LION' or 'MUON'. ConfigError when the "
+      "The name of the optimizer kind an engine config text names ('ADAMW', 'MUON', ...). ConfigError when the "
       "text does not parse.");
+  m.def(
+      "optimizer_updates_matrices",
+      [](const std::string& config_text) {
+        return configure_kind(parse_engine_config(config_text, "engine config").optimizer()).kind->matrices != nullptr;
+      },
+      nb::arg("config") = "",
+      "Whether the optimizer kind an engine config text names updates the parameters marked muon=True as whole "
+      "matrices (MUON does). ConfigError when the text does not parse or its optimizer is bad.");
 
   nb::class_<UnitSpec>(m, "Unit", "A unit: parameters gathered and reduced together, in order.")
       .def(

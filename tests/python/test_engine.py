@@ -110,6 +110,8 @@ def test_checkpoints_resume_exactly(tmp_path):
 def test_a_param_marked_for_muon():
     assert not mp.Param("w", [4]).muon and mp.Param("w", [1, 4], muon=True).muon
     assert mp.optimizer_kind("") == "ADAMW" and mp.optimizer_kind("optimizer { kind: MUON }") == "MUON"
+    assert mp.optimizer_updates_matrices("optimizer { kind: MUON }")
+    assert not mp.optimizer_updates_matrices("optimizer { kind: SGD momentum: 0.9 }")
     config = ("precision { recipe: RECIPE_FP32 } deterministic: true "
               "optimizer { kind: MUON lr: 0.05 weight_decay: 0 muon { adamw_lr: 0.1 } }")
 
