@@ -2,7 +2,10 @@
 
 #include <gloo/transport/context.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -22,10 +25,23 @@ namespace mp {
 
 // Note [Same-host transfers] (comm/gloo/gloo_context.h), per member of a
 // communicator: the pid whose memory this rank reads what that member sends
-// (0: TCP), and whether what this rank sends it is read so.
+// (0: TCP), whether what this rank sends it is read so, and this end of the
+// channel to it (-1: none; its messages go through Gloo).
+struct ChannelMessage {
+  enum Kind : uint64_t { kInline, kAddress, kAck };
+  uint64_t slot = 0, kind = kInline, address = 0, bytes = 0;
+  std::vector<char> data;  // kInline's bytes
+};
 struct GlooSameHost {
   std::vector<int> recv_pid;
   std::vector<bool> send;
+  std::vector<int> channel;
+  std::vector<std::deque<ChannelMessage>> early;  // per member: arrived before they were waited for
+  ~GlooSameHost() {
+    for (int fd : channel) {
+      if (fd >= 0) close(fd);
+    }
+  }
 };
 
 namespace {
@@ -51,13 +67,63 @@ void read_memory(int pid, void* to, uintptr_t from, size_t bytes) {
   }
 }
 
+using Clock = std::chrono::steady_clock;
+
+// Waits until `fd` is ready for `events`, at most until `deadline`.
+void wait_ready(int fd, short events, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  pollfd p{fd, events, 0};
+  const int n = poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX)));
+  if (n == 0) throw std::runtime_error("no message on its same-host channel before the deadline");
+  if (n < 0 && errno != EINTR) throw std::runtime_error(detail::str("its same-host channel: ", std::strerror(errno)));
+}
+
+// One message (a header, then kInline's bytes) on a same-host channel.
+void channel_send(int fd, const ChannelMessage& m, const void* data, Clock::time_point deadline) {
+  std::array<uint64_t, 4> head{m.slot, m.kind, m.address, m.bytes};
+  iovec iov[2] = {{head.data(), sizeof(head)}, {const_cast<void*>(data), m.kind == ChannelMessage::kInline ? m.bytes : 0}};
+  msghdr h{};
+  h.msg_iov = iov;
+  h.msg_iovlen = 2;
+  while (sendmsg(fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    if (errno != EAGAIN && errno != EINTR) {
+      throw std::runtime_error(detail::str("its same-host channel: ", std::strerror(errno)));
+    }
+    wait_ready(fd, POLLOUT, deadline);
+  }
+}
+
+ChannelMessage channel_recv(int fd, Clock::time_point deadline) {
+  std::array<uint64_t, 4> head{};
+  ChannelMessage m;
+  m.data.resize(kSameHostMinBytes);
+  iovec iov[2] = {{head.data(), sizeof(head)}, {m.data.data(), m.data.size()}};
+  msghdr h{};
+  h.msg_iov = iov;
+  h.msg_iovlen = 2;
+  ssize_t n = 0;
+  while ((n = recvmsg(fd, &h, MSG_DONTWAIT)) < 0) {
+    if (errno != EAGAIN && errno != EINTR) {
+      throw std::runtime_error(detail::str("its same-host channel: ", std::strerror(errno)));
+    }
+    wait_ready(fd, POLLIN, deadline);
+  }
+  if (n == 0) throw std::runtime_error("its process closed its same-host channel");
+  if (static_cast<size_t>(n) < sizeof(head) || (h.msg_flags & MSG_TRUNC) != 0) {
+    throw std::runtime_error(detail::str("a malformed message of ", n, " bytes on its same-host channel"));
+  }
+  m.slot = head[0], m.kind = head[1], m.address = head[2], m.bytes = head[3];
+  m.data.resize(static_cast<size_t>(n) - sizeof(head));
+  return m;
+}
+
 // The transfers of one round of a collective, in flight together, waited
 // for as a whole (Note [Gloo backend]). Each round has a slot of its own.
 class Exchange {
  public:
   using Failed = std::function<void(int peer, bool sending, const std::exception&)>;
   Exchange(gloo::transport::Context& ctx, const CollectiveInfo& info, uint64_t round, std::chrono::milliseconds timeout,
-           const Failed* failed, const GlooSameHost* same_host)
+           const Failed* failed, GlooSameHost* same_host)
       : ctx_(ctx), slot_((info.sequence << 24) | (round & 0xffffff)), timeout_(timeout), failed_(failed),
         same_host_(same_host) {}
   Exchange(Exchange&&) = default;
@@ -69,15 +135,13 @@ class Exchange {
   // that waits for it.
   void wait() {
     for (Op& op : ops_) {
-      if (!op.sending) guard(op, [&] {
-        op.buffer->waitRecv(timeout_);
-        if (op.pid != 0) read_from_peer(op);
-      });
+      if (!op.sending) guard(op, [&] { receive(op); });
     }
     for (Op& op : ops_) {
       if (op.sending) guard(op, [&] {
-        op.buffer->waitSend(timeout_);
+        if (op.buffer) op.buffer->waitSend(timeout_);
         if (op.ack) op.ack->waitRecv(timeout_);
+        if (op.channel_ack) (void)take(op.peer, true);
       });
       if (!op.sending && op.ack) guard(op, [&] { op.ack->waitSend(timeout_); });
     }
@@ -91,6 +155,7 @@ class Exchange {
     bool sending = false;
     void* data = nullptr;
     size_t bytes = 0;
+    bool channel_ack = false;            // sent by address on the channel: wait for its acknowledgement
     int pid = 0;                         // same host, receiving: whose memory to read
     std::array<uint64_t, 2> where{};     // same host: the sender's address and length
     uint64_t acked = 0;
@@ -106,24 +171,71 @@ class Exchange {
     }
   }
 
+  int channel(int peer) const { return same_host_->channel[static_cast<size_t>(peer)]; }
+  Clock::time_point deadline() const { return Clock::now() + timeout_; }
+
   void post(int peer, void* data, size_t bytes, bool sending) {
     if (bytes == 0) return;
     Op& op = ops_.emplace_back();
     op.peer = peer, op.sending = sending, op.data = data, op.bytes = bytes;
     const bool same_host = bytes >= kSameHostMinBytes && (sending ? same_host_->send[static_cast<size_t>(peer)]
                                                                    : same_host_->recv_pid[static_cast<size_t>(peer)] != 0);
+    op.pid = same_host && !sending ? same_host_->recv_pid[static_cast<size_t>(peer)] : 0;
     guard(op, [&] {
-      if (!same_host) {
+      if (channel(peer) >= 0) {
+        if (!sending) return;  // taken from the channel in wait()
+        ChannelMessage m{slot_, same_host ? ChannelMessage::kAddress : ChannelMessage::kInline,
+                         reinterpret_cast<uintptr_t>(data), bytes, {}};
+        channel_send(channel(peer), m, data, deadline());
+        op.channel_ack = same_host;
+      } else if (!same_host) {
         op.buffer = ctx_.createUnboundBuffer(data, bytes);
       } else {
         op.where = {reinterpret_cast<uintptr_t>(data), bytes};
-        op.pid = sending ? 0 : same_host_->recv_pid[static_cast<size_t>(peer)];
         op.buffer = ctx_.createUnboundBuffer(op.where.data(), sizeof(op.where));
         op.ack = ctx_.createUnboundBuffer(&op.acked, sizeof(op.acked));
         if (sending) op.ack->recv(peer, slot_ | kAck);
       }
-      sending ? op.buffer->send(peer, slot_) : op.buffer->recv(peer, slot_);
+      if (op.buffer) sending ? op.buffer->send(peer, slot_) : op.buffer->recv(peer, slot_);
     });
+  }
+
+  void receive(Op& op) {
+    if (channel(op.peer) < 0) {
+      op.buffer->waitRecv(timeout_);
+      if (op.pid != 0) read_from_peer(op);
+      return;
+    }
+    ChannelMessage m = take(op.peer, false);
+    if (m.bytes != op.bytes) {
+      throw std::runtime_error(detail::str("it sends ", m.bytes, " bytes where ", op.bytes, " are expected"));
+    }
+    if (m.kind == ChannelMessage::kInline) {
+      std::memcpy(op.data, m.data.data(), op.bytes);
+      return;
+    }
+    read_memory(op.pid, op.data, m.address, op.bytes);
+    channel_send(channel(op.peer), ChannelMessage{slot_, ChannelMessage::kAck, 0, 0, {}}, nullptr, deadline());
+  }
+
+  // This round's message from `peer` (its acknowledgement, or its data):
+  // messages of other rounds that come first are kept for their own.
+  ChannelMessage take(int peer, bool ack) {
+    auto match = [&](const ChannelMessage& m) { return m.slot == slot_ && (m.kind == ChannelMessage::kAck) == ack; };
+    auto& early = same_host_->early[static_cast<size_t>(peer)];
+    for (auto it = early.begin(); it != early.end(); ++it) {
+      if (match(*it)) {
+        ChannelMessage m = std::move(*it);
+        early.erase(it);
+        return m;
+      }
+    }
+    const Clock::time_point until = deadline();
+    while (true) {
+      ChannelMessage m = channel_recv(channel(peer), until);
+      if (match(m)) return m;
+      early.push_back(std::move(m));
+    }
   }
 
   void read_from_peer(Op& op) {
@@ -138,7 +250,7 @@ class Exchange {
   uint64_t slot_;
   std::chrono::milliseconds timeout_;
   const Failed* failed_;
-  const GlooSameHost* same_host_;
+  GlooSameHost* same_host_;
   std::deque<Op> ops_;  // stable: the transfers point into them
 };
 
@@ -234,14 +346,17 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::create_world(std::shared_ptr
   auto ctx = std::make_shared<GlooContext>(std::move(store), rank, size, host, options.timeout);
   std::vector<int> all(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) all[static_cast<size_t>(r)] = r;
-  auto gloo = ctx->connect(rank, size, ctx->store_gather("world/" + name, options.timeout), options.timeout);
-  return std::unique_ptr<GlooCommunicator>(
-      new GlooCommunicator(std::move(ctx), std::move(gloo), std::move(all), comm_detail::mix(0x676c6f6f, 1), name,
-                           options));
+  const GlooContext::Gather gather = ctx->store_gather("world/" + name, options.timeout);
+  auto gloo = ctx->connect(rank, size, gather, options.timeout);
+  std::vector<int> channels = ctx->same_host_channels(rank, all, gather);
+  return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(ctx), std::move(gloo), std::move(all),
+                                                                std::move(channels), comm_detail::mix(0x676c6f6f, 1),
+                                                                name, options));
 }
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared_ptr<gloo::transport::Context> gloo,
-                                   std::vector<int> members, uint64_t id, std::string name, CommOptions options)
+                                   std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
+                                   CommOptions options)
     : Communicator(std::move(name), options),
       ctx_(std::move(ctx)),
       gloo_(std::move(gloo)),
@@ -252,6 +367,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared
       progress_(std::make_shared<CommProgress>()),
       stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {
   same_host_ = std::make_shared<GlooSameHost>();
+  same_host_->channel = std::move(channels);
+  same_host_->early.resize(static_cast<size_t>(size_));
   for (int j = 0; j < size_; ++j) {
     const int world = members_[static_cast<size_t>(j)], me = members_[static_cast<size_t>(rank_)];
     same_host_->recv_pid.push_back(j == rank_ ? 0 : ctx_->same_host_pid(me, world));
@@ -266,6 +383,7 @@ GlooCommunicator::~GlooCommunicator() {
     static auto* kept = new std::vector<std::shared_ptr<void>>();  // until exit, reachable
     kept->push_back(gloo_);
     kept->push_back(ctx_);
+    kept->push_back(same_host_);
     return;
   }
   try {
@@ -273,6 +391,10 @@ GlooCommunicator::~GlooCommunicator() {
   } catch (...) {
     // The failure was reported through the Work that carried it.
   }
+}
+
+int GlooCommunicator::same_host_channels() const {
+  return static_cast<int>(std::count_if(same_host_->channel.begin(), same_host_->channel.end(), [](int fd) { return fd >= 0; }));
 }
 
 Work::Diagnose GlooCommunicator::diagnoser() const {
@@ -306,7 +428,7 @@ struct Transfers {
   const CollectiveInfo& info;
   std::chrono::milliseconds timeout;
   Exchange::Failed failed;
-  const GlooSameHost* same_host;
+  GlooSameHost* same_host;
   uint64_t rounds = 0;
   Exchange next() { return Exchange(ctx, info, rounds++, timeout, &failed, same_host); }
 };
@@ -509,15 +631,16 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::split(int color, int key, co
     return group;
   };
   if (color < 0) {
-    over_parent(std::string());
+    for (int round = 0; round < 3; ++round) over_parent(std::string());  // as connect and same_host_channels
     return nullptr;
   }
   const int me = static_cast<int>(std::find(order.begin(), order.end(), rank_) - order.begin());
   auto gloo = ctx_->connect(me, static_cast<int>(order.size()), over_parent, options.timeout);
   std::vector<int> world(order.size());
   for (size_t i = 0; i < order.size(); ++i) world[i] = members_[static_cast<size_t>(order[i])];
+  std::vector<int> channels = ctx_->same_host_channels(me, world, over_parent);
   return std::unique_ptr<GlooCommunicator>(
-      new GlooCommunicator(ctx_, std::move(gloo), std::move(world), id, name, options));
+      new GlooCommunicator(ctx_, std::move(gloo), std::move(world), std::move(channels), id, name, options));
 }
 
 }  // namespace mp

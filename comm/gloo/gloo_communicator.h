@@ -61,6 +61,9 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<GlooCommunicator> split(int color, int key, const std::string& name, const CommOptions& options);
 
   MemStats memory() const { return allocator_.stats(); }
+  // Note [Same-host transfers]: the members this rank messages over a
+  // same-host channel rather than Gloo.
+  int same_host_channels() const;
 
  protected:
   WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
@@ -76,8 +79,8 @@ class GlooCommunicator final : public Communicator {
 
  private:
   GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared_ptr<gloo::transport::Context> gloo,
-                   std::vector<int> members,
-                   uint64_t id, std::string name, CommOptions options);
+                   std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
+                   CommOptions options);
 
   WorkPtr issue(CollectiveInfo info, std::function<void(const CollectiveInfo&)> body);
   Work::Diagnose diagnoser() const;

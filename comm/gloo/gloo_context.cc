@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -96,10 +98,12 @@ GlooContext::~GlooContext() {
 }
 
 GlooContext::Gather GlooContext::store_gather(const std::string& key, std::chrono::milliseconds timeout) {
-  return [this, key, timeout](const std::string& mine) {
-    store_->set(detail::str(key, "/", rank_), mine);
+  auto rounds = std::make_shared<int>(0);  // each call under keys of its own
+  return [this, key, timeout, rounds](const std::string& mine) {
+    const std::string at = (*rounds)++ == 0 ? key : detail::str(key, "#", *rounds - 1);
+    store_->set(detail::str(at, "/", rank_), mine);
     std::vector<std::string> all(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = store_->get(detail::str(key, "/", r), timeout);
+    for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = store_->get(detail::str(at, "/", r), timeout);
     return all;
   };
 }
@@ -160,6 +164,44 @@ void GlooContext::probe_same_host(std::chrono::milliseconds timeout) {
   }
   store_->set(detail::str("readable/", rank_), mine);
   for (int r = 0; r < size_; ++r) readable_.push_back(store_->get(detail::str("readable/", r), timeout));
+}
+
+std::vector<int> GlooContext::same_host_channels(int me, const std::vector<int>& members, const Gather& gather) {
+  const auto n = members.size();
+  const int self = members.at(static_cast<size_t>(me));
+  auto paired = [&](size_t j) {
+    return static_cast<int>(j) != me && same_host_pid(self, members[j]) != 0 && same_host_pid(members[j], self) != 0;
+  };
+  // Round 1: the lower member of each pair offers the other end of a socket pair.
+  std::vector<int> fds(n, -1), offered(n, -1);
+  std::string mine(n * sizeof(int), '\0');
+  for (size_t j = static_cast<size_t>(me) + 1; j < n; ++j) {
+    int sv[2];
+    if (paired(j) && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0) fds[j] = sv[0], offered[j] = sv[1];
+    std::memcpy(mine.data() + j * sizeof(int), &offered[j], sizeof(int));
+  }
+  const std::vector<std::string> all = gather(mine);
+  // Round 2: the higher member takes its end, and says whether it did.
+  std::string took(n, '0');
+  for (size_t j = 0; j < static_cast<size_t>(me); ++j) {
+    int theirs = -1;
+    if (all.at(j).size() == n * sizeof(int)) std::memcpy(&theirs, all[j].data() + static_cast<size_t>(me) * sizeof(int), sizeof(int));
+    if (theirs < 0 || !paired(j)) continue;
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pids_.at(static_cast<size_t>(members[j])), 0));
+    if (pidfd < 0) continue;
+    const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, theirs, 0));
+    close(pidfd);
+    if (fd >= 0) fds[j] = fd, took[j] = '1';
+  }
+  const std::vector<std::string> taken = gather(took);
+  for (size_t j = static_cast<size_t>(me) + 1; j < n; ++j) {
+    if (offered[j] >= 0) close(offered[j]);
+    if (fds[j] >= 0 && taken.at(j).size() == n && taken[j][static_cast<size_t>(me)] != '1') {
+      close(fds[j]);
+      fds[j] = -1;
+    }
+  }
+  return fds;
 }
 
 void GlooContext::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {

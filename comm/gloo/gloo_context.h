@@ -14,6 +14,14 @@
 // for every pair on one host (same user, same PID namespace, no ptrace
 // restriction: each process allows it with PR_SET_PTRACER, as Open MPI
 // does); pairs that fail the probe, or MP_GLOO_SAME_HOST=tcp, use TCP.
+// Such a pair's messages (the addresses, the acknowledgements, and whole
+// transfers under kSameHostMinBytes) do not go through Gloo either: each
+// communicator has a Unix socket per same-host peer (SOCK_SEQPACKET: one
+// message per send, in order), which the lower member creates as a pair
+// and the higher takes its end of with pidfd_getfd (the same permission as
+// the reads). The communication thread sends and waits on it itself, where
+// a Gloo message is handled by Gloo's device thread, which woke, and with
+// two ranks on two cores spun, dozens of times per collective.
 //
 // Note [Gloo peer monitor]
 // A responder thread per process waits, without a deadline, for a query from
@@ -81,6 +89,11 @@ class GlooContext {
                                                     std::chrono::milliseconds timeout);
   // A Gather through the store, under `key`: every world rank takes part.
   Gather store_gather(const std::string& key, std::chrono::milliseconds timeout);
+  // Note [Same-host transfers]: collective over a group's members (world
+  // ranks, this one member `me`), through two rounds of `gather`: for each
+  // member, this process's end of a Unix socket to it, or -1 (no same-host
+  // channel: the member is this one, on another host, or unreadable).
+  std::vector<int> same_host_channels(int me, const std::vector<int>& members, const Gather& gather);
 
   void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
   void unregister_comm(uint64_t id);

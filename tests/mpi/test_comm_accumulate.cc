@@ -2,7 +2,9 @@
 // order, one rounding. Checked against the float64 reference rounded once,
 // for determinism, across world sizes, and against kWire's error.
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "comm/mpi/mpi_communicator.h"
@@ -187,6 +189,30 @@ TEST_F(Accumulate, GlooGivesTheBitsOfMpi) {
         ASSERT_EQ(std::memcmp(c.data(), d.data(), static_cast<size_t>(n * size()) * dtype_size(wire)), 0)
             << "all_reduce " << dtype_name(wire) << " n=" << n;
       }
+    }
+  }
+}
+
+// Note [Same-host transfers]: ranks of one host message each other over
+// their channels (every peer here, unless MP_GLOO_SAME_HOST=tcp), a split's
+// members too, and an all-to-all of small chunks (sent inline) and of large
+// ones (read by address) over them gives the exact values.
+TEST_F(Accumulate, GlooSameHostPeersUseTheirChannels) {
+  auto world = testing::make_gloo_world("channels", CommOptions{});
+  auto* gloo = dynamic_cast<GlooCommunicator*>(world.get());
+  ASSERT_NE(gloo, nullptr);
+  const char* mode = std::getenv("MP_GLOO_SAME_HOST");
+  const int want = mode != nullptr && std::string(mode) == "tcp" ? 0 : size() - 1;
+  EXPECT_EQ(gloo->same_host_channels(), want);
+  auto half = gloo->split(rank() % 2, rank(), "channels.half", CommOptions{});
+  EXPECT_EQ(half->same_host_channels(), want == 0 ? 0 : half->size() - 1);
+  for (int64_t n : {int64_t{3}, int64_t{40000}}) {  // inline, then by address
+    Tensor in = Tensor::empty(alloc_, DType::kF32, {n * size()}, MemCategory::kOther);
+    Tensor out = Tensor::empty(alloc_, DType::kF32, {n * size()}, MemCategory::kOther);
+    fill(in, [&](int64_t i) { return rank() * 1e6 + static_cast<double>(i); });
+    gloo->all_to_all(in, out)->wait();
+    for (int64_t i = 0; i < n * size(); ++i) {
+      ASSERT_EQ(out.data_as<float>()[i], static_cast<float>((i / n) * 1e6 + rank() * n + i % n)) << "n=" << n;
     }
   }
 }
