@@ -59,6 +59,8 @@
 
 namespace mp {
 
+struct CommProgress;  // comm/peer_report.h
+
 enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMax = 2, kMin = 3 };
 enum class ReduceAccumulate : uint8_t { kWire = 0, kFp32 = 1 };
 
@@ -127,6 +129,13 @@ class Communicator {
   // Collective over this communicator: ranks with the same color form a new
   // communicator, ordered by (key, rank). A negative color gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // A communicator that runs its collectives elsewhere but its control plane
+  // over this one (NCCL's) numbers them itself: this one's peer monitor
+  // answers for `progress` while the returned Diagnose (or a copy) lives, and
+  // it names the members not yet at a collective of that numbering. Called
+  // at the same point on every member, as split. By default: none (empty).
+  virtual Work::Diagnose watch(std::shared_ptr<CommProgress> /*progress*/) { return {}; }
 
   // ---- Control plane: small host values -----------------------------------------
   // Note [Control plane]

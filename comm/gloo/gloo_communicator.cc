@@ -409,6 +409,16 @@ Work::Diagnose GlooCommunicator::diagnoser() const {
   };
 }
 
+// Under an id of a lineage that no split's child has (their colors are >= 0).
+Work::Diagnose GlooCommunicator::watch(std::shared_ptr<CommProgress> progress) {
+  const uint64_t id = comm_detail::mix(comm_detail::mix(id_, ++splits_), ~uint64_t{0});
+  ctx_->register_comm(id, std::move(progress));
+  std::shared_ptr<void> watched(nullptr, [ctx = ctx_, id](void*) { ctx->unregister_comm(id); });
+  return [ctx = ctx_, id, members = members_, reply = options().diagnose_timeout, watched](const CollectiveInfo& info) {
+    return ctx->diagnose(id, info.sequence, members, reply);
+  };
+}
+
 WorkPtr GlooCommunicator::issue(CollectiveInfo info, std::function<void(const CollectiveInfo&)> body) {
   info.sequence = progress_->issued.load() + 1;
   progress_->issued.store(info.sequence);

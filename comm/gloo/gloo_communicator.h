@@ -59,6 +59,7 @@ class GlooCommunicator final : public Communicator {
   }
   // With options of its own (an engine's timeout).
   std::unique_ptr<GlooCommunicator> split(int color, int key, const std::string& name, const CommOptions& options);
+  Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
   MemStats memory() const { return allocator_.stats(); }
   // Note [Same-host transfers]: the members this rank messages over a

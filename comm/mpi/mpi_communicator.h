@@ -36,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr barrier() override;
   WorkPtr fence(const std::string& what) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
   // Bytes of scratch held for reduce_accumulate kFp32 (comm_scratch category).
   MemStats memory() const { return allocator_.stats(); }

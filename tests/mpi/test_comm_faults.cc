@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/peer_report.h"
 #include "tests/mpi/comm_test_util.h"
 #include "tests/mpi/mpi_test.h"
 
@@ -79,6 +80,37 @@ TEST_F(Faults, FingerprintMismatchRaisesOnEveryRankBeforeRunning) {
     EXPECT_NE(what.find("rank 1: all_gather #2 (fp32 x 5)"), std::string::npos) << what;
   }
   EXPECT_EQ(testing::load_value(a, 0), size()) << "the mismatched all_reduce must not have run";
+}
+
+// Communicator::watch: the numbering of a communicator layered on this one
+// (NCCL's over its host control plane) is answered for by this one's peer
+// monitor while the Diagnose lives, and no longer after.
+TEST_F(Faults, WatchNamesTheRanksBehindInALayeredNumbering) {
+  if (size() < 2) GTEST_SKIP() << "needs a second rank";
+  auto comm = testing::make_world("host", {});
+  const int late = size() - 1;
+  auto progress = std::make_shared<CommProgress>();
+  progress->issued = progress->started = rank() == late ? 2 : 3;
+  Work::Diagnose diagnose = comm->watch(progress);
+  ASSERT_TRUE(diagnose);
+  const CollectiveInfo third{"all_reduce", 3, DType::kF32, 10};
+  comm->barrier()->wait();  // every rank is watched
+  if (rank() == 0) {
+    const std::string what = diagnose(third);
+    EXPECT_NE(what.find("Not arrived: rank " + std::to_string(late) + " (has issued up to #2)."), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("has issued", what.find("has issued") + 1), std::string::npos) << what;  // the late one only
+  }
+  comm->barrier()->wait();
+  if (rank() == late) diagnose = nullptr;  // ends the watch there
+  comm->barrier()->wait();
+  if (rank() == 0) {
+    const std::string what = diagnose(third);
+    EXPECT_NE(what.find("not (or no longer) present on: rank " + std::to_string(late)), std::string::npos) << what;
+  }
+  comm->barrier()->wait();
+  auto child = comm->split(0, rank(), "child");  // the watch kept the ranks' split ids equal
+  child->barrier()->wait();
 }
 
 // Run by tests/CMakeLists.txt through tests/expect.sh: the last rank never
