@@ -2,9 +2,9 @@
 
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/mpi/staged_communicator.h"
+#include "core/error.h"
 #include "mp/config.h"
 #if MP_WITH_NCCL
-#include "comm/mpi/mpi_context.h"
 #include "comm/nccl/nccl_communicator.h"
 #endif
 
@@ -21,14 +21,20 @@ std::unique_ptr<Communicator> make_data_plane(Device device, const CommOptions& 
     what = shared_devices ? "MPI staged through host memory (ranks share GPUs)"
                           : "MPI staged through host memory (built without NCCL)";
   } else {
-#if MP_WITH_NCCL
-    auto monitor = std::make_shared<MpiContext>();  // Note [Peer monitor]
-    comm = NcclCommunicator::create(MPI_COMM_WORLD, device, "world", options, std::move(monitor));
+    comm = make_nccl_world(MpiCommunicator::create_world("world (host)", options), device, options);
     what = "NCCL";
-#endif
   }
   if (description != nullptr) *description = what;
   return comm;
+}
+
+std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> host, Device device,
+                                              const CommOptions& options) {
+#if MP_WITH_NCCL
+  return NcclCommunicator::create(std::move(host), device, "world", options);
+#else
+  MP_THROW(ConfigError, "an engine on ", device, " without MPI needs NCCL, and this build has none");
+#endif
 }
 
 }  // namespace mp

@@ -1,15 +1,10 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <algorithm>
-#include <chrono>
-#include <climits>
 #include <cstring>
 #include <mutex>
-#include <sstream>
-#include <thread>
 
 #include "comm/backend_util.h"
-#include "comm/mpi/mpi_error.h"
 #include "comm/nccl/nccl_error.h"
 #include "comm/nccl/nccl_state.h"
 #include "core/error.h"
@@ -29,9 +24,6 @@ using comm_detail::reduce_chunks;
 using comm_detail::RoundTransport;
 using comm_detail::element_ptr;
 using comm_detail::reduction_divisor;
-using Clock = std::chrono::steady_clock;
-
-double seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
 
 static_assert(ncclFloat8e4m3 == 10 && ncclFloat8e5m2 == 11, "NCCL 2.24+ with fp8 types is required");
 
@@ -57,62 +49,27 @@ char* byte_ptr(const Buffer& b, size_t offset_bytes) { return static_cast<char*>
 
 size_t count_of(int64_t n) { return static_cast<size_t>(n); }
 
-uint64_t id_of(const ncclUniqueId& uid) {  // FNV-1a: the same on every member
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : uid.internal) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  return h;
-}
-
-struct Fingerprint {
-  char op[24];
-  int64_t dtype;
-  int64_t count;
-  int64_t sequence;
-};
-
 }  // namespace
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm bootstrap, Device device,
-                                                           const std::string& name, CommOptions options,
-                                                           std::shared_ptr<MpiContext> monitor) {
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(std::unique_ptr<Communicator> host, Device device,
+                                                           const std::string& name, CommOptions options) {
   MP_ENFORCE(device.is_cuda(), "the NCCL communicator '", name, "' needs a CUDA device, got ", device);
-  MPI_Comm comm = MPI_COMM_NULL;
-  MP_CHECK_MPI(MPI_Comm_dup(bootstrap, &comm));
-  std::unique_ptr<NcclCommunicator> c;
-  try {
-    c.reset(new NcclCommunicator(comm, device, name, options, std::move(monitor)));
-  } catch (...) {
-    MPI_Comm_free(&comm);
-    throw;
-  }
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(std::move(host), device, name, options));
   c->init_nccl();  // on failure the destructor frees what was made
   return c;
 }
 
-NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, Device device, std::string name,
-                                   CommOptions options, std::shared_ptr<MpiContext> monitor)
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, Device device, std::string name,
+                                   CommOptions options)
     : Communicator(std::move(name), options),
-      bootstrap_(bootstrap),
+      host_(std::move(host)),
       device_(device),
-      monitor_(std::move(monitor)),
+      rank_(host_->rank()),
+      size_(host_->size()),
       state_(std::make_shared<NcclState>(this->name(), options.timeout, options.diagnose_timeout)),
       allocator_(device),
       stream_(device, "nccl:" + this->name(), options.timeout) {  // bounded host waits (core/host_wait.h)
-  MP_CHECK_MPI(MPI_Comm_set_errhandler(bootstrap_, MPI_ERRORS_RETURN));
-  MP_CHECK_MPI(MPI_Comm_rank(bootstrap_, &rank_));
-  MP_CHECK_MPI(MPI_Comm_size(bootstrap_, &size_));
-  if (monitor_) {
-    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-    MP_CHECK_MPI(MPI_Comm_group(bootstrap_, &group));
-    MP_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-    std::vector<int> members(size_);
-    for (int i = 0; i < size_; ++i) members[i] = i;
-    world_ranks_.resize(size_);
-    const int rc = MPI_Group_translate_ranks(group, size_, members.data(), world, world_ranks_.data());
-    MPI_Group_free(&group);
-    MPI_Group_free(&world);
-    MP_CHECK_MPI(rc);
-  }
+  state_->set_peers(host_->watch(state_->progress_ptr()));
 }
 
 void NcclCommunicator::init_nccl() {
@@ -123,7 +80,9 @@ void NcclCommunicator::init_nccl() {
   } msg{};
   if (rank_ == 0) msg.result = ncclGetUniqueId(&msg.id);
   // Everyone learns whether rank 0 got an id, so no rank waits in init alone.
-  MP_CHECK_MPI(MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, bootstrap_));
+  const std::string got = host_->broadcast_bytes({reinterpret_cast<const char*>(&msg), sizeof msg}, 0);
+  MP_ENFORCE_EQ(got.size(), sizeof msg, "the NCCL unique id message from rank 0");
+  std::memcpy(&msg, got.data(), sizeof msg);
   if (msg.result != ncclSuccess) {
     MP_THROW(CommError, "rank 0 of communicator '", name(), "' could not create an NCCL unique id: ",
              ncclGetErrorString(static_cast<ncclResult_t>(msg.result)));
@@ -138,12 +97,6 @@ void NcclCommunicator::init_nccl() {
     MP_CHECK_NCCL(rc);
   }
   state_->wait_ready_locked(detail::str("NCCL initialization (", size_, " ranks, ", device_, ")"));
-  if (monitor_) {
-    // The unique id is the same on every member and new for every communicator.
-    monitor_id_ = id_of(msg.id);
-    state_->set_monitor(monitor_, monitor_id_, world_ranks_);
-    monitor_->register_comm(monitor_id_, state_->progress_ptr());
-  }
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -160,8 +113,6 @@ NcclCommunicator::~NcclCommunicator() {
   } catch (...) {
     // Destructors do not throw; there is nothing left to clean up on error.
   }
-  if (monitor_id_ != 0) monitor_->unregister_comm(monitor_id_);
-  MPI_Comm_free(&bootstrap_);
 }
 
 bool NcclCommunicator::aborted() const {
@@ -178,15 +129,29 @@ Work::Diagnose NcclCommunicator::diagnoser() const {
   return [state = state_](const CollectiveInfo& info) { return state->diagnose(info); };
 }
 
+void NcclCommunicator::number(CollectiveInfo& info) {
+  {
+    std::lock_guard<std::timed_mutex> lock(state_->mutex());
+    state_->throw_if_aborted_locked();
+  }
+  info.sequence = state_->progress().issued.load() + 1;
+  state_->progress().issued.store(info.sequence);
+  if (options().check_fingerprints) check_fingerprint(info);
+}
+
+template <class F>
+auto NcclCommunicator::on_host(const CollectiveInfo& info, F&& exchange) {
+  try {
+    return exchange();
+  } catch (...) {
+    abort_communicator(info.describe() + " failed on the host communicator");
+    throw;
+  }
+}
+
 WorkPtr NcclCommunicator::issue(CollectiveInfo info, const std::function<void()>& enqueue) {
   NcclState& s = *state_;
-  {
-    std::lock_guard<std::timed_mutex> lock(s.mutex());
-    s.throw_if_aborted_locked();
-  }
-  info.sequence = s.progress().issued.load() + 1;
-  s.progress().issued.store(info.sequence);
-  if (options().check_fingerprints) check_fingerprint(info);
+  number(info);
   CudaDeviceGuard guard(device_);
   std::lock_guard<std::timed_mutex> lock(s.mutex());
   s.throw_if_aborted_locked();
@@ -207,46 +172,8 @@ WorkPtr NcclCommunicator::issue(CollectiveInfo info, const std::function<void()>
 }
 
 void NcclCommunicator::check_fingerprint(const CollectiveInfo& info) {
-  // Heap buffers: after a timeout MPI may still write them, so they are then
-  // deliberately leaked (the communicator is aborted; this happens once).
-  auto mine = std::make_unique<Fingerprint>();
-  std::memset(mine.get(), 0, sizeof(Fingerprint));
-  std::memcpy(mine->op, info.op.data(), std::min(info.op.size(), sizeof(mine->op) - 1));
-  mine->dtype = static_cast<int64_t>(info.dtype);
-  mine->count = info.count;
-  mine->sequence = static_cast<int64_t>(info.sequence);
-  auto all = std::make_unique<Fingerprint[]>(static_cast<size_t>(size_));
-  const int bytes = static_cast<int>(sizeof(Fingerprint));
-  MPI_Request req = MPI_REQUEST_NULL;
-  MP_CHECK_MPI(MPI_Iallgather(mine.get(), bytes, MPI_BYTE, all.get(), bytes, MPI_BYTE, bootstrap_, &req));
-  const auto deadline = Clock::now() + options().timeout;
-  for (int done = 0; !done;) {
-    MP_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    if (Clock::now() >= deadline) {
-      (void)mine.release();
-      (void)all.release();
-      abort_communicator("fingerprint exchange timed out");
-      MP_THROW(CommError, "the fingerprint exchange before ", info.describe(), " on communicator '",
-               name(), "' did not complete within ", seconds(options().timeout),
-               " s: some rank has not issued it. The communicator was aborted.");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  bool same = true;
-  for (int r = 0; r < size_; ++r) same = same && std::memcmp(&all[r], mine.get(), sizeof(Fingerprint)) == 0;
-  if (same) return;
-  std::ostringstream os;
-  for (int r = 0; r < size_; ++r) {
-    const Fingerprint& f = all[r];
-    const bool valid = f.dtype >= 0 && f.dtype < kNumDTypes;
-    os << (r ? "; " : "") << "rank " << r << ": " << std::string(f.op, strnlen(f.op, sizeof(f.op)))
-       << " #" << f.sequence << " (" << (valid ? dtype_name(static_cast<DType>(f.dtype)) : "?")
-       << " x " << f.count << ")";
-  }
-  abort_communicator("collective mismatch");
-  MP_THROW(CommError, "collective mismatch on communicator '", name(), "' at #", info.sequence,
-           ": the ranks called different collectives: ", os.str());
+  const std::array<int64_t, 4> mine = comm_detail::fingerprint(info);
+  on_host(info, [&] { comm_detail::check_fingerprints(mine, host_->all_gather_int64(mine), name(), info.sequence); });
 }
 
 size_t NcclCommunicator::ensure_scratch() {
@@ -514,32 +441,15 @@ WorkPtr NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* all) {
-  {
-    std::lock_guard<std::timed_mutex> lock(state_->mutex());
-    state_->throw_if_aborted_locked();
-  }
-  MP_ENFORCE_LE(bytes, static_cast<size_t>(INT_MAX), "host_all_gather of ", bytes, " bytes per rank");
-  CollectiveInfo info{"host_all_gather", state_->progress().issued.load() + 1, DType::kF32,
-                      static_cast<int64_t>(bytes)};
-  state_->progress().issued.store(info.sequence);
-  if (options().check_fingerprints) check_fingerprint(info);
-  // Host memory over the bootstrap MPI communicator, never the GPU stream
-  // (Note [Control plane]); bounded by the timeout like every wait.
-  const int count = static_cast<int>(bytes);
-  MPI_Request req = MPI_REQUEST_NULL;
-  MP_CHECK_MPI(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, bootstrap_, &req));
-  const auto deadline = Clock::now() + options().timeout;
-  for (int done = 0; !done;) {
-    MP_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    if (Clock::now() >= deadline) {
-      // MPI may still write `all`: the communicator is aborted and the
-      // caller's error ends the job (as for a timed-out fingerprint).
-      abort_communicator("host exchange timed out");
-      MP_THROW(CommError, info.describe(), " on communicator '", name(), "' did not complete within ",
-               seconds(options().timeout), " s: some rank has not issued it. The communicator was aborted.");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  CollectiveInfo info{"host_all_gather", 0, DType::kF32, static_cast<int64_t>(bytes)};
+  number(info);
+  // Host memory over the host communicator, never the GPU stream (Note
+  // [Control plane]): as int64 words, one exchange.
+  std::vector<int64_t> words((bytes + 7) / 8, 0);
+  std::memcpy(words.data(), mine, bytes);
+  const std::vector<int64_t> got = on_host(info, [&] { return host_->all_gather_int64(words); });
+  for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {
+    std::memcpy(static_cast<char*>(all) + r * bytes, &got[r * words.size()], bytes);
   }
   state_->progress().started.store(info.sequence);
 }
@@ -550,27 +460,14 @@ WorkPtr NcclCommunicator::fence(const std::string& what) {
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
-  {
-    std::lock_guard<std::timed_mutex> lock(state_->mutex());
-    state_->throw_if_aborted_locked();
-  }
-  CollectiveInfo info{"split", state_->progress().issued.load() + 1, DType::kF32, 0};
-  state_->progress().issued.store(info.sequence);
-  if (options().check_fingerprints) check_fingerprint(info);
+  CollectiveInfo info{"split", 0, DType::kF32, 0};
+  number(info);
   // Host-side only: the parent's GPU work is not waited for. See the header
   // for why the child is a fresh NCCL init rather than ncclCommSplit.
-  MPI_Comm child = MPI_COMM_NULL;
-  MP_CHECK_MPI(MPI_Comm_split(bootstrap_, color < 0 ? MPI_UNDEFINED : color, key, &child));
+  std::unique_ptr<Communicator> host = on_host(info, [&] { return host_->split(color, key, name + " (host)"); });
   state_->progress().started.store(info.sequence);
-  if (child == MPI_COMM_NULL) return nullptr;
-  try {
-    std::unique_ptr<Communicator> c = create(child, device_, name, options(), monitor_);
-    MPI_Comm_free(&child);
-    return c;
-  } catch (...) {
-    MPI_Comm_free(&child);
-    throw;
-  }
+  if (host == nullptr) return nullptr;
+  return create(std::move(host), device_, name, options());
 }
 
 }  // namespace mp

@@ -4,19 +4,22 @@
 // header says how the NCCL backend keeps them.
 //
 // Start-up and device
-// - create() is collective over `bootstrap` (an MPI communicator, which it
-//   duplicates and keeps for splits and debug fingerprints). Rank 0 calls
-//   ncclGetUniqueId and broadcasts it over MPI; every rank then calls
+// - create() is collective over `host`, a communicator in CPU memory over
+//   the same ranks (MpiCommunicator under mpirun, GlooCommunicator under
+//   torchrun), which it keeps as its control plane: the unique id, the
+//   host values, fingerprints and splits go over it, and its peer monitor
+//   names the ranks behind (Communicator::watch). Rank 0 calls
+//   ncclGetUniqueId and broadcasts it over `host`; every rank then calls
 //   ncclCommInitRankConfig with a non-blocking config (blocking = 0) and
 //   polls ncclCommGetAsyncError until the communicator is ready, at most
 //   CommOptions::timeout; on timeout or error it calls ncclCommAbort and
 //   throws CommError.
-// - The device is the caller's choice. mp_worker picks it with
-//   choose_device (launch/device_choice.h): cuda(local_rank), where
-//   local_rank comes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
-//   (comm/mpi/mpi_world.h). Two ranks of one communicator must not share a
-//   device: NCCL rejects that (compute.share_gpus takes the staged MPI
-//   backend instead).
+// - The device is the caller's choice: cuda(local rank % devices), the
+//   local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) under mpirun
+//   (launch/device_choice.h, comm/mpi/mpi_world.h), LOCAL_RANK under
+//   torchrun (python/src/engine.cc). Two ranks of one communicator must not
+//   share a device: NCCL rejects that (compute.share_gpus takes the staged
+//   MPI backend instead).
 //
 // Issue and completion
 // - Every collective is enqueued on the communicator's own CudaStream
@@ -71,10 +74,10 @@
 // - Work::wait(timeout) polls the collective's CUDA event. On timeout its
 //   Diagnose callback reports this rank's sequence numbers (issued by the
 //   host, enqueued on the stream, completed by the GPU), the NCCL async
-//   state and ncclGetLastError, and, when a peer monitor (MpiContext, Note
-//   [Peer monitor]) was given to create(), which ranks have not issued the
-//   collective. Then it aborts the NCCL communicator with ncclCommAbort, so
-//   the stuck kernels end, BEFORE Work::wait throws its CommError. The
+//   state and ncclGetLastError, and which ranks have not issued the
+//   collective (the host communicator's peer monitor). Then it aborts the
+//   NCCL communicator with ncclCommAbort, so the stuck kernels end, BEFORE
+//   Work::wait throws its CommError. The
 //   communicator is unusable afterwards: every later call throws CommError.
 //   So a short wait(timeout) used as a poll ends the communicator: poll with
 //   Work::is_completed() instead. Work::wait polls only the CUDA event, so
@@ -89,17 +92,15 @@
 //   never throws. Destroy a communicator on all members at about the same
 //   time: finalizing may wait for the peers.
 //
-// Splits: split() is MPI_Comm_split of the bootstrap communicator followed
-// by a fresh create() (new unique id, ncclCommInitRankConfig) on the
-// members, not ncclCommSplit. The child needs its own MPI communicator
+// Splits: split() splits the host communicator, then a fresh create() (new
+// unique id, ncclCommInitRankConfig) on the members over the child host
+// communicator, not ncclCommSplit. The child needs its own host communicator
 // anyway (for its own splits and fingerprints); a fresh init does not depend
 // on the parent's NCCL state (in-flight work, an abort) and does not tie the
 // child's resources to the parent. It costs a full NCCL init (topology
 // detection, no shared buffers), which is acceptable for the few splits made
 // at start-up (HYBRID_SHARD groups).
 #pragma once
-
-#include <mpi.h>
 
 #include <functional>
 #include <memory>
@@ -108,9 +109,9 @@
 
 #include "comm/chunked_reduction.h"
 #include "comm/communicator.h"
-#include "comm/mpi/mpi_context.h"
 #include "core/allocator.h"
 #include "core/cuda_stream.h"
+#include "kernels/reduce_math.h"
 
 namespace mp {
 
@@ -118,14 +119,11 @@ class NcclState;  // comm/nccl/nccl_state.h
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Collective over `bootstrap` (see the header comment). `monitor`, when
-  // given, is a peer monitor shared by the job (collective over
-  // MPI_COMM_WORLD to create): timeouts then name the ranks that have not
-  // issued the collective. Throws CommError when the NCCL communicator
-  // cannot be created within options.timeout.
-  static std::unique_ptr<NcclCommunicator> create(MPI_Comm bootstrap, Device device,
-                                                  const std::string& name, CommOptions options,
-                                                  std::shared_ptr<MpiContext> monitor = nullptr);
+  // Collective over `host`, which it keeps (see the header comment). Throws
+  // CommError when the NCCL communicator cannot be created within
+  // options.timeout.
+  static std::unique_ptr<NcclCommunicator> create(std::unique_ptr<Communicator> host, Device device,
+                                                  const std::string& name, CommOptions options);
 
   ~NcclCommunicator() override;
 
@@ -159,14 +157,20 @@ class NcclCommunicator final : public Communicator {
   WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
   WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
                           const std::vector<int64_t>& recv_counts) override;
-  // Host values over the bootstrap MPI communicator (MPI_Iallgather, polled
-  // up to the timeout): Note [Control plane] in comm/communicator.h.
+  // Host values over the host communicator (Note [Control plane] in
+  // comm/communicator.h), numbered in this communicator's sequence.
   void do_host_all_gather(const void* mine, size_t bytes, void* all) override;
 
  private:
-  NcclCommunicator(MPI_Comm bootstrap, Device device, std::string name, CommOptions options,
-                   std::shared_ptr<MpiContext> monitor);
+  NcclCommunicator(std::unique_ptr<Communicator> host, Device device, std::string name, CommOptions options);
   void init_nccl();
+  // Refuses an aborted communicator, numbers `info` and checks its fingerprint.
+  void number(CollectiveInfo& info);
+  // `exchange` over the host communicator; if it throws (its timeout names
+  // the ranks behind), this rank is out of step: the NCCL communicator is
+  // aborted first.
+  template <class F>
+  auto on_host(const CollectiveInfo& info, F&& exchange);
 
   // Issues collective `info`: assigns its sequence number, checks the
   // fingerprint and the async state, runs `enqueue` (NCCL calls and
@@ -186,13 +190,10 @@ class NcclCommunicator final : public Communicator {
   void all_to_all_in_place(const Tensor& tensor, int64_t n);
   void post_divide(const Tensor& output, double divisor);
 
-  MPI_Comm bootstrap_ = MPI_COMM_NULL;  // owned duplicate of the caller's
+  std::unique_ptr<Communicator> host_;  // the control plane
   Device device_;
   int rank_ = 0;
   int size_ = 1;
-  std::shared_ptr<MpiContext> monitor_;
-  std::vector<int> world_ranks_;  // member -> MPI_COMM_WORLD rank (for the monitor)
-  uint64_t monitor_id_ = 0;       // this communicator's id at the monitor, when registered
   std::shared_ptr<NcclState> state_;  // the ncclComm_t; shared with the Works' diagnosis
   Allocator allocator_;
   Buffer scratch_;  // kFp32 accumulation / all_to_all staging, allocated once

@@ -16,12 +16,6 @@ double seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count
 
 }  // namespace
 
-void NcclState::set_monitor(std::shared_ptr<MpiContext> monitor, uint64_t id, std::vector<int> members) {
-  monitor_ = std::move(monitor);
-  id_ = id;
-  members_ = std::move(members);
-}
-
 void NcclState::abort_locked(const std::string& reason) {
   if (comm_ != nullptr) (void)ncclCommAbort(comm_);
   comm_ = nullptr;
@@ -114,9 +108,9 @@ void NcclState::close_locked(bool drained) noexcept {
 
 std::string NcclState::diagnose(const CollectiveInfo& info) {
   std::ostringstream os;
-  if (monitor_) {
+  if (peers_) {
     try {
-      os << monitor_->diagnose(id_, info.sequence, members_, reply_timeout_) << " ";
+      os << peers_(info) << " ";
     } catch (const std::exception& e) {
       os << "(The peer monitor failed: " << e.what() << ") ";
     }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -20,10 +19,9 @@
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "comm/mpi/mpi_context.h"
 #include "comm/nccl/nccl_error.h"
+#include "comm/peer_report.h"
 #include "comm/work.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
@@ -42,10 +40,9 @@ class NcclState {
   CommProgress& progress() { return *progress_; }
   const std::shared_ptr<CommProgress>& progress_ptr() const { return progress_; }
 
-  // Timeouts name this rank's peers when a peer monitor is given (Note
-  // [Peer monitor]): `id` is the same on every member, `members` their
-  // MPI_COMM_WORLD ranks.
-  void set_monitor(std::shared_ptr<MpiContext> monitor, uint64_t id, std::vector<int> members);
+  // Timeouts name the ranks behind through `peers` (the host communicator's
+  // Communicator::watch; empty: unknown).
+  void set_peers(Work::Diagnose peers) { peers_ = std::move(peers); }
 
   // ncclCommAbort (once) and remember why; later calls throw CommError.
   void abort_locked(const std::string& reason);
@@ -64,7 +61,7 @@ class NcclState {
 
   // The Diagnose of every Work (comm/work.h): this rank's sequence numbers
   // (issued, enqueued, completed on the GPU), the NCCL async state and last
-  // error, the peers behind (with a monitor); then it aborts the
+  // error, the peers behind; then it aborts the
   // communicator so the stuck kernels end. Takes the lock itself.
   std::string diagnose(const CollectiveInfo& info);
 
@@ -83,9 +80,7 @@ class NcclState {
   std::deque<std::pair<uint64_t, Event>> in_flight_;  // collectives not yet seen complete
   uint64_t completed_ = 0;  // last sequence number whose event was seen complete
   bool dropped_ = false;    // in_flight_ overflowed: completed_ is a lower bound
-  std::shared_ptr<MpiContext> monitor_;
-  uint64_t id_ = 0;
-  std::vector<int> members_;
+  Work::Diagnose peers_;
 };
 
 // ncclGroupStart .. ncclGroupEnd. A group left by an exception (an NCCL

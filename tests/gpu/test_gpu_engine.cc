@@ -119,7 +119,7 @@ TEST_F(GpuEngine, NcclStepsEqualTheCpuSteps) {
 #if MP_WITH_NCCL
   if (size() > gpus_) GTEST_SKIP() << "more ranks (" << size() << ") than GPUs (" << gpus_ << "): NCCL needs one GPU per rank";
   const DeviceRun cpu = cpu_run();
-  auto nccl = NcclCommunicator::create(MPI_COMM_WORLD, device_, "nccl engine", {});
+  auto nccl = NcclCommunicator::create(testing::make_world("nccl engine (host)"), device_, "nccl engine", {});
   expect_same(train(*nccl, device_), cpu);
 #else
   GTEST_SKIP() << "built without NCCL";

@@ -2,8 +2,9 @@
 // (CTest label "gpu"): every test skips when no CUDA device is present.
 // - accumulate_rank_chunks_cuda gives the same bits as the CPU loop on
 //   awkward data (NaN, Inf, denormals, every dtype pair, op and divisor).
-// - The NCCL communicator, on one rank (MPI_COMM_SELF bootstrap, as one GPU
-//   is what CI machines have): every collective, dtype, awkward count,
+// - The NCCL communicator, on one rank (as one GPU is what CI machines have),
+//   its control plane MPI's world, or Gloo's with MP_TEST_COMM=gloo
+//   (gpu_nccl_gloo: torchrun's bootstrap): every collective, dtype, awkward count,
 //   in place and out of place, avg and divide factors, kFp32 accumulation
 //   bit for bit against accumulate_rank_chunks_cpu, splits, barrier,
 //   sequence numbers, scratch accounting and argument errors.
@@ -145,7 +146,7 @@ TEST_F(Gpu, AccumulateRankChunksMatchesCpuBitForBit) {
 
 #if MP_WITH_NCCL
 
-// One-rank NCCL communicator over MPI_COMM_SELF. Expected values: with one
+// One-rank NCCL communicator over the test's world (testing::make_world). Expected values: with one
 // rank every reduction of exact_value(0, i) is the value itself (avg / 1).
 class NcclSelf : public Gpu {
  protected:
@@ -161,7 +162,7 @@ class NcclSelf : public Gpu {
   }
 
   std::unique_ptr<NcclCommunicator> make(CommOptions o) {
-    return NcclCommunicator::create(MPI_COMM_SELF, Device::cuda(0), "self", o);
+    return NcclCommunicator::create(testing::make_world("self (host)", o), Device::cuda(0), "self", o);
   }
 
   Tensor zeros(DType t, int64_t n) { return device_zeros(device_, t, n, stream()); }
