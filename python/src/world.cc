@@ -135,11 +135,13 @@ const World& world() {
 std::unique_ptr<Communicator> make_world_communicator(Device device, const CommOptions& options, bool shared_devices) {
   const World& w = world();
   if (g_state->mpi) return make_data_plane(device, options, shared_devices);
-  if (!device.is_cpu()) {
+  if (device.is_cpu()) return g_state->gloo->split(0, w.ranks.rank, "world", options);
+  if (shared_devices) {
     MP_THROW(ConfigError, "an engine on ", to_string(device), " in a world without MPI (", w.ranks.describe(),
-             "): not supported yet (NCCL's start-up goes through MPI); use device='cpu', or launch with mpirun");
+             "): ranks that share a GPU need the staged MPI backend; launch with mpirun, or one rank per GPU");
   }
-  return g_state->gloo->split(0, w.ranks.rank, "world", options);
+  // NCCL, its control plane (unique id, host values, splits) a Gloo split.
+  return make_nccl_world(g_state->gloo->split(0, w.ranks.rank, "world (host)", options), device, options);
 }
 
 Communicator& control() {

@@ -43,7 +43,8 @@ const World& world();
 // Whether MPI_Init has run in this process (by mp or by the host).
 bool mpi_initialized();
 // A new communicator over the world for an engine on `device`: MPI's (or
-// NCCL / staged, comm/data_plane.h), or Gloo's. Collective.
+// NCCL / staged, comm/data_plane.h); without MPI Gloo's, or on a GPU NCCL's
+// over a Gloo split. Collective.
 std::unique_ptr<Communicator> make_world_communicator(Device device, const CommOptions& options, bool shared_devices);
 
 // The world's communicator for small host values (Note [Control plane]):

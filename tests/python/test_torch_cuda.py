@@ -1,5 +1,6 @@
-"""mp.torch.shard on a CUDA device (CTest python_torch_cuda, labels gpu and
-python; skipped without a device): the small GPT-2 of gpt2_case.py trained
+"""mp.torch.shard on a CUDA device (CTest python_torch_cuda under mpirun,
+python_torchrun_cuda under torchrun: NCCL over Gloo; labels gpu and python;
+skipped without a device): the small GPT-2 of gpt2_case.py trained
 in the test's own loop on the GPU (the gathered buffers through DLPack on
 the device, torch's stream and the engine's ordered by events), against
 the same loop on the CPU: fp32 losses within 1e-4 relative at every step
