@@ -60,7 +60,6 @@ class GlooCommunicator final : public Communicator {
   // With options of its own (an engine's timeout).
   std::unique_ptr<GlooCommunicator> split(int color, int key, const std::string& name, const CommOptions& options);
 
-  MemStats memory() const { return allocator_.stats(); }
   // Note [Same-host transfers]: the members this rank messages over a
   // same-host channel rather than Gloo.
   int same_host_channels() const;

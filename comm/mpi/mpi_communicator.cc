@@ -33,6 +33,19 @@ constexpr int kGatherTag = 9002;
 constexpr size_t kPieceBytes = size_t{16} << 20;
 int64_t piece_elements(DType t) { return static_cast<int64_t>(kPieceBytes / dtype_size(t)); }
 
+// Collectives here only move elements (mp reduces them), so a 16-bit float
+// travels as 16 raw bits.
+MPI_Datatype datatype(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: return MPI_UINT8_T;
+  }
+  MP_THROW(EnforceError, "invalid DType ", static_cast<int>(t));
+}
+
 int to_int_count(int64_t n, const char* what) {
   MP_ENFORCE(n <= INT_MAX, what, ": ", n, " elements per rank exceed MPI's int count (", INT_MAX, ")");
   return static_cast<int>(n);
@@ -129,7 +142,7 @@ WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output
 // N - 1 streams met at each receiver's link and shared it unevenly (4
 // hosts at 1 Gbit/s: 0.65-0.80 of the link).
 void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const ChunkSplit& split) {
-  const MPI_Datatype type = ctx_->datatype(output.dtype());
+  const MPI_Datatype type = datatype(output.dtype());
   const int64_t piece = piece_elements(output.dtype());
   const size_t elem = dtype_size(output.dtype());
   const size_t own = static_cast<size_t>(rank_);
@@ -168,29 +181,21 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
 }
 
 WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                           bool in_place) {
+                                           bool /*in_place: the output is this rank's slice, read before written*/) {
   const int64_t n = output.numel();
   const double divisor = reduction_divisor(o, size_);
   const math::ElementOp op = element_op(o.op);
+  const bool wire = o.accumulate == ReduceAccumulate::kWire;
   const ChunkSplit split = equal_chunks(size_, n);
-  if (o.accumulate == ReduceAccumulate::kFp32) {
-    return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-      accumulate_chunks(input, split, output, op, divisor);
-    });
-  }
   // The wire accumulation by the same chunk exchange, not
   // MPI_Reduce_scatter_block: Open MPI's page-faults a fresh temporary every
   // call and took 6.5x as long at 64 MiB on 2 ranks (mp_bench comm,
   // docs/benchmarks.md); this one also adds in rank order (deterministic).
-  // `in_place` needs nothing more: the output is this rank's own slice, read
-  // before it is written.
-  (void)in_place;
   return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-    accumulate_chunks(input, split, output, op, 1.0, /*wire=*/true);
-    if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
+    accumulate_chunks(input, split, output, op, wire ? 1.0 : divisor, wire);
+    if (wire && divisor != 1.0 && n > 0) convert(output, output, ConvertOptions{.divisor = divisor});
   });
 }
-
 
 WorkPtr MpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                        bool in_place) {
@@ -262,13 +267,13 @@ void MpiCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& s
   if (split.longest() == 0) return;
   const int64_t piece =
       comm_detail::host_round_piece(options().accumulate_chunk_bytes, input, size_, allocator_, &scratch_);
-  MpiRounds rounds(comm_, ctx_->datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
+  MpiRounds rounds(comm_, datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
   reduce_chunks(rounds, split, rank_, piece);
 }
 
 WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
   return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(tensor.dtype());
+    const MPI_Datatype type = datatype(tensor.dtype());
     const int64_t piece = piece_elements(tensor.dtype());
     for (int64_t begin = 0; begin < tensor.numel(); begin += piece) {
       const int count = static_cast<int>(std::min(piece, tensor.numel() - begin));
@@ -283,7 +288,7 @@ WorkPtr MpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output
   const int64_t n = input.numel() / size_;
   const int count = to_int_count(n, "all_to_all");
   return issue({"all_to_all", 0, input.dtype(), n}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    const MPI_Datatype type = datatype(input.dtype());
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ialltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count, type,
                                comm_, &req));
@@ -306,7 +311,7 @@ WorkPtr MpiCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<
     r_at += recv_counts[j];
   }
   return issue({"all_to_all_v", 0, input.dtype(), 0}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(input.dtype());
+    const MPI_Datatype type = datatype(input.dtype());
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), type, output.data(), rc.data(), rd.data(), type,
                                 comm_, &req));

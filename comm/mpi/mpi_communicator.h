@@ -17,13 +17,14 @@
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_context.h"
 #include "core/allocator.h"
+#include "kernels/reduce_math.h"
 
 namespace mp {
 
 class MpiCommunicator final : public Communicator {
  public:
   // Collective over MPI_COMM_WORLD: a communicator over all ranks, with a
-  // new context (datatypes, ops, peer monitor) that its splits share.
+  // new context (the peer monitor) that its splits share.
   static std::unique_ptr<MpiCommunicator> create_world(const std::string& name, CommOptions options);
 
   ~MpiCommunicator() override;
@@ -36,9 +37,6 @@ class MpiCommunicator final : public Communicator {
   WorkPtr barrier() override;
   WorkPtr fence(const std::string& what) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
-
-  // Bytes of scratch held for reduce_accumulate kFp32 (comm_scratch category).
-  MemStats memory() const { return allocator_.stats(); }
 
  protected:
   WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
