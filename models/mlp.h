@@ -68,16 +68,6 @@ class MlpData {
   std::vector<double> teacher_;  // [classes, in]
 };
 
-// The whole model on one micro-batch through the layer math
-// (kernels/cpu/mlp_ops.h). Unit u's
-// parameters and gradients are flat buffers in the layout of
-// FlatLayout(Mlp::spec_for(config), 1); gradients are overwritten on the
-// parameters' ranges only. Returns the mean loss.
-template <class T>
-double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const int32_t* labels,
-                          const std::vector<std::vector<T>>& unit_params,
-                          std::vector<std::vector<T>>& unit_grads);
-
 // ---- the model ----------------------------------------------------------------
 
 namespace mlp {

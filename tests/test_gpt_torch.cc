@@ -25,6 +25,7 @@
 #include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/model_reference.h"
 #include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR

@@ -1,4 +1,4 @@
-// gpt_loss_and_grads (models/gpt.h): the GPT on flat buffers. float runs
+// gpt_loss_and_grads (tests/model_reference.h): the GPT on flat buffers. float runs
 // the model itself on the CPU; double is the tests' reference, the same
 // math as plain calls of the double loops of the CPU layer ops on
 // vectors, one activation per vector, nothing fused or chunked.
@@ -16,6 +16,7 @@
 #include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/model_reference.h"
 
 namespace mp {
 namespace {
