@@ -2,18 +2,12 @@
 #include "kernels/cpu/loss.h"
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "kernels/convert_math.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_loops.h"
 #include "kernels/cpu/layer_parts.h"
-#include "kernels/cpu/loops.h"
-#include "kernels/gpt_math.h"
 #include "kernels/op_profile.h"
 
 namespace mp {
@@ -34,8 +28,6 @@ double mean_row_loss(const T* row_loss, int64_t rows) {
 using layer::check_act;
 using layer::loops;
 using layer::part_align;
-using layer::store;
-using layer::widen;
 
 // ---- loss -----------------------------------------------------------------------
 

@@ -2,9 +2,6 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -13,13 +10,10 @@
 #include "kernels/cpu/layer_loops.h"
 #include "kernels/cpu/layer_parts.h"
 #include "kernels/cpu/loops.h"
-#include "kernels/gpt_math.h"
 #include "kernels/op_profile.h"
 
 namespace mp {
 
-using layer::check_token;
-using layer::kChunk;
 
 namespace {
 // Rows of a matmul one pass over the weights serves; columns of an output
@@ -28,11 +22,8 @@ constexpr int64_t kRowBlock = 4;
 constexpr int64_t kColTile = 512;
 }  // namespace
 
-using layer::check_act;
 using layer::loops;
 using layer::part_align;
-using layer::store;
-using layer::widen;
 
 // ---- matmul (Conv1D) ----------------------------------------------------------
 
