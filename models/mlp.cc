@@ -151,7 +151,7 @@ int64_t Mlp::activation_bytes(const MlpConfig& config, Device device) {
 }
 
 Mlp::Mlp(const MlpConfig& config, Allocator allocator)
-    : StreamModel("Mlp"), config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
+    : StreamModel("Mlp", "the MLP"), config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
       device_(allocator.device()),
       data_(config), order_("Mlp", static_cast<int>(layout_.size())) {
   set_current_device(device_);
@@ -168,13 +168,6 @@ Mlp::~Mlp() {
   wait_for_device_idle(device_);
 }
 
-void Mlp::check_stream(const Stream& s) const {
-  if (s.device() != device_) {
-    MP_THROW(ConfigError, "the MLP computes on ", device_, " (its allocator's device), but stream '", s.name(),
-             "' runs on ", s.device(), ": give the model the engine's allocator");
-  }
-}
-
 OpContext Mlp::context(Stream& s, int unit, CpuOpBatch* batch) const {
   check_stream(s);
   return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, nullptr,
@@ -189,13 +182,8 @@ nn::Dense Mlp::layer(int unit) const {
 
 const float* Mlp::unit_params(const OpContext& cx, int unit, const Tensor& params) {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(params.defined() && params.device() == device_ && params.shape().size() == 1 &&
-                 params.numel() >= layout.numel,
-             "parameters of unit ", layout.name, " (", layout.numel, " elements on ", device_, "): got ",
-             params.defined() ? params.describe() : std::string("none"));
+  check_params(params, layout);
   if (params.dtype() == DType::kF32) return params.data_as<float>();
-  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
-             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
   nn::widen(cx, params, {{0, layout.numel}}, b_->param_ws);
   return b_->param_ws;
 }
@@ -238,10 +226,7 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   const auto u = static_cast<size_t>(unit);
   const int layers = static_cast<int>(layout_.size());
   const UnitLayout& l = layout_[u];
-  MP_ENFORCE(grads.defined() && grads.device() == device_ && grads.dtype() == DType::kF32 &&
-                 grads.shape().size() == 1 && grads.numel() >= l.numel,
-             "gradients of unit ", l.name, " (fp32, ", l.numel, " elements on ", device_, "): got ",
-             grads.defined() ? grads.describe() : std::string("none"));
+  check_grads(grads, l);
   CpuOpBatch batch;
   const OpContext cx = context(s, unit, &batch);
   // Unit 0 needs no input gradient, so no weights either.

@@ -114,7 +114,6 @@ class Mlp final : public StreamModel {
   OpContext context(Stream& s, int unit, CpuOpBatch* batch) const;
   const float* unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Dense layer(int unit) const;
-  void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
   void enqueue_loss(double* loss, Stream& s) const override;
 
   MlpConfig config_;
