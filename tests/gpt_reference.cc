@@ -13,9 +13,9 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
-#include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/gpt_matmul.h"
 #include "tests/model_reference.h"
 
 namespace mp {
