@@ -15,7 +15,7 @@
 #include "kernels/cpu/loss.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
-#include "tests/gpt_matmul.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/model_reference.h"
 
 namespace mp {

@@ -15,7 +15,7 @@
 
 #include "kernels/op_profile.h"
 #include "models/gpt_sample.h"
-#include "tests/gpt_matmul.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {

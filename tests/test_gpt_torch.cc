@@ -24,7 +24,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
-#include "tests/gpt_matmul.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/model_reference.h"
 #include "tests/test_util.h"
 

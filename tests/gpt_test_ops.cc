@@ -1,8 +1,9 @@
-// tests/gpt_matmul.cc: tests/gpt_matmul.h.
-#include "tests/gpt_matmul.h"
+// tests/gpt_test_ops.cc: tests/gpt_test_ops.h.
+#include "tests/gpt_test_ops.h"
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_loops.h"
@@ -18,6 +19,7 @@ constexpr int64_t kRowBlock = 4;
 constexpr int64_t kColTile = 512;
 }  // namespace
 
+using layer::check_token;
 using layer::loops;
 using layer::part_align;
 
@@ -224,5 +226,87 @@ template void gpt_matmul_backward<double>(const double*, const double*, const do
 template void gpt_logits_forward<double>(const double*, const double*, int64_t, int64_t, int64_t, double*, int);
 template void gpt_logits_backward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
                                           double*, double*, int);
+
+
+// ---- gelu -----------------------------------------------------------------------
+// The per-element math lives in kernels/gpt_math.h, shared with the CUDA kernels.
+
+template <class T>
+void gpt_gelu_forward(const T* x, int64_t n, T* out, int threads) {
+  ScopedOp op(OpFamily::kGelu);
+  parallel_for(n, threads, part_align(32, 16),
+               [&](int64_t j0, int64_t j1) { loops<T>().gelu_forward(x, out, j0, j1); });
+}
+
+template <class T>
+void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads) {
+  ScopedOp op(OpFamily::kGelu);
+  parallel_for(n, threads, part_align(32, 16),
+               [&](int64_t j0, int64_t j1) { loops<T>().gelu_backward(x, dout, dx, j0, j1); });
+}
+
+// ---- residual -------------------------------------------------------------------
+
+template <class T>
+void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads) {
+  ScopedOp op(OpFamily::kElementwise);
+  parallel_for(n, threads, part_align(1, 16), [&](int64_t j0, int64_t j1) { loops<T>().add(a, b, out, j0, j1); });
+}
+
+namespace {
+// The mean of the rows' losses, summed in double in row order.
+template <class T>
+double mean_row_loss(const T* row_loss, int64_t rows) {
+  double total = 0.0;
+  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
+  return total / static_cast<double>(rows);
+}
+}  // namespace
+
+// ---- loss -----------------------------------------------------------------------
+
+template <class T>
+double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t padded_vocab,
+                        T* row_loss, T* dlogits, int threads) {
+  ScopedOp op(OpFamily::kSoftmaxXent);
+  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
+  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
+  const SoftmaxXentLoopArgs<T> a{logits, targets, vocab, padded_vocab, T(1) / static_cast<T>(rows), row_loss, dlogits};
+  parallel_for(rows, threads, part_align(8 * vocab, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().softmax_xent(a, n0, n1); });
+  return mean_row_loss(row_loss, rows);
+}
+
+double gpt_softmax_xent_bf16(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                             int64_t padded_vocab, float* row_loss, float* dlogits, DType storage, void* dlogits16,
+                             int threads) {
+  gpt_softmax_xent_rows(logits, targets, rows, vocab, padded_vocab, rows, row_loss, dlogits, storage, dlogits16,
+                        threads);
+  return mean_row_loss(row_loss, rows);
+}
+
+void gpt_softmax_xent_rows(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                           int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits, DType storage,
+                           void* dlogits16, int threads) {
+  ScopedOp op(OpFamily::kSoftmaxXent);
+  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
+  MP_ENFORCE(rows <= loss_rows, "a chunk of ", rows, " rows of a loss over ", loss_rows);
+  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
+  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
+  const SoftmaxXentLoopArgs<float> a{logits,   targets, vocab,     padded_vocab, 1.0f / static_cast<float>(loss_rows),
+                                     row_loss, dlogits, dlogits16, storage};
+  parallel_for(rows, threads, part_align(8 * vocab, 1),
+               [&](int64_t n0, int64_t n1) { layer_loops().softmax_xent(a, n0, n1); });
+}
+
+#define MP_INSTANTIATE(T)                                                                                 \
+  template void gpt_gelu_forward<T>(const T*, int64_t, T*, int);                                          \
+  template void gpt_gelu_backward<T>(const T*, const T*, int64_t, T*, int);                               \
+  template void gpt_add<T>(const T*, const T*, int64_t, T*, int);                                         \
+  template double gpt_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*, T*, int);
+
+MP_INSTANTIATE(float)
+MP_INSTANTIATE(double)
+#undef MP_INSTANTIATE
 
 }  // namespace mp
