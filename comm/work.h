@@ -54,7 +54,6 @@ class Work {
 
   Work(CollectiveInfo info, Event done, std::string communicator_name,
        std::chrono::milliseconds default_timeout, Diagnose diagnose);
-  virtual ~Work() = default;
 
   const CollectiveInfo& info() const { return info_; }
   bool is_completed() const { return done_.query(); }

@@ -50,12 +50,6 @@ void cuda_wait_idle(int index, std::chrono::milliseconds timeout) noexcept {
   }
 }
 
-int cuda_get_device() {
-  int d = 0;
-  MP_CHECK_CUDA(cudaGetDevice(&d));
-  return d;
-}
-
 std::string cuda_describe(int index) {
   cudaDeviceProp prop{};
   MP_CHECK_CUDA(cudaGetDeviceProperties(&prop, index));

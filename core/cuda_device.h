@@ -17,7 +17,6 @@ void cuda_set_device(int index);
 // cudaDeviceSynchronize on device `index`, errors ignored (teardown),
 // bounded as core/device.h wait_for_device_idle says.
 void cuda_wait_idle(int index, std::chrono::milliseconds timeout) noexcept;
-int cuda_get_device();
 std::string cuda_describe(int index);
 void* cuda_malloc(int index, size_t size_bytes);  // nullptr on out-of-memory
 void cuda_free(int index, void* ptr) noexcept;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -28,20 +29,17 @@ constexpr char kShardMagic[8] = {'M', 'P', 'C', 'K', 'S', 'H', 'R', 'D'};
 constexpr int64_t kMaxManifestBytes = int64_t{1} << 30;
 constexpr int64_t kMaxBlockBytes = int64_t{1} << 30;
 
-void put_u32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-void put_u64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
+static_assert(std::endian::native == std::endian::little, "checkpoint files are little-endian; add byte swaps");
+void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, sizeof v); }
+void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, sizeof v); }
 uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
   return v;
 }
 uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
   return v;
 }
 

@@ -1,7 +1,6 @@
 // kernels/cuda_launch.h: how each CUDA kernel of mp is launched (grid,
 // block, dynamic and static shared memory), as plain host functions that
-// every build compiles, GPU or not; and the limits of the architectures
-// the CUDA build targets.
+// every build compiles, GPU or not.
 //
 // Note [CUDA launch configurations]
 // - A launcher in kernels/cuda/ takes <<<grid, block, dynamic shared
@@ -23,7 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace mp {
 
@@ -39,20 +37,7 @@ struct LaunchConfig {
   int64_t threads() const { return block.x * block.y * block.z; }
 };
 
-// What a launch may ask of one architecture (CUDA C++ Programming Guide,
-// technical specifications per compute capability).
-struct ArchLimits {
-  const char* name;
-  int64_t smem_optin_bytes;  // static + dynamic per block, with the opt-in
-};
-inline constexpr int64_t kMaxThreadsPerBlock = 1024;
 inline constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // without the opt-in attribute
-inline constexpr int64_t kRegistersPerBlock = 64 * 1024;
-inline constexpr ArchLimits kSm80{"sm_80", 166912};
-inline constexpr ArchLimits kSm90{"sm_90", 232448};
-
-// "" when `c` launches on `arch`, else every limit it passes, named.
-std::string launch_problem(const LaunchConfig& c, const ArchLimits& arch);
 // Whether the launcher must raise the kernel's dynamic shared memory limit first.
 inline bool needs_smem_optin(const LaunchConfig& c) {
   return c.dynamic_smem_bytes + c.static_smem_bytes > kDefaultSmemBytes;

@@ -62,13 +62,7 @@ void zero(const Tensor& t, Stream& stream) {
       [p, bytes] {
         if (bytes > 0) std::memset(p, 0, bytes);  // an empty tensor may have no memory
       },
-      [&](auto s) {
-#if MP_WITH_CUDA
-        MP_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, s));
-#else
-        (void)s;
-#endif
-      });
+      MP_CUDA_BODY(MP_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, cuda_stream))));
 }
 
 void zero_ranges(const Tensor& t, const std::vector<Range>& ranges, Stream& stream) {
@@ -86,17 +80,13 @@ void zero_ranges(const Tensor& t, const std::vector<Range>& ranges, Stream& stre
           if (r.end > r.begin) std::memset(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem);
         }
       },
-      [&](auto s) {
-#if MP_WITH_CUDA
+      MP_CUDA_BODY(
         for (const Range& r : ranges) {
           if (r.end > r.begin) {
-            MP_CHECK_CUDA(cudaMemsetAsync(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem, s));
+            MP_CHECK_CUDA(
+                cudaMemsetAsync(p + r.begin * elem, 0, static_cast<size_t>(r.end - r.begin) * elem, cuda_stream));
           }
-        }
-#else
-        (void)s;
-#endif
-      });
+        }));
 }
 
 void fill_nan(const Tensor& t, int64_t n, Stream& stream) {
@@ -113,13 +103,7 @@ void fill_nan(const Tensor& t, int64_t n, Stream& stream) {
           std::fill_n(static_cast<uint16_t*>(p), n, dtype == DType::kBF16 ? math::kQuietNanBf16Bits : math::kQuietNanF16Bits);
         }
       },
-      [&](auto s) {
-#if MP_WITH_CUDA
-        fill_nan_cuda(p, dtype, n, s);
-#else
-        (void)s;
-#endif
-      });
+      MP_CUDA_BODY(fill_nan_cuda(p, dtype, n, cuda_stream)));
 }
 
 void device_fault(Stream& stream) {
@@ -127,13 +111,7 @@ void device_fault(Stream& stream) {
   if (device.is_cpu()) {
     MP_THROW(ConfigError, "MP_FAULT device_fault needs a CUDA engine; this one computes on the CPU");
   }
-  dispatch(device, stream, "device_fault", [] {}, [&](auto s) {
-#if MP_WITH_CUDA
-    device_fault_cuda(s);
-#else
-    (void)s;
-#endif
-  });
+  dispatch(device, stream, "device_fault", [] {}, MP_CUDA_BODY(device_fault_cuda(cuda_stream)));
 }
 
 void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& stream) {
@@ -147,13 +125,7 @@ void accumulate(const Tensor& dst, const Tensor& src, bool overwrite, Stream& st
   const int64_t n = dst.numel();
   dispatch(
       dst.device(), stream, "accumulate", [=] { accumulate_cpu(d, dt, s, st, n, overwrite); },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        accumulate_cuda(d, dt, s, st, n, overwrite, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(accumulate_cuda(d, dt, s, st, n, overwrite, cuda_stream)));
 }
 
 void accumulate_f64(double* acc, Device device, const Tensor& src, int blocks, int64_t n, bool first,
@@ -169,13 +141,7 @@ void accumulate_f64(double* acc, Device device, const Tensor& src, int blocks, i
         if (first && n > 0) std::memset(acc, 0, static_cast<size_t>(n) * sizeof(double));
         accumulate_f64_cpu(acc, s, blocks, n, n);
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        accumulate_f64_cuda(acc, s, blocks, n, first, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(accumulate_f64_cuda(acc, s, blocks, n, first, cuda_stream)));
 }
 
 void round_f64(const double* acc, const Tensor& out, int64_t n, Stream& stream) {
@@ -184,13 +150,7 @@ void round_f64(const double* acc, const Tensor& out, int64_t n, Stream& stream) 
   float* o = out.data_as<float>();
   dispatch(
       out.device(), stream, "round_f64", [=] { round_f64_cpu(acc, o, n); },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        round_f64_cuda(acc, o, n, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(round_f64_cuda(acc, o, n, cuda_stream)));
 }
 
 int64_t grad_stats_workspace_bytes(Device device) {
@@ -212,6 +172,7 @@ void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* 
              ": an fp32 gradient, an fp32, bf16 or fp16 wire, a positive divisor");
   void* g = grad.data();
   const DType dtype = grad.dtype();
+  (void)workspace;  // the CUDA body's
   dispatch(
       grad.device(), stream, "grad_stats",
       [=] {
@@ -221,54 +182,38 @@ void grad_stats(const Tensor& grad, int64_t n, float multiplier, GradStatsSlot* 
         out->sum_sq = s.sum_sq;
         out->non_finite = s.non_finite ? 1 : 0;
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
+      MP_CUDA_BODY(
         static_assert(sizeof(GradStatsSlot) == sizeof(DeviceGradStats));
         if (round) {
           float* f = static_cast<float*>(g);
-          round_through_cuda(f, f, round->through, round->divisor, n, cs);
+          round_through_cuda(f, f, round->through, round->divisor, n, cuda_stream);
         }
-        grad_stats_cuda(g, dtype, n, multiplier, reinterpret_cast<DeviceGradStats*>(out), workspace, cs);
-#else
-        (void)cs;
-        (void)workspace;
-#endif
-      });
+        grad_stats_cuda(g, dtype, n, multiplier, reinterpret_cast<DeviceGradStats*>(out), workspace, cuda_stream)));
 }
 
 void fused_update(const UpdateArgs& args, const StepScalars* scalars, Device device, Stream& stream) {
   MP_ENFORCE(scalars != nullptr, "fused_update without step scalars");
   dispatch(
       device, stream, "fused_update", [args, scalars] { fused_update_cpu(args, *scalars); },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        fused_update_cuda(args, scalars, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(fused_update_cuda(args, scalars, cuda_stream)));
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t bytes, Stream& stream) {
   MP_ENFORCE(bytes >= 0 && (bytes == 0 || (dst != nullptr && src != nullptr)), "copy_bytes of ", bytes, " bytes");
   const Device d = dst_device.is_cuda() ? dst_device : src_device;
+  [[maybe_unused]] const std::string stream_name = stream.name();  // for the CUDA body's message
   dispatch(
       d, stream, "copy_bytes",
       [=] {
         if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));  // null pointers allowed then
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
+      MP_CUDA_BODY(
         // core/pinned.h: a pageable host side would block here, unbounded.
         const void* host = dst_device.is_cpu() ? dst : src_device.is_cpu() ? src : nullptr;
         MP_ENFORCE(bytes == 0 || host == nullptr || is_pinned_for(host, d), "copy_bytes of ", bytes, " bytes between ",
-                   d, " and pageable host memory on stream '", stream.name(),
+                   d, " and pageable host memory on stream '", stream_name,
                    "': stream-ordered copies need pinned host memory (core/pinned.h PinnedBuffer)");
-        MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cs));
-#else
-        (void)cs;
-#endif
-      });
+        MP_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, cuda_stream))));
 }
 
 // ---- Muon (Note [Muon in the engine] in runtime/muon_exchange.h) -----------
@@ -290,13 +235,7 @@ void muon_momentum(const void* grad, DType grad_dtype, float* momentum, float* u
           }
         });
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        muon_momentum_cuda(grad, grad_dtype, momentum, u, n, multiplier, c, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(muon_momentum_cuda(grad, grad_dtype, momentum, u, n, multiplier, c, cuda_stream)));
 }
 
 void muon_apply(float* master, int16_t* remainder, void* param_out, DType param_dtype, const float* o, int64_t n,
@@ -328,13 +267,7 @@ void muon_apply(float* master, int16_t* remainder, void* param_out, DType param_
           }
         });
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        muon_apply_cuda(master, remainder, param_out, param_dtype, o, n, c, cs);
-#else
-        (void)cs;
-#endif
-      });
+      MP_CUDA_BODY(muon_apply_cuda(master, remainder, param_out, param_dtype, o, n, c, cuda_stream)));
 }
 
 int64_t newton_schulz_scratch_bytes(int64_t rows, int64_t cols, const NewtonSchulzOptions& options, Device device) {
@@ -355,13 +288,7 @@ void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, const
         newton_schulz_cpu(g, out, rows, cols, options, static_cast<float*>(scratch),
                           scratch_bytes / static_cast<int64_t>(sizeof(float)));
       },
-      [&](auto cs) {
-#if MP_WITH_CUDA
-        newton_schulz_cuda(g, out, rows, cols, options, scratch, scratch_bytes, cs);
-#else
-        (void)cs;
-#endif
-      },
+      MP_CUDA_BODY(newton_schulz_cuda(g, out, rows, cols, options, scratch, scratch_bytes, cuda_stream)),
       OpFamily::kGemm);  // the op profile counts its products with the GEMMs
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "models/flat_layout.h"
@@ -115,16 +116,27 @@ struct mp_engine {
 
 namespace {
 
+// Runs `f` (returning a status, or nothing for MP_OK); what it throws
+// becomes its status, the message kept in `message`.
+template <class F>
+mp_status guarded(std::string& message, F&& f) {
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      f();
+      return MP_OK;
+    } else {
+      return f();
+    }
+  } catch (...) {
+    return status_of(message);
+  }
+}
+
 // Runs a driven call (Note [Driving the engine]); a status names what failed.
 template <class F>
 mp_status driven(const char* fn, mp_engine* engine, F&& f) {
   if (engine == nullptr) return invalid(g_last_error, mp::detail::str(fn, ": engine is null"));
-  try {
-    f(*engine->engine);
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  return guarded(engine->last_error, [&] { f(*engine->engine); });
 }
 
 }  // namespace
@@ -135,22 +147,14 @@ const char* mp_version(void) { return MP_VERSION; }
 const char* mp_last_error(void) { return g_last_error.c_str(); }
 
 mp_status mp_init(int* argc, char*** argv) {
-  try {
+  return guarded(g_last_error, [&] {
     if (!g_world) g_world = std::make_unique<mp::MpiWorld>(argc, argv);
     mp::set_error_rank(g_world->rank());
-    return MP_OK;
-  } catch (...) {
-    return status_of(g_last_error);
-  }
+  });
 }
 
 mp_status mp_finalize(void) {
-  try {
-    g_world.reset();
-    return MP_OK;
-  } catch (...) {
-    return status_of(g_last_error);
-  }
+  return guarded(g_last_error, [&] { g_world.reset(); });
 }
 
 int mp_world_rank(void) { return g_world ? g_world->rank() : -1; }
@@ -161,7 +165,7 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
   *out = nullptr;
   if (!g_world) return invalid(g_last_error, "mp_engine_create: call mp_init first");
   if (units == nullptr || num_units <= 0) return invalid(g_last_error, "mp_engine_create: no units");
-  try {
+  return guarded(g_last_error, [&] {
     auto e = std::make_unique<mp_engine>();
     for (int u = 0; u < num_units; ++u) {
       const mp_unit_desc& ud = units[u];
@@ -192,9 +196,7 @@ mp_status mp_engine_create(const char* config_text, const mp_unit_desc* units, i
     e->engine = std::make_unique<mp::Engine>(e->spec, config, *e->world);
     *out = e.release();
     return MP_OK;
-  } catch (...) {
-    return status_of(g_last_error);
-  }
+  });
 }
 
 void mp_engine_destroy(mp_engine* engine) { delete engine; }
@@ -220,15 +222,12 @@ int64_t mp_engine_unit_numel(const mp_engine* engine, int unit) {
 mp_status mp_engine_param_location(mp_engine* engine, const char* name, int* unit, int64_t* offset, int64_t* numel) {
   if (engine == nullptr) return invalid(g_last_error, "mp_engine_param_location: engine is null");
   if (name == nullptr) return invalid(engine->last_error, "mp_engine_param_location: name is null");
-  try {
+  return guarded(engine->last_error, [&] {
     const mp::ParamPlacement& p = engine->engine->layout().param(name);
     if (unit != nullptr) *unit = p.unit;
     if (offset != nullptr) *offset = p.offset;
     if (numel != nullptr) *numel = p.numel;
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  });
 }
 
 mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, void* user, mp_step_result* result) {
@@ -241,16 +240,13 @@ mp_status mp_engine_step(mp_engine* engine, const mp_model_callbacks* model, voi
     return invalid(engine->last_error, "mp_engine_step: the config's activation_checkpointing recomputes units, "
                                        "but the recompute callback is NULL");
   }
-  try {
+  return guarded(engine->last_error, [&] {
     CallbackModel m(engine->spec, *model, user, recomputed);
     const mp::StepResult r = engine->engine->step(m);
     if (result != nullptr) {
       *result = c_result(r);
     }
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  });
 }
 
 
@@ -316,47 +312,31 @@ mp_status mp_engine_set_weights(mp_engine* engine, int unit, const float* values
   if (const mp_status st = check_weights_args("mp_engine_set_weights", engine, unit, values, count); st != MP_OK) {
     return st;
   }
-  try {
+  return guarded(engine->last_error, [&] {
     engine->engine->set_weights(unit, std::span<const float>(values, static_cast<size_t>(count)));
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  });
 }
 
 mp_status mp_engine_get_weights(mp_engine* engine, int unit, float* values, int64_t count) {
   if (const mp_status st = check_weights_args("mp_engine_get_weights", engine, unit, values, count); st != MP_OK) {
     return st;
   }
-  try {
+  return guarded(engine->last_error, [&] {
     const std::vector<float> w = engine->engine->gather_master(unit);
     std::copy(w.begin(), w.end(), values);
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  });
 }
 
 mp_status mp_engine_save_checkpoint(mp_engine* engine, const char* root) {
   if (engine == nullptr) return invalid(g_last_error, "mp_engine_save_checkpoint: engine is null");
   if (root == nullptr) return invalid(engine->last_error, "mp_engine_save_checkpoint: root is null");
-  try {
-    mp::save_checkpoint(*engine->engine, root);
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  return guarded(engine->last_error, [&] { mp::save_checkpoint(*engine->engine, root); });
 }
 
 mp_status mp_engine_load_checkpoint(mp_engine* engine, const char* path) {
   if (engine == nullptr) return invalid(g_last_error, "mp_engine_load_checkpoint: engine is null");
   if (path == nullptr) return invalid(engine->last_error, "mp_engine_load_checkpoint: path is null");
-  try {
-    mp::load_checkpoint(*engine->engine, mp::resolve_checkpoint(path));
-    return MP_OK;
-  } catch (...) {
-    return status_of(engine->last_error);
-  }
+  return guarded(engine->last_error, [&] { mp::load_checkpoint(*engine->engine, mp::resolve_checkpoint(path)); });
 }
 
 }  // extern "C"

@@ -82,7 +82,7 @@ bool Gpt::cudnn_attention(int64_t block) const {
 
 Gpt::Gpt(const GptConfig& config, Allocator allocator, std::shared_ptr<const TokenBatchSource> source,
          GptOptions options)
-    : StreamModel("Gpt"), config_(config), options_(options), spec_(spec_for(config)),
+    : StreamModel("Gpt", "the GPT"), config_(config), options_(options), spec_(spec_for(config)),
       layout_(FlatLayout(spec_, 1).units()),
       order_("Gpt", static_cast<int>(layout_.size())) {
   set_source(source ? std::move(source) : std::make_shared<GptData>(config));
@@ -110,13 +110,6 @@ void Gpt::set_source(std::shared_ptr<const TokenBatchSource> source) {
              "token source ", source->describe(), " gives batch ", source->batch(), " x context ", source->context(),
              "; the model takes ", config_.micro_batch_size, " x ", config_.context);
   source_ = std::move(source);
-}
-
-void Gpt::check_stream(const Stream& s) const {
-  if (s.device() != plan_->device) {
-    MP_THROW(ConfigError, "the GPT computes on ", plan_->device, " (its allocator's device), but stream '", s.name(),
-             "' runs on ", s.device(), ": give the model the engine's allocator");
-  }
 }
 
 OpContext Gpt::context(Stream& s, int unit, CpuOpBatch* batch) {
@@ -156,14 +149,9 @@ nn::Ranges Gpt::fp32_ranges(int unit, DType params) const {
 
 Gpt::UnitParams Gpt::unit_params(const OpContext& cx, int unit, const Tensor& params) {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(params.defined() && params.device() == plan_->device && params.shape().size() == 1 &&
-                 params.numel() >= layout.numel,
-             "parameters of unit ", layout.name, " (", layout.numel, " elements on ", plan_->device, "): got ",
-             params.defined() ? params.describe() : std::string("none"));
+  check_params(params, layout);
   const DType dtype = params.dtype();
   if (dtype == DType::kF32) return UnitParams{params.data_as<float>(), params.data(), dtype, &layout};
-  MP_ENFORCE(dtype == DType::kBF16 || dtype == DType::kF16, "parameters of unit ", layout.name, " in ",
-             dtype_name(dtype), ": need fp32, bf16 or fp16");
   nn::widen(cx, params, fp32_ranges(unit, dtype), b_->param_ws);
   return UnitParams{b_->param_ws, params.data(), dtype, &layout};
 }
@@ -435,11 +423,7 @@ void Gpt::enqueue_loss(double* loss, Stream& s) const {
 void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Stream& s) {
   order_.check_backward(unit);
   if (recomputes(unit)) order_.check_recomputed(unit);
-  const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(grads.defined() && grads.device() == plan_->device && grads.dtype() == DType::kF32 &&
-                 grads.shape().size() == 1 && grads.numel() >= layout.numel,
-             "gradients of unit ", layout.name, " (fp32, ", layout.numel, " elements on ", plan_->device, "): got ",
-             grads.defined() ? grads.describe() : std::string("none"));
+  check_grads(grads, layout_[static_cast<size_t>(unit)]);
   CpuOpBatch batch;
   const OpContext cx = context(s, unit, &batch);
   float* g = grads.data_as<float>();

@@ -87,8 +87,8 @@
 // for bit the matmul_dtype fp32 model. bf16 parameters from the engine
 // (param_dtype bf16) are the GEMM weights as they are, never widened and
 // rounded again; the same values given as fp32 give the same bits. The
-// double gpt_loss_and_grads (the reference) ignores matmul_dtype and
-// fp32_ops: exact math.
+// tests' double reference (tests/model_reference.h) ignores matmul_dtype
+// and fp32_ops: exact math.
 //
 // Note [GPT activations]
 // Which tensors hold bf16 values, on every device alike (so the CPU tests
@@ -297,21 +297,6 @@ class GptData final : public TokenBatchSource {
   std::vector<int32_t> successors_;  // [vocab, kGptSuccessors]
 };
 
-// ---- whole model on flat buffers ---------------------------------------------
-
-// The whole model on one micro-batch (inputs and targets: micro_batch_size *
-// context tokens). T = float runs Gpt itself on the CPU (the same bits as
-// the engine's model); T = double is the reference the tests compare
-// against: the same math written plainly over the double loops of
-// the CPU layer ops, exact (no bf16 rounding: it ignores matmul_dtype
-// and fp32_ops). Unit u's parameters and gradients are flat buffers in the
-// layout of FlatLayout(Gpt::spec_for(config), 1) (or any group size);
-// gradients are resized to at least the unit's numel and overwritten on the
-// parameters' ranges only. Returns the mean loss.
-template <class T>
-double gpt_loss_and_grads(const GptConfig& config, const int32_t* inputs, const int32_t* targets,
-                          const std::vector<std::vector<T>>& unit_params, std::vector<std::vector<T>>& unit_grads);
-
 // ---- the model ----------------------------------------------------------------
 
 // Which CUDA attention kernels run (kernels/nn/attention.h).
@@ -420,7 +405,6 @@ class Gpt final : public StreamModel {
   UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Ranges fp32_ranges(int unit, DType params) const;
   OpContext context(Stream& s, int unit, CpuOpBatch* batch);
-  void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
   void enqueue_loss(double* loss, Stream& s) const override;
   // The units' math (Note [GPT on every device]).
   void embed_forward(const OpContext& cx, const UnitParams& w);

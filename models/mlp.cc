@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/cpu/mlp_ops.h"
 #include "kernels/nn/cast.h"
 #include "kernels/ops.h"
 #include "kernels/philox_math.h"
@@ -19,15 +18,6 @@ namespace {
 float uniform_pm1(uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-23f - 1.0f; }
 
 int64_t num_layers(const MlpConfig& config) { return static_cast<int64_t>(config.dims.size()) - 1; }
-
-struct LayerParams {
-  int64_t weight_offset = 0;
-  int64_t bias_offset = 0;
-};
-
-LayerParams layer_params(const UnitLayout& unit) {
-  return LayerParams{unit.params.at(0).offset, unit.params.at(1).offset};
-}
 
 }  // namespace
 
@@ -83,54 +73,6 @@ void MlpData::micro_batch(int64_t global_index, float* inputs, int32_t* labels) 
     labels[b] = best;
   }
 }
-
-template <class T>
-double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const int32_t* labels,
-                          const std::vector<std::vector<T>>& unit_params,
-                          std::vector<std::vector<T>>& unit_grads) {
-  const FlatLayout layout(Mlp::spec_for(config), 1);
-  const int64_t layers = num_layers(config);
-  const int64_t batch = config.micro_batch_size;
-  const std::vector<int64_t>& dims = config.dims;
-  MP_ENFORCE_EQ(static_cast<int64_t>(unit_params.size()), layers, "parameter buffers, one per unit");
-  unit_grads.resize(unit_params.size());
-  std::vector<std::vector<T>> acts(static_cast<size_t>(layers + 1));
-  acts[0].assign(inputs, inputs + batch * dims[0]);
-  for (int64_t l = 0; l < layers; ++l) {
-    const auto u = static_cast<size_t>(l);
-    const UnitLayout& unit = layout.unit(static_cast<int>(l));
-    MP_ENFORCE_GE(static_cast<int64_t>(unit_params[u].size()), unit.numel, "unit ", unit.name);
-    if (static_cast<int64_t>(unit_grads[u].size()) < unit.numel) {
-      unit_grads[u].resize(static_cast<size_t>(unit.numel));
-    }
-    const LayerParams p = layer_params(unit);
-    const T* params = unit_params[u].data();
-    acts[u + 1].resize(static_cast<size_t>(batch * dims[u + 1]));
-    mlp_layer_forward(acts[u].data(), params + p.weight_offset, params + p.bias_offset, batch, dims[u],
-                      dims[u + 1], l + 1 < layers, acts[u + 1].data(), config.threads);
-  }
-  const int64_t max_dim = *std::max_element(dims.begin(), dims.end());
-  std::vector<T> dy(static_cast<size_t>(batch * max_dim)), dx(dy.size());
-  const double loss = mlp_softmax_xent(acts.back().data(), labels, batch, dims.back(), dy.data());
-  for (int64_t l = layers - 1; l >= 0; --l) {
-    const auto u = static_cast<size_t>(l);
-    const LayerParams p = layer_params(layout.unit(static_cast<int>(l)));
-    T* g = unit_grads[u].data();
-    mlp_layer_backward(acts[u].data(), unit_params[u].data() + p.weight_offset, acts[u + 1].data(), dy.data(),
-                       batch, dims[u], dims[u + 1], l + 1 < layers, g + p.weight_offset, g + p.bias_offset,
-                       l > 0 ? dx.data() : nullptr, config.threads);
-    std::swap(dy, dx);
-  }
-  return loss;
-}
-
-#define MP_MLP_INSTANTIATE(T)                                                                      \
-  template double mlp_loss_and_grads<T>(const MlpConfig&, const float*, const int32_t*,             \
-                                        const std::vector<std::vector<T>>&,                        \
-                                        std::vector<std::vector<T>>&);
-MP_MLP_INSTANTIATE(float)
-MP_MLP_INSTANTIATE(double)
-#undef MP_MLP_INSTANTIATE
 
 // ---- the model ----------------------------------------------------------------
 
@@ -209,7 +151,7 @@ int64_t Mlp::activation_bytes(const MlpConfig& config, Device device) {
 }
 
 Mlp::Mlp(const MlpConfig& config, Allocator allocator)
-    : StreamModel("Mlp"), config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
+    : StreamModel("Mlp", "the MLP"), config_(config), spec_(spec_for(config)), layout_(FlatLayout(spec_, 1).units()),
       device_(allocator.device()),
       data_(config), order_("Mlp", static_cast<int>(layout_.size())) {
   set_current_device(device_);
@@ -226,13 +168,6 @@ Mlp::~Mlp() {
   wait_for_device_idle(device_);
 }
 
-void Mlp::check_stream(const Stream& s) const {
-  if (s.device() != device_) {
-    MP_THROW(ConfigError, "the MLP computes on ", device_, " (its allocator's device), but stream '", s.name(),
-             "' runs on ", s.device(), ": give the model the engine's allocator");
-  }
-}
-
 OpContext Mlp::context(Stream& s, int unit, CpuOpBatch* batch) const {
   check_stream(s);
   return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, nullptr,
@@ -247,13 +182,8 @@ nn::Dense Mlp::layer(int unit) const {
 
 const float* Mlp::unit_params(const OpContext& cx, int unit, const Tensor& params) {
   const UnitLayout& layout = layout_[static_cast<size_t>(unit)];
-  MP_ENFORCE(params.defined() && params.device() == device_ && params.shape().size() == 1 &&
-                 params.numel() >= layout.numel,
-             "parameters of unit ", layout.name, " (", layout.numel, " elements on ", device_, "): got ",
-             params.defined() ? params.describe() : std::string("none"));
+  check_params(params, layout);
   if (params.dtype() == DType::kF32) return params.data_as<float>();
-  MP_ENFORCE(params.dtype() == DType::kBF16 || params.dtype() == DType::kF16, "parameters of unit ", layout.name,
-             " in ", dtype_name(params.dtype()), ": need fp32, bf16 or fp16");
   nn::widen(cx, params, {{0, layout.numel}}, b_->param_ws);
   return b_->param_ws;
 }
@@ -296,10 +226,7 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   const auto u = static_cast<size_t>(unit);
   const int layers = static_cast<int>(layout_.size());
   const UnitLayout& l = layout_[u];
-  MP_ENFORCE(grads.defined() && grads.device() == device_ && grads.dtype() == DType::kF32 &&
-                 grads.shape().size() == 1 && grads.numel() >= l.numel,
-             "gradients of unit ", l.name, " (fp32, ", l.numel, " elements on ", device_, "): got ",
-             grads.defined() ? grads.describe() : std::string("none"));
+  check_grads(grads, l);
   CpuOpBatch batch;
   const OpContext cx = context(s, unit, &batch);
   // Unit 0 needs no input gradient, so no weights either.

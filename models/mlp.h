@@ -68,16 +68,6 @@ class MlpData {
   std::vector<double> teacher_;  // [classes, in]
 };
 
-// The whole model on one micro-batch through the layer math
-// (kernels/cpu/mlp_ops.h). Unit u's
-// parameters and gradients are flat buffers in the layout of
-// FlatLayout(Mlp::spec_for(config), 1); gradients are overwritten on the
-// parameters' ranges only. Returns the mean loss.
-template <class T>
-double mlp_loss_and_grads(const MlpConfig& config, const float* inputs, const int32_t* labels,
-                          const std::vector<std::vector<T>>& unit_params,
-                          std::vector<std::vector<T>>& unit_grads);
-
 // ---- the model ----------------------------------------------------------------
 
 namespace mlp {
@@ -124,7 +114,6 @@ class Mlp final : public StreamModel {
   OpContext context(Stream& s, int unit, CpuOpBatch* batch) const;
   const float* unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Dense layer(int unit) const;
-  void check_stream(const Stream& s) const;  // ConfigError unless on the model's device
   void enqueue_loss(double* loss, Stream& s) const override;
 
   MlpConfig config_;

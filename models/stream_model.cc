@@ -4,6 +4,30 @@
 
 namespace mp {
 
+void StreamModel::check_stream(const Stream& s) const {
+  if (s.device() != device()) {
+    MP_THROW(ConfigError, noun_, " computes on ", device(), " (its allocator's device), but stream '", s.name(),
+             "' runs on ", s.device(), ": give the model the engine's allocator");
+  }
+}
+
+void StreamModel::check_params(const Tensor& params, const UnitLayout& unit) const {
+  MP_ENFORCE(params.defined() && params.device() == device() && params.shape().size() == 1 &&
+                 params.numel() >= unit.numel,
+             "parameters of unit ", unit.name, " (", unit.numel, " elements on ", device(), "): got ",
+             params.defined() ? params.describe() : std::string("none"));
+  const DType dtype = params.dtype();
+  MP_ENFORCE(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "parameters of unit ", unit.name,
+             " in ", dtype_name(dtype), ": need fp32, bf16 or fp16");
+}
+
+void StreamModel::check_grads(const Tensor& grads, const UnitLayout& unit) const {
+  MP_ENFORCE(grads.defined() && grads.device() == device() && grads.dtype() == DType::kF32 &&
+                 grads.shape().size() == 1 && grads.numel() >= unit.numel,
+             "gradients of unit ", unit.name, " (fp32, ", unit.numel, " elements on ", device(), "): got ",
+             grads.defined() ? grads.describe() : std::string("none"));
+}
+
 Stream& StreamModel::direct_stream() const {
   MP_ENFORCE(device().is_cpu(), name_, "'s direct calls run on the CPU; this one computes on ", device());
   if (!direct_) {

@@ -11,6 +11,7 @@
 #include "core/pinned.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "models/flat_layout.h"
 #include "models/model.h"
 
 namespace mp {
@@ -32,8 +33,15 @@ class StreamModel : public Model {
   void backward(int unit, const Tensor& params, const Tensor& grads);
 
  protected:
-  // `name` names the model in errors ("Gpt").
-  explicit StreamModel(const char* name) : name_(name) {}
+  // `name` names the model in errors ("Gpt"), `noun` in its checks' ("the GPT").
+  StreamModel(const char* name, const char* noun) : name_(name), noun_(noun) {}
+  // ConfigError unless `s` runs on the model's device.
+  void check_stream(const Stream& s) const;
+  // EnforceError unless `params` can be the parameters of `unit` (1-D, on the
+  // model's device, fp32, bf16 or fp16, at least its numel elements), or
+  // `grads` its gradients (the same in fp32).
+  void check_params(const Tensor& params, const UnitLayout& unit) const;
+  void check_grads(const Tensor& grads, const UnitLayout& unit) const;
   // Enqueues on `s` the copy of the micro-batch's mean loss into *loss
   // (Model::loss_on).
   virtual void enqueue_loss(double* loss, Stream& s) const = 0;
@@ -42,6 +50,7 @@ class StreamModel : public Model {
   Stream& direct_stream() const;
 
   const char* name_;
+  const char* noun_;
   mutable std::unique_ptr<Stream> direct_;
   mutable PinnedBuffer direct_loss_;
 };

@@ -3,10 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -56,27 +60,19 @@ std::vector<Fault> parse_faults(const std::string& text) {
     if (at == std::string::npos) MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': expected KIND@STEP:RANK[:ARG]");
     const std::string kind = entry.substr(0, at);
     const std::vector<std::string> f = split(entry.substr(at + 1), ':');
-    Fault fault;
-    if (kind == "kill") {
-      fault.kind = FaultKind::kKill;
-    } else if (kind == "hang") {
-      fault.kind = FaultKind::kHang;
-    } else if (kind == "sleep") {
-      fault.kind = FaultKind::kSleep;
-    } else if (kind == "nan") {
-      fault.kind = FaultKind::kNan;
-    } else if (kind == "write_fail") {
-      fault.kind = FaultKind::kWriteFail;
-    } else if (kind == "device_fault") {
-      fault.kind = FaultKind::kDeviceFault;
-    } else if (kind == "save_kill") {
-      fault.kind = FaultKind::kSaveKill;
-    } else if (kind == "segv") {
-      fault.kind = FaultKind::kSegv;
-    } else {
+    static constexpr std::pair<std::string_view, FaultKind> kKinds[] = {
+        {"kill", FaultKind::kKill},           {"hang", FaultKind::kHang},
+        {"sleep", FaultKind::kSleep},         {"nan", FaultKind::kNan},
+        {"write_fail", FaultKind::kWriteFail}, {"device_fault", FaultKind::kDeviceFault},
+        {"save_kill", FaultKind::kSaveKill},  {"segv", FaultKind::kSegv}};
+    const auto* known =
+        std::find_if(std::begin(kKinds), std::end(kKinds), [&](const auto& k) { return k.first == kind; });
+    if (known == std::end(kKinds)) {
       MP_THROW(ConfigError, "MP_FAULT entry '", entry, "': unknown kind '", kind,
                "' (kill, hang, sleep, nan, write_fail, device_fault, save_kill, segv)");
     }
+    Fault fault;
+    fault.kind = known->second;
     const bool needs_arg = fault.kind == FaultKind::kSleep;
     const bool takes_arg = needs_arg || fault.kind == FaultKind::kNan;
     if (f.size() < 2 || f.size() > (takes_arg ? 3u : 2u) || (needs_arg && f.size() != 3)) {
@@ -101,8 +97,6 @@ std::vector<Fault> parse_faults(const std::string& text) {
   return out;
 }
 
-bool faults_enabled() { return plan().on; }
-
 const Fault* find_fault(FaultKind kind, int64_t step, int rank) {
   const Plan& p = plan();
   if (!p.on) return nullptr;
@@ -122,7 +116,7 @@ namespace {
 }  // namespace
 
 void inject_step_faults(int64_t step, int rank) {
-  if (!faults_enabled()) return;
+  if (!plan().on) return;  // MP_FAULT unset
   if (find_fault(FaultKind::kSegv, step, rank) != nullptr) {
     std::fprintf(stderr, "[rank %d] MP_FAULT: SIGSEGV at step %lld\n", rank, static_cast<long long>(step));
     std::fflush(stderr);

@@ -46,9 +46,6 @@ struct Fault {
 // Parses a fault list (the syntax above). Throws ConfigError naming the entry.
 std::vector<Fault> parse_faults(const std::string& text);
 
-// Whether MP_FAULT is set (parsed once, on first use).
-bool faults_enabled();
-
 // The fault of `kind` for (step, rank) in MP_FAULT, or null.
 const Fault* find_fault(FaultKind kind, int64_t step, int rank);
 

@@ -117,9 +117,6 @@ Precision resolve_precision(const proto::PrecisionPolicy& policy, bool optimizer
   if (policy.param_dtype() != proto::DATA_TYPE_UNSET) {
     p.param_dtype = to_dtype(policy.param_dtype());
     if (p.param_dtype == DType::kF32) p.param_cast = ParamCast::kNone;
-    if (p.param_dtype != DType::kF32 && p.param_cast == ParamCast::kNone && p.master == MasterMode::kFp32) {
-      p.param_cast = ParamCast::kAtUpdate;
-    }
   }
   if (policy.reduce_dtype() != proto::DATA_TYPE_UNSET) p.reduce_dtype = to_dtype(policy.reduce_dtype());
   if (policy.reduce_accumulate() == PP::WIRE) p.reduce_accumulate = ReduceAccumulate::kWire;

@@ -21,6 +21,7 @@
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/model.h"
+#include "tests/model_reference.h"
 #include "tests/test_util.h"
 
 namespace mp::testing {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/op_profile.h"
 #include "models/gpt_sample.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {

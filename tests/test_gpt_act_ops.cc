@@ -14,6 +14,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/test_util.h"
 
 namespace mp {

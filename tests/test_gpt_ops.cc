@@ -13,7 +13,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
-#include "kernels/cpu/matmul.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpt_test_util.h"
 
 namespace mp {

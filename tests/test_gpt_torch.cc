@@ -22,9 +22,10 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/gpt_test_ops.h"
+#include "tests/model_reference.h"
 #include "tests/test_util.h"
 
 #ifndef MP_TEST_GOLDEN_DIR

@@ -27,6 +27,42 @@ namespace {
 
 namespace cl = cuda_launch;
 
+using detail::str;
+
+// What a launch may ask of one architecture (CUDA C++ Programming Guide,
+// technical specifications per compute capability).
+struct ArchLimits {
+  const char* name;
+  int64_t smem_optin_bytes;  // static + dynamic per block, with the opt-in
+};
+constexpr int64_t kMaxThreadsPerBlock = 1024;
+constexpr ArchLimits kSm80{"sm_80", 166912};
+constexpr ArchLimits kSm90{"sm_90", 232448};
+
+// "" when `c` launches on `arch`, else every limit it passes, named.
+std::string launch_problem(const LaunchConfig& c, const ArchLimits& arch) {
+  std::string out;
+  const auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+  const LaunchDims g = c.grid, b = c.block;
+  if (g.x < 1 || g.y < 1 || g.z < 1) add(str("grid ", g.x, " x ", g.y, " x ", g.z, " has an empty dimension"));
+  if (g.x > 2147483647 || g.y > 65535 || g.z > 65535)
+    add(str("grid ", g.x, " x ", g.y, " x ", g.z, " > 2^31-1 x 65535 x 65535"));
+  if (b.x < 1 || b.y < 1 || b.z < 1 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+    add(str("block ", b.x, " x ", b.y, " x ", b.z, " outside 1..1024 x 1..1024 x 1..64"));
+  }
+  if (c.threads() > kMaxThreadsPerBlock) add(str(c.threads(), " threads per block > ", kMaxThreadsPerBlock));
+  if (c.static_smem_bytes > kDefaultSmemBytes) {
+    add(str(c.static_smem_bytes, " B of static shared memory > ", kDefaultSmemBytes));
+  }
+  if (c.dynamic_smem_bytes < 0) add(str(c.dynamic_smem_bytes, " B of dynamic shared memory"));
+  const int64_t smem = c.dynamic_smem_bytes + c.static_smem_bytes;
+  if (smem > arch.smem_optin_bytes) {
+    add(str(smem, " B of shared memory (", c.dynamic_smem_bytes, " dynamic + ", c.static_smem_bytes, " static) > ",
+            arch.name, "'s ", arch.smem_optin_bytes));
+  }
+  return out.empty() ? out : str(c.kernel, " on ", arch.name, ": ", out);
+}
+
 struct GptShape {
   const char* name;
   int64_t channels, heads;

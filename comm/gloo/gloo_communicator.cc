@@ -363,15 +363,12 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::create_world(std::shared_ptr
 GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared_ptr<gloo::transport::Context> gloo,
                                    std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
                                    CommOptions options)
-    : Communicator(std::move(name), options),
+    : HostCommunicator(std::move(name), options, id),
       ctx_(std::move(ctx)),
       gloo_(std::move(gloo)),
-      members_(std::move(members)),
-      id_(id),
-      rank_(gloo_->rank),
-      size_(gloo_->size),
-      progress_(std::make_shared<CommProgress>()),
-      stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {
+      members_(std::move(members)) {
+  rank_ = gloo_->rank;
+  size_ = gloo_->size;
   same_host_ = std::make_shared<GlooSameHost>();
   same_host_->channel = std::move(channels);
   same_host_->early.resize(static_cast<size_t>(size_));
@@ -411,7 +408,7 @@ Work::Diagnose GlooCommunicator::diagnoser() const {
 
 // Under an id of a lineage that no split's child has (their colors are >= 0).
 Work::Diagnose GlooCommunicator::watch(std::shared_ptr<CommProgress> progress) {
-  const uint64_t id = comm_detail::mix(comm_detail::mix(id_, ++splits_), ~uint64_t{0});
+  const uint64_t id = child_id(-1);
   ctx_->register_comm(id, std::move(progress));
   std::shared_ptr<void> watched(nullptr, [ctx = ctx_, id](void*) { ctx->unregister_comm(id); });
   return [ctx = ctx_, id, members = members_, reply = options().diagnose_timeout, watched](const CollectiveInfo& info) {
@@ -419,20 +416,9 @@ Work::Diagnose GlooCommunicator::watch(std::shared_ptr<CommProgress> progress) {
   };
 }
 
-WorkPtr GlooCommunicator::issue(CollectiveInfo info, std::function<void(const CollectiveInfo&)> body) {
-  info.sequence = progress_->issued.load() + 1;
-  progress_->issued.store(info.sequence);
-  stream_.submit([this, info, body = std::move(body)] {
-    progress_->started.store(info.sequence);
-    if (options().check_fingerprints) {
-      const std::array<int64_t, 4> mine = comm_detail::fingerprint(info);
-      std::vector<int64_t> all(4 * static_cast<size_t>(size_));
-      host_gather(info, mine.data(), sizeof(mine), all.data(), kFingerprintRound);
-      comm_detail::check_fingerprints(mine, all, name(), info.sequence);
-    }
-    body(info);
-  });
-  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
+void GlooCommunicator::gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,
+                                           std::vector<int64_t>& all) {
+  host_gather(info, mine.data(), sizeof(mine), all.data(), kFingerprintRound);
 }
 
 namespace {
@@ -508,44 +494,6 @@ void GlooCommunicator::accumulate_chunks(const CollectiveInfo& info, const Tenso
   rounds.end();
 }
 
-WorkPtr GlooCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
-  const int64_t n = input.numel();
-  const ChunkSplit split = comm_detail::equal_chunks(size_, n);
-  return issue({"all_gather", 0, input.dtype(), n}, [=, this](const CollectiveInfo& info) {
-    gather_ring(info, in_place ? element_ptr(output, rank_ * n) : input.data(), output, split);
-  });
-}
-
-WorkPtr GlooCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                            bool /*in_place: the output is this rank's slice, read before written*/) {
-  const int64_t n = output.numel();
-  const double divisor = comm_detail::reduction_divisor(o, size_);
-  const math::ElementOp op = comm_detail::element_op(o.op);
-  const bool wire = o.accumulate == ReduceAccumulate::kWire;
-  const ChunkSplit split = comm_detail::equal_chunks(size_, n);
-  return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this](const CollectiveInfo& info) {
-    accumulate_chunks(info, input, split, output, op, wire ? 1.0 : divisor, wire);
-    if (wire && divisor != 1.0 && n > 0) convert(output, output, ConvertOptions{.divisor = divisor});
-  });
-}
-
-WorkPtr GlooCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                        bool /*in_place*/) {
-  // As MpiCommunicator::do_all_reduce: rank j reduces chunk j, then the
-  // chunks go around the ring.
-  const int64_t n = input.numel();
-  const ChunkSplit split = comm_detail::ceil_chunks(size_, n);
-  const double divisor = comm_detail::reduction_divisor(o, size_);
-  const math::ElementOp op = comm_detail::element_op(o.op);
-  const bool wire = o.accumulate == ReduceAccumulate::kWire;
-  return issue({"all_reduce", 0, input.dtype(), n}, [=, this](const CollectiveInfo& info) {
-    const Tensor mine = output.flat(split.offsets[static_cast<size_t>(rank_)], split.counts[static_cast<size_t>(rank_)]);
-    accumulate_chunks(info, input, split, mine, op, wire ? 1.0 : divisor, wire);
-    if (wire && divisor != 1.0 && mine.numel() > 0) convert(mine, mine, ConvertOptions{.divisor = divisor});
-    gather_ring(info, mine.numel() > 0 ? mine.data() : output.data(), output, split);
-  });
-}
-
 WorkPtr GlooCommunicator::do_broadcast(const Tensor& tensor, int root) {
   return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this](const CollectiveInfo& info) {
     MP_GLOO_TRANSFERS(t, info);
@@ -618,11 +566,6 @@ WorkPtr GlooCommunicator::barrier() {
   });
 }
 
-WorkPtr GlooCommunicator::fence(const std::string& what) {
-  CollectiveInfo info{what, progress_->issued.load(), DType::kF32, 0};
-  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
-}
-
 std::unique_ptr<GlooCommunicator> GlooCommunicator::split(int color, int key, const std::string& name,
                                                           const CommOptions& options) {
   const std::array<int64_t, 2> mine{color, key};
@@ -630,7 +573,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::split(int color, int key, co
   issue({"split", 0, DType::kF32, 0}, [&](const CollectiveInfo& info) {
     host_gather(info, mine.data(), sizeof(mine), all.data());
   })->wait();
-  const uint64_t id = comm_detail::mix(comm_detail::mix(id_, ++splits_), static_cast<uint64_t>(color));
+  const uint64_t id = child_id(color);
   std::vector<int> order;  // members of this rank's new group, by (key, rank)
   for (int r = 0; r < size_ && color >= 0; ++r) {
     if (all[2 * static_cast<size_t>(r)] == color) order.push_back(r);

@@ -24,17 +24,14 @@
 #include <string>
 #include <vector>
 
-#include "comm/chunked_reduction.h"
-#include "comm/communicator.h"
 #include "comm/gloo/gloo_context.h"
-#include "core/allocator.h"
-#include "kernels/reduce_math.h"
+#include "comm/host_communicator.h"
 
 namespace mp {
 
 struct GlooSameHost;
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public HostCommunicator {
  public:
   // Collective over the ranks meeting in `store` (rank `rank` of `size`),
   // each reachable at `host` (comm/gloo/gloo_context.h): a communicator over
@@ -45,13 +42,7 @@ class GlooCommunicator final : public Communicator {
                                                         CommOptions options);
   ~GlooCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  Device device() const override { return Device::cpu(); }
-  Stream& stream() override { return stream_; }
-
   WorkPtr barrier() override;
-  WorkPtr fence(const std::string& what) override;
   // Collective: a host all-gather of the colors and keys, then each new
   // group connects through the store.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
@@ -61,17 +52,11 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<GlooCommunicator> split(int color, int key, const std::string& name, const CommOptions& options);
   Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
-  MemStats memory() const { return allocator_.stats(); }
   // Note [Same-host transfers]: the members this rank messages over a
   // same-host channel rather than Gloo.
   int same_host_channels() const;
 
  protected:
-  WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
-  WorkPtr do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options,
-                            bool in_place) override;
-  WorkPtr do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options,
-                        bool in_place) override;
   WorkPtr do_broadcast(const Tensor& tensor, int root) override;
   WorkPtr do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) override;
   WorkPtr do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
@@ -83,13 +68,14 @@ class GlooCommunicator final : public Communicator {
                    std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
                    CommOptions options);
 
-  WorkPtr issue(CollectiveInfo info, std::function<void(const CollectiveInfo&)> body);
-  Work::Diagnose diagnoser() const;
+  Work::Diagnose diagnoser() const override;
+  void gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,
+                           std::vector<int64_t>& all) override;
   // On the communication thread: the exchange primitives of one collective.
   void gather_ring(const CollectiveInfo& info, const void* mine, const Tensor& output,
-                   const comm_detail::ChunkSplit& split);
+                   const comm_detail::ChunkSplit& split) override;
   void accumulate_chunks(const CollectiveInfo& info, const Tensor& input, const comm_detail::ChunkSplit& split,
-                         const Tensor& out, math::ElementOp op, double divisor, bool wire);
+                         const Tensor& out, math::ElementOp op, double divisor, bool wire) override;
   void host_gather(const CollectiveInfo& info, const void* mine, size_t bytes, void* all, uint64_t round = 0);
   // Every rank's chunks to every rank (all_to_all, all_to_all_v).
   WorkPtr exchange_all(CollectiveInfo what, const Tensor& input, const std::vector<int64_t>& send_counts,
@@ -98,15 +84,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<GlooContext> ctx_;
   std::shared_ptr<gloo::transport::Context> gloo_;
   std::vector<int> members_;  // member -> world rank
-  uint64_t id_;
-  int rank_ = 0;
-  int size_ = 1;
-  std::shared_ptr<CommProgress> progress_;
   std::shared_ptr<GlooSameHost> same_host_;
-  uint64_t splits_ = 0;
-  Allocator allocator_;
-  Tensor scratch_;
-  CpuStream stream_;  // last: its thread stops first
 };
 
 }  // namespace mp

@@ -9,20 +9,15 @@
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_wait.h"
 #include "core/error.h"
-#include "kernels/convert.h"
 
 namespace mp {
 namespace {
 
 using comm_detail::ChunkSplit;
-using comm_detail::ceil_chunks;
-using comm_detail::element_op;
-using comm_detail::equal_chunks;
 using comm_detail::reduce_chunks;
 using comm_detail::HostRounds;
 using comm_detail::mix;
 using comm_detail::element_ptr;
-using comm_detail::reduction_divisor;
 
 constexpr int kChunkTag = 9001;
 constexpr int kGatherTag = 9002;
@@ -32,6 +27,19 @@ constexpr int kGatherTag = 9002;
 // 8194 pages per call and took 3x as long as four 16 MiB pieces).
 constexpr size_t kPieceBytes = size_t{16} << 20;
 int64_t piece_elements(DType t) { return static_cast<int64_t>(kPieceBytes / dtype_size(t)); }
+
+// Collectives here only move elements (mp reduces them), so a 16-bit float
+// travels as 16 raw bits.
+MPI_Datatype datatype(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: return MPI_UINT8_T;
+  }
+  MP_THROW(EnforceError, "invalid DType ", static_cast<int>(t));
+}
 
 int to_int_count(int64_t n, const char* what) {
   MP_ENFORCE(n <= INT_MAX, what, ": ", n, " elements per rank exceed MPI's int count (", INT_MAX, ")");
@@ -51,12 +59,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(const std::string
 
 MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id,
                                  std::string name, CommOptions options)
-    : Communicator(std::move(name), options),
-      ctx_(std::move(ctx)),
-      comm_(comm),
-      id_(id),
-      progress_(std::make_shared<CommProgress>()),
-      stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {
+    : HostCommunicator(std::move(name), options, id), ctx_(std::move(ctx)), comm_(comm) {
   MP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MP_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MP_CHECK_MPI(MPI_Comm_size(comm_, &size_));
@@ -95,7 +98,7 @@ Work::Diagnose MpiCommunicator::diagnoser() const {
 
 // Under an id of a lineage that no split's child has (their colors are >= 0).
 Work::Diagnose MpiCommunicator::watch(std::shared_ptr<CommProgress> progress) {
-  const uint64_t id = mix(mix(id_, ++splits_), ~uint64_t{0});
+  const uint64_t id = child_id(-1);
   ctx_->register_comm(id, std::move(progress));
   std::shared_ptr<void> watched(nullptr, [ctx = ctx_, id](void*) { ctx->unregister_comm(id); });
   return [ctx = ctx_, id, members = world_ranks_, reply = options().diagnose_timeout, watched](const CollectiveInfo& info) {
@@ -103,32 +106,11 @@ Work::Diagnose MpiCommunicator::watch(std::shared_ptr<CommProgress> progress) {
   };
 }
 
-WorkPtr MpiCommunicator::issue(CollectiveInfo info, std::function<void()> body) {
-  info.sequence = progress_->issued.load() + 1;
-  progress_->issued.store(info.sequence);
-  stream_.submit([this, info, body = std::move(body)] {
-    progress_->started.store(info.sequence);
-    if (options().check_fingerprints) check_fingerprint(info);
-    body();
-  });
-  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
-}
-
-void MpiCommunicator::check_fingerprint(const CollectiveInfo& info) {
-  const std::array<int64_t, 4> mine = comm_detail::fingerprint(info);
-  std::vector<int64_t> all(4 * static_cast<size_t>(size_));
+void MpiCommunicator::gather_fingerprints(const CollectiveInfo&, const std::array<int64_t, 4>& mine,
+                                          std::vector<int64_t>& all) {
   MPI_Request req;
   MP_CHECK_MPI(MPI_Iallgather(mine.data(), 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req));
   mpi_wait(&req);
-  comm_detail::check_fingerprints(mine, all, name(), info.sequence);
-}
-
-WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
-  const int64_t n = input.numel();
-  const ChunkSplit split = equal_chunks(size_, n);
-  return issue({"all_gather", 0, input.dtype(), n}, [=, this] {
-    gather_ring(in_place ? element_ptr(output, rank_ * n) : input.data(), output, split);
-  });
 }
 
 // Note [Ring all-gather]: N - 1 rounds; in round s each rank sends to its
@@ -138,8 +120,9 @@ WorkPtr MpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output
 // to one peer at a time: with every rank sending to every other at once,
 // N - 1 streams met at each receiver's link and shared it unevenly (4
 // hosts at 1 Gbit/s: 0.65-0.80 of the link).
-void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const ChunkSplit& split) {
-  const MPI_Datatype type = ctx_->datatype(output.dtype());
+void MpiCommunicator::gather_ring(const CollectiveInfo&, const void* mine, const Tensor& output,
+                                  const ChunkSplit& split) {
+  const MPI_Datatype type = datatype(output.dtype());
   const int64_t piece = piece_elements(output.dtype());
   const size_t elem = dtype_size(output.dtype());
   const size_t own = static_cast<size_t>(rank_);
@@ -175,51 +158,6 @@ void MpiCommunicator::gather_ring(const void* mine, const Tensor& output, const 
     mpi_wait_all(static_cast<int>(reqs.size()), reqs.data());
   }
   if (size_ == 1) copy_own();  // no rounds
-}
-
-WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                           bool in_place) {
-  const int64_t n = output.numel();
-  const double divisor = reduction_divisor(o, size_);
-  const math::ElementOp op = element_op(o.op);
-  const ChunkSplit split = equal_chunks(size_, n);
-  if (o.accumulate == ReduceAccumulate::kFp32) {
-    return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-      accumulate_chunks(input, split, output, op, divisor);
-    });
-  }
-  // The wire accumulation by the same chunk exchange, not
-  // MPI_Reduce_scatter_block: Open MPI's page-faults a fresh temporary every
-  // call and took 6.5x as long at 64 MiB on 2 ranks (mp_bench comm,
-  // docs/benchmarks.md); this one also adds in rank order (deterministic).
-  // `in_place` needs nothing more: the output is this rank's own slice, read
-  // before it is written.
-  (void)in_place;
-  return issue({"reduce_scatter", 0, input.dtype(), n}, [=, this] {
-    accumulate_chunks(input, split, output, op, 1.0, /*wire=*/true);
-    if (divisor != 1.0) convert(output, output, ConvertOptions{.divisor = divisor});
-  });
-}
-
-
-WorkPtr MpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
-                                       bool in_place) {
-  const int64_t n = input.numel();
-  // Rank j reduces chunk j (Note [Chunked reduction]; kWire: in the wire
-  // dtype, pairwise in rank order), then the chunks go around the ring
-  // (Note [Ring all-gather]): each rank sends 2 (N-1)/N of the buffer, as a
-  // ring all-reduce does, every link busy both ways.
-  const ChunkSplit split = ceil_chunks(size_, n);
-  const double divisor = reduction_divisor(o, size_);
-  const math::ElementOp op = element_op(o.op);
-  const bool wire = o.accumulate == ReduceAccumulate::kWire;
-  (void)in_place;  // the accumulation reads its own chunk's input before writing it
-  return issue({"all_reduce", 0, input.dtype(), n}, [=, this] {
-    const Tensor mine = output.flat(split.offsets[rank_], split.counts[rank_]);
-    accumulate_chunks(input, split, mine, op, wire ? 1.0 : divisor, wire);
-    if (wire && divisor != 1.0 && mine.numel() > 0) convert(mine, mine, ConvertOptions{.divisor = divisor});
-    gather_ring(mine.numel() > 0 ? mine.data() : output.data(), output, split);
-  });
 }
 
 namespace {
@@ -267,18 +205,18 @@ class MpiRounds final : public HostRounds {
 
 }  // namespace
 
-void MpiCommunicator::accumulate_chunks(const Tensor& input, const ChunkSplit& split, const Tensor& out,
-                                        math::ElementOp op, double divisor, bool wire) {
+void MpiCommunicator::accumulate_chunks(const CollectiveInfo&, const Tensor& input, const ChunkSplit& split,
+                                        const Tensor& out, math::ElementOp op, double divisor, bool wire) {
   if (split.longest() == 0) return;
   const int64_t piece =
       comm_detail::host_round_piece(options().accumulate_chunk_bytes, input, size_, allocator_, &scratch_);
-  MpiRounds rounds(comm_, ctx_->datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
+  MpiRounds rounds(comm_, datatype(input.dtype()), rank_, size_, input, scratch_, out, op, divisor, wire);
   reduce_chunks(rounds, split, rank_, piece);
 }
 
 WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
-  return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(tensor.dtype());
+  return issue({"broadcast", 0, tensor.dtype(), tensor.numel()}, [=, this](const CollectiveInfo&) {
+    const MPI_Datatype type = datatype(tensor.dtype());
     const int64_t piece = piece_elements(tensor.dtype());
     for (int64_t begin = 0; begin < tensor.numel(); begin += piece) {
       const int count = static_cast<int>(std::min(piece, tensor.numel() - begin));
@@ -292,8 +230,8 @@ WorkPtr MpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
 WorkPtr MpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) {
   const int64_t n = input.numel() / size_;
   const int count = to_int_count(n, "all_to_all");
-  return issue({"all_to_all", 0, input.dtype(), n}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(input.dtype());
+  return issue({"all_to_all", 0, input.dtype(), n}, [=, this](const CollectiveInfo&) {
+    const MPI_Datatype type = datatype(input.dtype());
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ialltoall(in_place ? MPI_IN_PLACE : input.data(), count, type, output.data(), count, type,
                                comm_, &req));
@@ -315,8 +253,8 @@ WorkPtr MpiCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<
     s_at += send_counts[j];
     r_at += recv_counts[j];
   }
-  return issue({"all_to_all_v", 0, input.dtype(), 0}, [=, this] {
-    const MPI_Datatype type = ctx_->datatype(input.dtype());
+  return issue({"all_to_all_v", 0, input.dtype(), 0}, [=, this](const CollectiveInfo&) {
+    const MPI_Datatype type = datatype(input.dtype());
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ialltoallv(input.data(), sc.data(), sd.data(), type, output.data(), rc.data(), rd.data(), type,
                                 comm_, &req));
@@ -329,7 +267,7 @@ void MpiCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* a
   const int count = static_cast<int>(bytes);
   // The host values are waited for before this returns, so the body may
   // borrow the caller's buffers.
-  issue({"host_all_gather", 0, DType::kF32, static_cast<int64_t>(bytes)}, [=, this] {
+  issue({"host_all_gather", 0, DType::kF32, static_cast<int64_t>(bytes)}, [=, this](const CollectiveInfo&) {
     MPI_Request req;
     MP_CHECK_MPI(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &req));
     mpi_wait(&req);
@@ -337,24 +275,19 @@ void MpiCommunicator::do_host_all_gather(const void* mine, size_t bytes, void* a
 }
 
 WorkPtr MpiCommunicator::barrier() {
-  return issue({"barrier", 0, DType::kF32, 0}, [this] {
+  return issue({"barrier", 0, DType::kF32, 0}, [this](const CollectiveInfo&) {
     MPI_Request req;
     MP_CHECK_MPI(MPI_Ibarrier(comm_, &req));
     mpi_wait(&req);
   });
 }
 
-WorkPtr MpiCommunicator::fence(const std::string& what) {
-  CollectiveInfo info{what, progress_->issued.load(), DType::kF32, 0};
-  return std::make_shared<Work>(info, stream_.record(), name(), options().timeout, diagnoser());
-}
-
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-  issue({"split", 0, DType::kF32, 0}, [this, child, color, key] {
+  issue({"split", 0, DType::kF32, 0}, [this, child, color, key](const CollectiveInfo&) {
     MP_CHECK_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, child.get()));
   })->wait();
-  const uint64_t id = mix(mix(id_, ++splits_), static_cast<uint64_t>(color));
+  const uint64_t id = child_id(color);
   if (*child == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<Communicator>(new MpiCommunicator(ctx_, *child, id, name, options()));
 }

@@ -8,30 +8,12 @@
 #include "comm/peer_report.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "kernels/cpu/reduce.h"
 
 namespace mp {
 namespace {
 
 constexpr int kQueryTag = 7001;
 constexpr int kReplyTag = 7002;
-
-// MPI user op: inout[i] = inout[i] (op) in[i] in storage type T.
-template <class T, math::ElementOp kOp>
-void user_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  reduce_pair_cpu(in, inout, *len, dtype_of_v<T>, kOp);
-}
-
-template <class T>
-void create_ops(MPI_Op (&ops)[3], bool builtin_sum) {
-  if (builtin_sum) {
-    ops[0] = MPI_SUM;
-  } else {
-    MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kSum>, 1, &ops[0]));
-  }
-  MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMax>, 1, &ops[1]));
-  MP_CHECK_MPI(MPI_Op_create(&user_op<T, math::ElementOp::kMin>, 1, &ops[2]));
-}
 
 }  // namespace
 
@@ -58,14 +40,6 @@ MpiContext::MpiContext() {
   MP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &side_));
   MP_CHECK_MPI(MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN));
   hosts_ = gather_processor_names(side_);
-  // Distinct handles for bf16 and fp16, so a datatype names its format.
-  MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_));
-  MP_CHECK_MPI(MPI_Type_commit(&bf16_type_));
-  MP_CHECK_MPI(MPI_Type_contiguous(2, MPI_BYTE, &fp16_type_));
-  MP_CHECK_MPI(MPI_Type_commit(&fp16_type_));
-  create_ops<float>(ops_[0], /*builtin_sum=*/true);
-  create_ops<bf16>(ops_[1], false);
-  create_ops<fp16>(ops_[2], false);
   responder_ = std::thread([this] {
     name_this_thread("mpi-respond");
     respond_loop();
@@ -75,31 +49,7 @@ MpiContext::MpiContext() {
 MpiContext::~MpiContext() {
   stop_ = true;
   responder_.join();
-  for (auto& row : ops_) {
-    for (MPI_Op& op : row) {
-      if (op != MPI_SUM && op != MPI_OP_NULL) MPI_Op_free(&op);
-    }
-  }
-  MPI_Type_free(&bf16_type_);
-  MPI_Type_free(&fp16_type_);
   MPI_Comm_free(&side_);
-}
-
-MPI_Datatype MpiContext::datatype(DType t) const {
-  switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kBF16: return bf16_type_;
-    case DType::kF16: return fp16_type_;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2: return MPI_UINT8_T;
-  }
-  MP_THROW(EnforceError, "invalid DType ", static_cast<int>(t));
-}
-
-MPI_Op MpiContext::op(DType t, math::ElementOp op) const {
-  const int row = t == DType::kF32 ? 0 : t == DType::kBF16 ? 1 : t == DType::kF16 ? 2 : -1;
-  if (row < 0) MP_THROW(ConfigError, "reductions on ", dtype_name(t), " are not supported");
-  return ops_[row][static_cast<int>(op)];
 }
 
 void MpiContext::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {

@@ -1,6 +1,5 @@
-// comm/mpi/mpi_context.h: what all MPI communicators of a job share: MPI
-// datatypes and reduction ops for 16-bit floats, and the peer monitor, a
-// side channel that tells a timed-out rank where every other rank is.
+// comm/mpi/mpi_context.h: what all MPI communicators of a job share: the
+// peer monitor, a side channel that tells a timed-out rank where every other rank is.
 //
 // Note [Peer monitor]
 // Each communicator publishes, per communicator id, the sequence number of
@@ -28,8 +27,7 @@
 #include <vector>
 
 #include "comm/peer_report.h"
-#include "core/dtype.h"
-#include "kernels/reduce_math.h"
+#include "kernels/reduce_math.h"  // for comm/nccl, which reads math::ElementOp through this header
 
 namespace mp {
 
@@ -45,10 +43,6 @@ class MpiContext {
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;
 
-  MPI_Datatype datatype(DType t) const;
-  // Reduction op for dtype t; fp32 sum is MPI_SUM, the rest are ours.
-  MPI_Op op(DType t, math::ElementOp op) const;
-
   void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
   void unregister_comm(uint64_t id);
 
@@ -58,20 +52,13 @@ class MpiContext {
   std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
                        std::chrono::milliseconds reply_timeout);
 
-  int world_rank() const { return world_rank_; }
-  // The host of every world rank (MPI_Get_processor_name, gathered once).
-  const std::vector<std::string>& hosts() const { return hosts_; }
-
  private:
   void respond_loop();
   const std::string& host_of(int world_rank) const { return hosts_.at(static_cast<size_t>(world_rank)); }
 
   int world_rank_ = 0;
-  std::vector<std::string> hosts_;
+  std::vector<std::string> hosts_;  // of every world rank (MPI_Get_processor_name)
   MPI_Comm side_ = MPI_COMM_NULL;
-  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
-  MPI_Datatype fp16_type_ = MPI_DATATYPE_NULL;
-  MPI_Op ops_[3][3] = {};  // [fp32, bf16, fp16][sum, max, min]
 
   std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;

@@ -1,30 +1,17 @@
 // kernels/cpu/layernorm.cc: kernels/cpu/layernorm.h.
 #include "kernels/cpu/layernorm.h"
 
-#include <algorithm>
-#include <cstring>
-#include <type_traits>
-#include <vector>
-
 #include "core/error.h"
 #include "core/parallel.h"
-#include "kernels/convert_math.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_loops.h"
 #include "kernels/cpu/layer_parts.h"
-#include "kernels/cpu/loops.h"
-#include "kernels/gpt_math.h"
 #include "kernels/op_profile.h"
 
 namespace mp {
 
 using layer::check_act;
-using layer::check_token;
-using layer::kChunk;
 using layer::loops;
 using layer::part_align;
-using layer::store;
-using layer::widen;
 
 // ---- layernorm ----------------------------------------------------------------
 

@@ -2,23 +2,16 @@
 #include "kernels/cpu/loss.h"
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "kernels/convert_math.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_loops.h"
 #include "kernels/cpu/layer_parts.h"
-#include "kernels/cpu/loops.h"
-#include "kernels/gpt_math.h"
 #include "kernels/op_profile.h"
 
 namespace mp {
 
-using layer::check_token;
 using layer::kChunk;
 
 namespace {
@@ -32,46 +25,8 @@ double mean_row_loss(const T* row_loss, int64_t rows) {
 }  // namespace
 
 using layer::check_act;
-using layer::loops;
-using layer::part_align;
-using layer::store;
-using layer::widen;
 
 // ---- loss -----------------------------------------------------------------------
-
-template <class T>
-double gpt_softmax_xent(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t padded_vocab,
-                        T* row_loss, T* dlogits, int threads) {
-  ScopedOp op(OpFamily::kSoftmaxXent);
-  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
-  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
-  const SoftmaxXentLoopArgs<T> a{logits, targets, vocab, padded_vocab, T(1) / static_cast<T>(rows), row_loss, dlogits};
-  parallel_for(rows, threads, part_align(8 * vocab, 1),
-               [&](int64_t n0, int64_t n1) { loops<T>().softmax_xent(a, n0, n1); });
-  return mean_row_loss(row_loss, rows);
-}
-
-double gpt_softmax_xent_bf16(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                             int64_t padded_vocab, float* row_loss, float* dlogits, DType storage, void* dlogits16,
-                             int threads) {
-  gpt_softmax_xent_rows(logits, targets, rows, vocab, padded_vocab, rows, row_loss, dlogits, storage, dlogits16,
-                        threads);
-  return mean_row_loss(row_loss, rows);
-}
-
-void gpt_softmax_xent_rows(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                           int64_t padded_vocab, int64_t loss_rows, float* row_loss, float* dlogits, DType storage,
-                           void* dlogits16, int threads) {
-  ScopedOp op(OpFamily::kSoftmaxXent);
-  MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
-  MP_ENFORCE(rows <= loss_rows, "a chunk of ", rows, " rows of a loss over ", loss_rows);
-  MP_ENFORCE(storage == DType::kBF16 || storage == DType::kF32, "bf16 values stored as ", dtype_name(storage));
-  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
-  const SoftmaxXentLoopArgs<float> a{logits,   targets, vocab,     padded_vocab, 1.0f / static_cast<float>(loss_rows),
-                                     row_loss, dlogits, dlogits16, storage};
-  parallel_for(rows, threads, part_align(8 * vocab, 1),
-               [&](int64_t n0, int64_t n1) { layer_loops().softmax_xent(a, n0, n1); });
-}
 
 double gpt_mean_loss(const float* row_loss, int64_t rows) {
   ScopedOp op(OpFamily::kSoftmaxXent);
@@ -100,12 +55,5 @@ void gpt_classifier(Act logits, const int32_t* targets, int64_t rows, int64_t vo
     layer_loops().classifier(a, row.data(), n0, n1);
   });
 }
-
-#define MP_INSTANTIATE(T) \
-  template double gpt_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*, T*, int);
-
-MP_INSTANTIATE(float)
-MP_INSTANTIATE(double)
-#undef MP_INSTANTIATE
 
 }  // namespace mp

@@ -30,8 +30,4 @@ void accumulate_rank_pieces_cpu(const void* const* pieces, DType in, int n, int6
 void accumulate_rank_pieces_wire_cpu(const void* const* pieces, DType t, int n, int64_t count, void* out,
                                      math::ElementOp op);
 
-// inout[i] = inout[i] (op) in[i] for i < n in dtype t (fp32, bf16, fp16):
-// the wire-dtype reduction step (MPI user ops call it).
-void reduce_pair_cpu(const void* in, void* inout, int64_t n, DType t, math::ElementOp op);
-
 }  // namespace mp

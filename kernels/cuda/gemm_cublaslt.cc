@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_stream.h"
 #include "core/error.h"
 #include "core/error_cuda.h"
 #include "kernels/cuda/cublaslt_api.h"
@@ -378,21 +379,6 @@ void wait_for_event(cudaEvent_t event, std::chrono::seconds deadline, const std:
   }
 }
 
-// Makes `device` current for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    MP_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) MP_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 // Device memory of a GemmCuda for the forms that run kernels (packed
 // operands, the fp32 product, the bias gradient's partials): kept between
 // calls, grown in stream order (the calls of one GemmCuda are ordered).
@@ -603,7 +589,7 @@ GemmCuda::GemmCuda(int device, int64_t workspace_bytes) : impl_(std::make_unique
   impl_->api = &cublaslt();
   impl_->device = device;
   impl_->workspace_bytes = workspace_bytes;
-  const DeviceScope scope(device);
+  const CudaDeviceGuard scope(Device::cuda(device));
   cudaDeviceProp prop{};
   MP_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   impl_->identity = str(prop.name, ", sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs, cuBLASLt ",

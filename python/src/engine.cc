@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -113,25 +114,10 @@ class PyEngine {
   }
 
   StepResult step(nb::object model) {
-    auto m = make_python_model(std::move(model), spec_, device_, recomputed());
-    StepResult r;
-    {
-      nb::gil_scoped_release release;
-      r = engine().step(*m);
-    }
-    release_kept(*m);
-    return r;
+    return with_model(std::move(model), [&](Model& m) { return engine().step(m); });
   }
-
   double evaluate(nb::object model, int64_t first, int count) {
-    auto m = make_python_model(std::move(model), spec_, device_, recomputed());
-    double loss = 0;
-    {
-      nb::gil_scoped_release release;
-      loss = engine().evaluate(*m, first, count);
-    }
-    release_kept(*m);
-    return loss;
+    return with_model(std::move(model), [&](Model& m) { return engine().evaluate(m, first, count); });
   }
 
   // Note [Driving the engine] (runtime/engine.h). On the CPU the host's own
@@ -148,10 +134,7 @@ class PyEngine {
     }
     return view(t);
   }
-  void reshard(int u) {
-    nb::gil_scoped_release release;
-    engine().reshard(u);
-  }
+  void reshard(int u) { engine().reshard(u); }  // these four: without the GIL (call_guard below)
   bool unsharded(int u) { return engine().unsharded(u); }
   nb::object gradient_buffer(int u) {
     Tensor t;
@@ -162,17 +145,11 @@ class PyEngine {
     }
     return view(t);
   }
-  void reduce_gradients(int u) {
-    nb::gil_scoped_release release;
-    engine().reduce_gradients(u);
-  }
+  void reduce_gradients(int u) { engine().reduce_gradients(u); }
   void note_loss(double loss) { engine().note_loss(loss); }
   void set_lr(double lr) { engine().set_lr(lr); }
   double loss_scale() { return engine().loss_scale(); }
-  StepResult finish_step() {
-    nb::gil_scoped_release release;
-    return engine().finish_step();
-  }
+  StepResult finish_step() { return engine().finish_step(); }
   // The compute stream's cudaStream_t as an int; 0 on the CPU.
   uintptr_t compute_stream() {
 #if MP_WITH_CUDA
@@ -190,13 +167,9 @@ class PyEngine {
     return recomputed()[static_cast<size_t>(unit)];
   }
 
-  std::string save_checkpoint(const std::string& root) {
-    nb::gil_scoped_release release;
-    return mp::save_checkpoint(engine(), root).path;
-  }
-
+  // Without the GIL, as the four above.
+  std::string save_checkpoint(const std::string& root) { return mp::save_checkpoint(engine(), root).path; }
   int64_t load_checkpoint(const std::string& path) {
-    nb::gil_scoped_release release;
     return mp::load_checkpoint(engine(), resolve_checkpoint(path)).step();
   }
 
@@ -305,6 +278,18 @@ class PyEngine {
     const int n = engine().layout().num_units();
     if (u < 0 || u >= n) MP_THROW(ConfigError, "unit ", u, " out of range: the engine has ", n, " units");
   }
+  // Runs `f` on the host's model without the GIL; the model's kept objects go after.
+  template <class F, class R = std::invoke_result_t<F&, Model&>>
+  R with_model(nb::object model, F&& f) {
+    auto m = make_python_model(std::move(model), spec_, device_, recomputed());
+    R r;
+    {
+      nb::gil_scoped_release release;
+      r = f(*m);
+    }
+    release_kept(*m);
+    return r;
+  }
 
   ModelSpec spec_;
   proto::EngineConfig config_;  // as the engine runs it (host_config)
@@ -396,6 +381,7 @@ void bind_engine(nb::module_& m) {
                ", grad_norm=" + std::to_string(r.grad_norm) + ", skipped=" + (r.skipped ? "True" : "False") + ")";
       });
 
+  const auto kNoGil = nb::call_guard<nb::gil_scoped_release>();
   nb::class_<PyEngine>(m, "Engine",
                        "The sharded engine over every rank of mp.init()'s world. Collective: every rank "
                        "constructs it with the same units and config.")
@@ -406,15 +392,15 @@ void bind_engine(nb::module_& m) {
       .def("unshard", &PyEngine::unshard, nb::arg("unit"), nb::arg("backward") = false,
            "The unit's gathered parameters (param dtype, its padded elements) for its forward or backward; "
            "prefetches the next units. Collective.")
-      .def("reshard", &PyEngine::reshard, nb::arg("unit"), "The unit's gathered parameters are read no more.")
+      .def("reshard", &PyEngine::reshard, nb::arg("unit"), kNoGil, "The unit's gathered parameters are read no more.")
       .def("unsharded", &PyEngine::unsharded, nb::arg("unit"), "Whether the unit is unsharded (not resharded yet).")
       .def("gradient_buffer", &PyEngine::gradient_buffer, nb::arg("unit"),
            "Where this backward's gradients of the unit go (float32, or the param dtype with param_dtype_gradients "
            "where that goes on the wire as it is; the layout of unshard's array).")
-      .def("reduce_gradients", &PyEngine::reduce_gradients, nb::arg("unit"),
+      .def("reduce_gradients", &PyEngine::reduce_gradients, nb::arg("unit"), kNoGil,
            "The unit's gradient_buffer holds this backward's gradients: issues their reduction. Collective.")
       .def("note_loss", &PyEngine::note_loss, nb::arg("loss"), "A micro-batch's mean loss, for StepResult.loss.")
-      .def("finish_step", &PyEngine::finish_step,
+      .def("finish_step", &PyEngine::finish_step, kNoGil,
            "After engine.micro_batches backwards: statistics, clipping, skip decision, the fused update. "
            "Collective.")
       .def("set_lr", &PyEngine::set_lr, nb::arg("lr"),
@@ -427,9 +413,9 @@ void bind_engine(nb::module_& m) {
            "its input and recompute(unit, params) rebuilds the rest just before its backward.")
       .def("evaluate", &PyEngine::evaluate, nb::arg("model"), nb::arg("first"), nb::arg("count"),
            "The mean loss of `count` forward-only micro-batches per rank from index `first`. Collective.")
-      .def("save_checkpoint", &PyEngine::save_checkpoint, nb::arg("root"),
+      .def("save_checkpoint", &PyEngine::save_checkpoint, nb::arg("root"), kNoGil,
            "Saves ROOT/step_N atomically and points ROOT/latest at it; returns the directory. Collective.")
-      .def("load_checkpoint", &PyEngine::load_checkpoint, nb::arg("path"),
+      .def("load_checkpoint", &PyEngine::load_checkpoint, nb::arg("path"), kNoGil,
            "Loads a checkpoint directory or a root's latest, saved on any world size; returns its step "
            "(the steps it had run). Collective.")
       .def("set_weights", &PyEngine::set_weights, nb::arg("unit"), nb::arg("values"), nb::arg("root") = nb::none(),

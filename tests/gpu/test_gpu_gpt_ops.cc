@@ -26,6 +26,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/gpt_ops_cuda.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"

@@ -1,4 +1,4 @@
-// gpt_loss_and_grads (models/gpt.h): the GPT on flat buffers. float runs
+// gpt_loss_and_grads (tests/model_reference.h): the GPT on flat buffers. float runs
 // the model itself on the CPU; double is the tests' reference, the same
 // math as plain calls of the double loops of the CPU layer ops on
 // vectors, one activation per vector, nothing fused or chunked.
@@ -13,9 +13,10 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/loss.h"
-#include "kernels/cpu/matmul.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
+#include "tests/gpt_test_ops.h"
+#include "tests/model_reference.h"
 
 namespace mp {
 namespace {
