@@ -82,7 +82,8 @@ void wait_ready(int fd, short events, Clock::time_point deadline) {
 // One message (a header, then kInline's bytes) on a same-host channel.
 void channel_send(int fd, const ChannelMessage& m, const void* data, Clock::time_point deadline) {
   std::array<uint64_t, 4> head{m.slot, m.kind, m.address, m.bytes};
-  iovec iov[2] = {{head.data(), sizeof(head)}, {const_cast<void*>(data), m.kind == ChannelMessage::kInline ? m.bytes : 0}};
+  const size_t inline_bytes = m.kind == ChannelMessage::kInline ? m.bytes : 0;
+  iovec iov[2] = {{head.data(), sizeof(head)}, {const_cast<void*>(data), inline_bytes}};
   msghdr h{};
   h.msg_iov = iov;
   h.msg_iovlen = 2;
@@ -397,7 +398,8 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 int GlooCommunicator::same_host_channels() const {
-  return static_cast<int>(std::count_if(same_host_->channel.begin(), same_host_->channel.end(), [](int fd) { return fd >= 0; }));
+  const std::vector<int>& fds = same_host_->channel;
+  return static_cast<int>(std::count_if(fds.begin(), fds.end(), [](int fd) { return fd >= 0; }));
 }
 
 Work::Diagnose GlooCommunicator::diagnoser() const {

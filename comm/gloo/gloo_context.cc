@@ -185,7 +185,9 @@ std::vector<int> GlooContext::same_host_channels(int me, const std::vector<int>&
   std::string took(n, '0');
   for (size_t j = 0; j < static_cast<size_t>(me); ++j) {
     int theirs = -1;
-    if (all.at(j).size() == n * sizeof(int)) std::memcpy(&theirs, all[j].data() + static_cast<size_t>(me) * sizeof(int), sizeof(int));
+    if (all.at(j).size() == n * sizeof(int)) {
+      std::memcpy(&theirs, all[j].data() + static_cast<size_t>(me) * sizeof(int), sizeof(int));
+    }
     if (theirs < 0 || !paired(j)) continue;
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pids_.at(static_cast<size_t>(members[j])), 0));
     if (pidfd < 0) continue;
