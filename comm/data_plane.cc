@@ -33,6 +33,7 @@ std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> host
 #if MP_WITH_NCCL
   return NcclCommunicator::create(std::move(host), device, "world", options);
 #else
+  (void)host, (void)options;
   MP_THROW(ConfigError, "an engine on ", device, " without MPI needs NCCL, and this build has none");
 #endif
 }
