@@ -14,16 +14,6 @@ namespace mp {
 
 using layer::kChunk;
 
-namespace {
-// The mean of the rows' losses, summed in double in row order.
-template <class T>
-double mean_row_loss(const T* row_loss, int64_t rows) {
-  double total = 0.0;
-  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
-  return total / static_cast<double>(rows);
-}
-}  // namespace
-
 using layer::check_act;
 
 // ---- loss -----------------------------------------------------------------------
@@ -31,7 +21,9 @@ using layer::check_act;
 double gpt_mean_loss(const float* row_loss, int64_t rows) {
   ScopedOp op(OpFamily::kSoftmaxXent);
   MP_ENFORCE_GT(rows, 0, "mean loss of no rows");
-  return mean_row_loss(row_loss, rows);
+  double total = 0.0;  // in double, in row order
+  for (int64_t n = 0; n < rows; ++n) total += static_cast<double>(row_loss[n]);
+  return total / static_cast<double>(rows);
 }
 
 // ---- classifier -------------------------------------------------------------------
