@@ -299,11 +299,61 @@ void gpt_softmax_xent_rows(const float* logits, const int32_t* targets, int64_t 
                [&](int64_t n0, int64_t n1) { layer_loops().softmax_xent(a, n0, n1); });
 }
 
-#define MP_INSTANTIATE(T)                                                                                 \
-  template void gpt_gelu_forward<T>(const T*, int64_t, T*, int);                                          \
-  template void gpt_gelu_backward<T>(const T*, const T*, int64_t, T*, int);                               \
-  template void gpt_add<T>(const T*, const T*, int64_t, T*, int);                                         \
-  template double gpt_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*, T*, int);
+// ---- causal self-attention ------------------------------------------------------
+
+template <class T>
+void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att, T* out,
+                           int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const AttentionLoopArgs<T> a{qkv, nullptr, nullptr, seq, channels, heads, att, out, nullptr, nullptr};
+  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_forward(a, p0, p1); });
+}
+
+template <class T>
+void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t heads, T* scratch, T* dqkv, int threads) {
+  ScopedOp op(OpFamily::kAttention);
+  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
+  const AttentionLoopArgs<T> a{qkv, att, dout, seq, channels, heads, nullptr, nullptr, scratch, dqkv};
+  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads, 1),
+               [&](int64_t p0, int64_t p1) { loops<T>().attention_backward(a, p0, p1); });
+}
+
+// ---- layernorm ----------------------------------------------------------------
+
+template <class T>
+void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean, T* rstd,
+                           int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  const LayerNormLoopArgs<T> a{x, w, b, channels, out, mean, rstd};
+  parallel_for(rows, threads, part_align(3 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_forward(a, n0, n1); });
+}
+
+template <class T>
+void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
+                            int64_t channels, T* dx, T* dw, T* db, int threads) {
+  ScopedOp op(OpFamily::kLayerNorm);
+  const LayerNormGradLoopArgs<T> a{dout, x, w, mean, rstd, rows, channels, dx, dw, db};
+  parallel_for(rows, threads, part_align(4 * channels, 1),
+               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_grad_input(a, n0, n1); });
+  parallel_for(channels, threads, part_align(2 * rows, 8),
+               [&](int64_t c0, int64_t c1) { loops<T>().layernorm_grad_params(a, c0, c1); });
+}
+
+#define MP_INSTANTIATE(T)                                                                                             \
+  template void gpt_gelu_forward<T>(const T*, int64_t, T*, int);                                                      \
+  template void gpt_gelu_backward<T>(const T*, const T*, int64_t, T*, int);                                           \
+  template void gpt_add<T>(const T*, const T*, int64_t, T*, int);                                                     \
+  template double gpt_softmax_xent<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*, T*, int);              \
+  template void gpt_attention_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, int);                  \
+  template void gpt_attention_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*, T*,   \
+                                          int);                                                                       \
+  template void gpt_layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, T*, T*, T*, int);            \
+  template void gpt_layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, T*, T*, \
+                                          T*, int);
 
 MP_INSTANTIATE(float)
 MP_INSTANTIATE(double)

@@ -1,7 +1,8 @@
 // tests/gpt_test_ops.h: the GPT's layer ops on the CPU that only the tests call (the models run kernels/nn/ over
-// kernels/cpu/ and kernels/cuda/): the Conv1D matmul, the tied head and their GEMMs, GELU, the residual add and the
-// cross-entropy loss. Templates over T (the double path keeps the plain loops: the reference the float path is tested
-// against); the GEMMs' float path on oneDNN (gemm_cpu, kernels/cpu/gemm.h) with fp32 or bf16 inputs.
+// kernels/cpu/ and kernels/cuda/): the Conv1D matmul, the tied head and their GEMMs, GELU, the residual add,
+// attention and LayerNorm on plain arrays, and the cross-entropy loss. Templates over T (the double path keeps the
+// plain loops: the reference the float path is tested against); the GEMMs' float path on oneDNN (gemm_cpu,
+// kernels/cpu/gemm.h) with fp32 or bf16 inputs.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,34 @@ void gpt_gelu_backward(const T* x, const T* dout, int64_t n, T* dx, int threads)
 // out = a + b elementwise; out may alias a or b.
 template <class T>
 void gpt_add(const T* a, const T* b, int64_t n, T* out, int threads);
+
+// ---- causal self-attention ------------------------------------------------------
+// qkv [rows, 3 channels]: row n holds q | k | v, head h at columns
+// h * head_dim .. of each third (head_dim = channels / heads). att [batch,
+// heads, seq, seq] := the softmax probabilities, softmax(q k^T / sqrt(head_dim))
+// over keys t2 <= t (zero above the diagonal); out [rows, channels] :=
+// att v, heads side by side.
+template <class T>
+void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att, T* out,
+                           int threads);
+
+// Overwrites dqkv [rows, 3 channels]. scratch: batch * heads * seq elements.
+template <class T>
+void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t heads, T* scratch, T* dqkv, int threads);
+
+// ---- layernorm ----------------------------------------------------------------
+// out = (x - mean) * rstd * w + b per row, rstd = 1 / sqrt(var + eps) with the
+// biased variance; mean and rstd ([rows]) are saved for the backward.
+template <class T>
+void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean, T* rstd,
+                           int threads);
+
+// Accumulates the input gradient into dx (dx += d loss / d x); overwrites dw
+// and db.
+template <class T>
+void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
+                            int64_t channels, T* dx, T* dw, T* db, int threads);
 
 // ---- loss -----------------------------------------------------------------------
 // Mean over rows of the cross-entropy of softmax(logits[n, 0 .. vocab)) at

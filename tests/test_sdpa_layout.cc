@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/sdpa_layout.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/test_util.h"
 
 namespace mp {

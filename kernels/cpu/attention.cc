@@ -10,30 +10,7 @@
 namespace mp {
 
 using layer::check_act;
-using layer::loops;
 using layer::part_align;
-
-// ---- causal self-attention ------------------------------------------------------
-
-template <class T>
-void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att, T* out,
-                           int threads) {
-  ScopedOp op(OpFamily::kAttention);
-  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
-  const AttentionLoopArgs<T> a{qkv, nullptr, nullptr, seq, channels, heads, att, out, nullptr, nullptr};
-  parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads, 1),
-               [&](int64_t p0, int64_t p1) { loops<T>().attention_forward(a, p0, p1); });
-}
-
-template <class T>
-void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t heads, T* scratch, T* dqkv, int threads) {
-  ScopedOp op(OpFamily::kAttention);
-  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
-  const AttentionLoopArgs<T> a{qkv, att, dout, seq, channels, heads, nullptr, nullptr, scratch, dqkv};
-  parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads, 1),
-               [&](int64_t p0, int64_t p1) { loops<T>().attention_backward(a, p0, p1); });
-}
 
 // ---- causal self-attention ----------------------------------------------------------
 
@@ -97,14 +74,5 @@ void gpt_attention_backward(Act qkv, const float* att, Act dout, int64_t batch, 
   parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads),
                [&](int64_t p0, int64_t p1) { layer_loops().attention_backward(a, p0, p1); });
 }
-
-#define MP_INSTANTIATE(T)                                                                                           \
-  template void gpt_attention_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, int);                \
-  template void gpt_attention_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*, T*, \
-                                          int);
-
-MP_INSTANTIATE(float)
-MP_INSTANTIATE(double)
-#undef MP_INSTANTIATE
 
 }  // namespace mp

@@ -1,5 +1,6 @@
 // kernels/cpu/attention.h: causal self-attention on the CPU (Note [Layer ops on the CPU] in
-// kernels/cpu/layer_parts.h): the template over T, and the form on activations that may hold bf16 (kernels/act.h).
+// kernels/cpu/layer_parts.h) on activations that may hold bf16 (kernels/act.h); the template over T the tests
+// call is in tests/gpt_test_ops.h.
 #pragma once
 
 #include <cstdint>
@@ -8,21 +9,6 @@
 #include "kernels/act.h"
 
 namespace mp {
-
-// ---- causal self-attention ------------------------------------------------------
-// qkv [rows, 3 channels]: row n holds q | k | v, head h at columns
-// h * head_dim .. of each third (head_dim = channels / heads). att [batch,
-// heads, seq, seq] := the softmax probabilities, softmax(q k^T / sqrt(head_dim))
-// over keys t2 <= t (zero above the diagonal); out [rows, channels] :=
-// att v, heads side by side.
-template <class T>
-void gpt_attention_forward(const T* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads, T* att, T* out,
-                           int threads);
-
-// Overwrites dqkv [rows, 3 channels]. scratch: batch * heads * seq elements.
-template <class T>
-void gpt_attention_backward(const T* qkv, const T* att, const T* dout, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t heads, T* scratch, T* dqkv, int threads);
 
 // ---- causal self-attention ----------------------------------------------------------
 // The layouts of gpt_attention_forward above: qkv [rows,

@@ -4,9 +4,9 @@
 // this CPU and the activations' widening and rounding.
 //
 // Note [Layer ops on the CPU]
-// Each op is written once as a template over the scalar T: float for the
-// model, double for the float64 reference the tests compare against (both
-// instantiated in its .cc). The float path's GEMMs (the matmul and tied-head
+// Each op's loops are written once as a template over the scalar T: float
+// for the model, double for the float64 reference the tests compare against
+// (the ops on plain T arrays the tests call are tests/gpt_test_ops.h). The float path's GEMMs (the matmul and tied-head
 // ops) run on oneDNN through gemm_cpu (kernels/cpu/gemm.h), with fp32 or
 // bf16 inputs; the double path keeps the plain loops.
 //

@@ -10,30 +10,7 @@
 namespace mp {
 
 using layer::check_act;
-using layer::loops;
 using layer::part_align;
-
-// ---- layernorm ----------------------------------------------------------------
-
-template <class T>
-void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean, T* rstd,
-                           int threads) {
-  ScopedOp op(OpFamily::kLayerNorm);
-  const LayerNormLoopArgs<T> a{x, w, b, channels, out, mean, rstd};
-  parallel_for(rows, threads, part_align(3 * channels, 1),
-               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_forward(a, n0, n1); });
-}
-
-template <class T>
-void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
-                            int64_t channels, T* dx, T* dw, T* db, int threads) {
-  ScopedOp op(OpFamily::kLayerNorm);
-  const LayerNormGradLoopArgs<T> a{dout, x, w, mean, rstd, rows, channels, dx, dw, db};
-  parallel_for(rows, threads, part_align(4 * channels, 1),
-               [&](int64_t n0, int64_t n1) { loops<T>().layernorm_grad_input(a, n0, n1); });
-  parallel_for(channels, threads, part_align(2 * rows, 8),
-               [&](int64_t c0, int64_t c1) { loops<T>().layernorm_grad_params(a, c0, c1); });
-}
 
 // ---- layernorm -------------------------------------------------------------------
 
@@ -85,14 +62,5 @@ void gpt_layernorm_backward(Act dout, const float* x, const float* w, const floa
   parallel_for(channels, threads, part_align(2 * rows, 8),
                [&](int64_t c0, int64_t c1) { layer_loops().layernorm_grad_params(a, c0, c1); });
 }
-
-#define MP_INSTANTIATE(T)                                                                                             \
-  template void gpt_layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, T*, T*, T*, int);            \
-  template void gpt_layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t, T*, T*, \
-                                          T*, int);
-
-MP_INSTANTIATE(float)
-MP_INSTANTIATE(double)
-#undef MP_INSTANTIATE
 
 }  // namespace mp

@@ -1,5 +1,6 @@
 // kernels/cpu/layernorm.h: LayerNorm on the CPU (Note [Layer ops on the CPU] in
-// kernels/cpu/layer_parts.h): the template over T, and the form on activations that may hold bf16 (kernels/act.h).
+// kernels/cpu/layer_parts.h) on activations that may hold bf16 (kernels/act.h); the template over T the tests
+// call is in tests/gpt_test_ops.h.
 #pragma once
 
 #include <cstdint>
@@ -11,19 +12,6 @@
 namespace mp {
 
 inline constexpr double kGptLayerNormEps = math::kGptLayerNormEps;
-
-// ---- layernorm ----------------------------------------------------------------
-// out = (x - mean) * rstd * w + b per row, rstd = 1 / sqrt(var + eps) with the
-// biased variance; mean and rstd ([rows]) are saved for the backward.
-template <class T>
-void gpt_layernorm_forward(const T* x, const T* w, const T* b, int64_t rows, int64_t channels, T* out, T* mean, T* rstd,
-                           int threads);
-
-// Accumulates the input gradient into dx (dx += d loss / d x); overwrites dw
-// and db.
-template <class T>
-void gpt_layernorm_backward(const T* dout, const T* x, const T* w, const T* mean, const T* rstd, int64_t rows,
-                            int64_t channels, T* dx, T* dw, T* db, int threads);
 
 // ---- layernorm -------------------------------------------------------------------
 int64_t gpt_layernorm_act_scratch_elements(int64_t rows, int64_t channels);

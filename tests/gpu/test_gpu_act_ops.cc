@@ -26,6 +26,7 @@
 #include "kernels/cuda/cast_cuda.h"
 #include "kernels/cuda/classifier_cuda.h"
 #include "kernels/cuda/layernorm_cuda.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"

@@ -22,6 +22,7 @@
 #include "kernels/convert_math.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention_cudnn.h"
+#include "tests/gpt_test_ops.h"
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/test_util.h"
