@@ -7,9 +7,11 @@ namespace mp {
 
 using comm_detail::ChunkSplit;
 
-HostCommunicator::HostCommunicator(std::string name, CommOptions options, uint64_t id)
+HostCommunicator::HostCommunicator(std::string name, CommOptions options, uint64_t id,
+                                   std::shared_ptr<PeerMonitor> monitor)
     : Communicator(std::move(name), options),
       id_(id),
+      monitor_(std::move(monitor)),
       progress_(std::make_shared<CommProgress>()),
       stream_("comm:" + this->name(), StreamOptions{.inherits_failures = false}) {}
 
@@ -36,6 +38,21 @@ WorkPtr HostCommunicator::fence(const std::string& what) {
 
 uint64_t HostCommunicator::child_id(int color) {
   return comm_detail::mix(comm_detail::mix(id_, ++splits_), static_cast<uint64_t>(color));
+}
+
+Work::Diagnose HostCommunicator::diagnoser() const {
+  return [monitor = monitor_, id = id_, members = members_,
+          reply = options().diagnose_timeout](const CollectiveInfo& info) {
+    return monitor->diagnose(id, info.sequence, members, reply);
+  };
+}
+
+Work::Diagnose HostCommunicator::watch(std::shared_ptr<CommProgress> progress) {
+  const uint64_t id = child_id(-1);
+  monitor_->register_comm(id, std::move(progress));
+  std::shared_ptr<void> watched(nullptr, [monitor = monitor_, id](void*) { monitor->unregister_comm(id); });
+  return [monitor = monitor_, id, members = members_, reply = options().diagnose_timeout,
+          watched](const CollectiveInfo& info) { return monitor->diagnose(id, info.sequence, members, reply); };
 }
 
 WorkPtr HostCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {

@@ -30,9 +30,11 @@ class HostCommunicator : public Communicator {
   Device device() const override { return Device::cpu(); }
   Stream& stream() override { return stream_; }
   WorkPtr fence(const std::string& what) override;
+  // Under an id of a lineage that no split's child has (their colors are >= 0).
+  Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
  protected:
-  HostCommunicator(std::string name, CommOptions options, uint64_t id);
+  HostCommunicator(std::string name, CommOptions options, uint64_t id, std::shared_ptr<PeerMonitor> monitor);
 
   WorkPtr do_all_gather(const Tensor& input, const Tensor& output, bool in_place) override;
   WorkPtr do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& options,
@@ -45,10 +47,10 @@ class HostCommunicator : public Communicator {
   WorkPtr issue(CollectiveInfo info, std::function<void(const CollectiveInfo&)> body);
   // The id of the child of this communicator's next split with `color`.
   uint64_t child_id(int color);
+  // Who timed out: the peer monitor's answer.
+  Work::Diagnose diagnoser() const;
 
-  // The backend's pieces, on the communication thread. Who timed out: the
-  // peer monitor's answer.
-  virtual Work::Diagnose diagnoser() const = 0;
+  // The backend's pieces, on the communication thread.
   // Every rank's fingerprint (4 words each, in rank order) into `all`.
   virtual void gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,
                                    std::vector<int64_t>& all) = 0;
@@ -66,6 +68,8 @@ class HostCommunicator : public Communicator {
   uint64_t id_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> members_;  // member -> world rank
+  std::shared_ptr<PeerMonitor> monitor_;
   std::shared_ptr<CommProgress> progress_;
   uint64_t splits_ = 0;
   Allocator allocator_;

@@ -4,6 +4,29 @@
 #include <sstream>
 #include <utility>
 
+namespace mp {
+
+void PeerMonitor::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comms_[id] = std::move(progress);
+}
+
+void PeerMonitor::unregister_comm(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comms_.erase(id);
+}
+
+void PeerMonitor::progress_of(uint64_t id, uint64_t* words) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = comms_.find(id); it != comms_.end()) {
+    words[0] = 1;
+    words[1] = it->second->issued.load();
+    words[2] = it->second->started.load();
+  }
+}
+
+}  // namespace mp
+
 namespace mp::comm_detail {
 
 std::string describe_peers(const std::vector<PeerAnswer>& peers, uint64_t sequence, const std::string& here,

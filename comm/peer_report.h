@@ -1,10 +1,14 @@
-// comm/peer_report.h: the text of Note [Peer monitor] (comm/mpi/mpi_context.h)
-// once the answers are in, whichever transport asked. Internal to comm/.
+// comm/peer_report.h: Note [Peer monitor] (comm/mpi/mpi_context.h), whichever
+// transport asks: the progress it answers with, and its text once the
+// answers are in. Internal to comm/.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,31 @@ namespace mp {
 struct CommProgress {
   std::atomic<uint64_t> issued{0};   // last sequence number issued by the host
   std::atomic<uint64_t> started{0};  // last sequence number its comm thread started
+};
+
+// What every transport's peer monitor keeps: this process's communicators'
+// progress by id, which its responder answers with, and the question to the
+// other members (the transport's).
+class PeerMonitor {
+ public:
+  virtual ~PeerMonitor() = default;
+
+  void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
+  void unregister_comm(uint64_t id);
+  // Asks each world rank in `members` (except this one) for its progress on
+  // communicator `id`, and describes those not at `sequence` yet, each with
+  // its host; a host none of whose ranks answered is named unreachable.
+  virtual std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
+                               std::chrono::milliseconds reply_timeout) = 0;
+
+ protected:
+  // A reply's words {known (0/1), issued, started} for communicator `id`;
+  // untouched (the caller's zeros) for an id this process does not have.
+  void progress_of(uint64_t id, uint64_t* words);
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;
 };
 
 }  // namespace mp

@@ -364,10 +364,8 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::create_world(std::shared_ptr
 GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooContext> ctx, std::shared_ptr<gloo::transport::Context> gloo,
                                    std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
                                    CommOptions options)
-    : HostCommunicator(std::move(name), options, id),
-      ctx_(std::move(ctx)),
-      gloo_(std::move(gloo)),
-      members_(std::move(members)) {
+    : HostCommunicator(std::move(name), options, id, ctx), ctx_(std::move(ctx)), gloo_(std::move(gloo)) {
+  members_ = std::move(members);
   rank_ = gloo_->rank;
   size_ = gloo_->size;
   same_host_ = std::make_shared<GlooSameHost>();
@@ -400,22 +398,6 @@ GlooCommunicator::~GlooCommunicator() {
 int GlooCommunicator::same_host_channels() const {
   const std::vector<int>& fds = same_host_->channel;
   return static_cast<int>(std::count_if(fds.begin(), fds.end(), [](int fd) { return fd >= 0; }));
-}
-
-Work::Diagnose GlooCommunicator::diagnoser() const {
-  return [ctx = ctx_, id = id_, members = members_, reply = options().diagnose_timeout](const CollectiveInfo& info) {
-    return ctx->diagnose(id, info.sequence, members, reply);
-  };
-}
-
-// Under an id of a lineage that no split's child has (their colors are >= 0).
-Work::Diagnose GlooCommunicator::watch(std::shared_ptr<CommProgress> progress) {
-  const uint64_t id = child_id(-1);
-  ctx_->register_comm(id, std::move(progress));
-  std::shared_ptr<void> watched(nullptr, [ctx = ctx_, id](void*) { ctx->unregister_comm(id); });
-  return [ctx = ctx_, id, members = members_, reply = options().diagnose_timeout, watched](const CollectiveInfo& info) {
-    return ctx->diagnose(id, info.sequence, members, reply);
-  };
 }
 
 void GlooCommunicator::gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,

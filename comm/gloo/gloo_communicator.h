@@ -50,7 +50,6 @@ class GlooCommunicator final : public HostCommunicator {
   }
   // With options of its own (an engine's timeout).
   std::unique_ptr<GlooCommunicator> split(int color, int key, const std::string& name, const CommOptions& options);
-  Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
   // Note [Same-host transfers]: the members this rank messages over a
   // same-host channel rather than Gloo.
@@ -68,7 +67,6 @@ class GlooCommunicator final : public HostCommunicator {
                    std::vector<int> members, std::vector<int> channels, uint64_t id, std::string name,
                    CommOptions options);
 
-  Work::Diagnose diagnoser() const override;
   void gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,
                            std::vector<int64_t>& all) override;
   // On the communication thread: the exchange primitives of one collective.
@@ -83,7 +81,6 @@ class GlooCommunicator final : public HostCommunicator {
 
   std::shared_ptr<GlooContext> ctx_;
   std::shared_ptr<gloo::transport::Context> gloo_;
-  std::vector<int> members_;  // member -> world rank
   std::shared_ptr<GlooSameHost> same_host_;
 };
 

@@ -206,16 +206,6 @@ std::vector<int> GlooContext::same_host_channels(int me, const std::vector<int>&
   return fds;
 }
 
-void GlooContext::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_[id] = std::move(progress);
-}
-
-void GlooContext::unregister_comm(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_.erase(id);
-}
-
 // Query: {comm id, nonce}. Reply, on kReplySlot + nonce: {nonce, known (0/1), issued, started}.
 void GlooContext::respond_loop() {
   std::vector<int> others;
@@ -237,14 +227,7 @@ void GlooContext::respond_loop() {
       int from = -1;
       if (!query_->waitRecv(&from, kForever)) return;  // aborted: the context is closing
       reply = {query[1], 0, 0, 0};
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (auto it = comms_.find(query[0]); it != comms_.end()) {
-          reply[1] = 1;
-          reply[2] = it->second->issued.load();
-          reply[3] = it->second->started.load();
-        }
-      }
+      progress_of(query[0], &reply[1]);
       answer_->send(from, kReplySlot + (query[1] & 0xffffffffu));
       answer_->waitSend(kForever);  // the asker has posted its receive
     }

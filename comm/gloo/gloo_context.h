@@ -38,7 +38,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,7 +57,7 @@ namespace mp {
 
 constexpr size_t kSameHostMinBytes = size_t{64} << 10;
 
-class GlooContext {
+class GlooContext final : public PeerMonitor {
  public:
   // Collective over the `size` processes that meet in `store`: each binds
   // its TCP device to `host` (an address the others reach; GLOO_SOCKET_IFNAME
@@ -66,7 +65,7 @@ class GlooContext {
   // `timeout`.
   GlooContext(std::shared_ptr<KeyValueStore> store, int rank, int size, const std::string& host,
               std::chrono::milliseconds timeout);
-  ~GlooContext();
+  ~GlooContext() override;
   GlooContext(const GlooContext&) = delete;
   GlooContext& operator=(const GlooContext&) = delete;
 
@@ -95,12 +94,10 @@ class GlooContext {
   // channel: the member is this one, on another host, or unreadable).
   std::vector<int> same_host_channels(int me, const std::vector<int>& members, const Gather& gather);
 
-  void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
-  void unregister_comm(uint64_t id);
   // Note [Gloo peer monitor]: asks every other member where it is on
   // communicator `id` and describes those not at `sequence`.
   std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
-                       std::chrono::milliseconds reply_timeout);
+                       std::chrono::milliseconds reply_timeout) override;
 
  private:
   void respond_loop();
@@ -114,8 +111,6 @@ class GlooContext {
   std::vector<std::string> readable_;  // [reader][owner]: '1' where the probe read owner's memory
   uint64_t probe_ = 0;                 // the word the others read
   std::shared_ptr<gloo::transport::Context> monitor_;
-  std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;
   std::mutex diagnose_mu_;
   uint64_t nonce_ = 0;
   std::vector<std::shared_ptr<void>> kept_;  // buffers a transfer may still write (guarded by diagnose_mu_)

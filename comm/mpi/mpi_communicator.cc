@@ -59,7 +59,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(const std::string
 
 MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id,
                                  std::string name, CommOptions options)
-    : HostCommunicator(std::move(name), options, id), ctx_(std::move(ctx)), comm_(comm) {
+    : HostCommunicator(std::move(name), options, id, ctx), ctx_(std::move(ctx)), comm_(comm) {
   MP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MP_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MP_CHECK_MPI(MPI_Comm_size(comm_, &size_));
@@ -68,8 +68,8 @@ MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm,
   MP_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
   std::vector<int> members(size_);
   for (int i = 0; i < size_; ++i) members[i] = i;
-  world_ranks_.resize(size_);
-  MP_CHECK_MPI(MPI_Group_translate_ranks(group, size_, members.data(), world, world_ranks_.data()));
+  members_.resize(size_);
+  MP_CHECK_MPI(MPI_Group_translate_ranks(group, size_, members.data(), world, members_.data()));
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   ctx_->register_comm(id_, progress_);
@@ -87,23 +87,6 @@ MpiCommunicator::~MpiCommunicator() {
   }
   ctx_->unregister_comm(id_);
   MPI_Comm_free(&comm_);
-}
-
-Work::Diagnose MpiCommunicator::diagnoser() const {
-  return [ctx = ctx_, id = id_, members = world_ranks_,
-          reply = options().diagnose_timeout](const CollectiveInfo& info) {
-    return ctx->diagnose(id, info.sequence, members, reply);
-  };
-}
-
-// Under an id of a lineage that no split's child has (their colors are >= 0).
-Work::Diagnose MpiCommunicator::watch(std::shared_ptr<CommProgress> progress) {
-  const uint64_t id = child_id(-1);
-  ctx_->register_comm(id, std::move(progress));
-  std::shared_ptr<void> watched(nullptr, [ctx = ctx_, id](void*) { ctx->unregister_comm(id); });
-  return [ctx = ctx_, id, members = world_ranks_, reply = options().diagnose_timeout, watched](const CollectiveInfo& info) {
-    return ctx->diagnose(id, info.sequence, members, reply);
-  };
 }
 
 void MpiCommunicator::gather_fingerprints(const CollectiveInfo&, const std::array<int64_t, 4>& mine,

@@ -28,7 +28,6 @@ class MpiCommunicator final : public HostCommunicator {
 
   WorkPtr barrier() override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
-  Work::Diagnose watch(std::shared_ptr<CommProgress> progress) override;
 
  protected:
   WorkPtr do_broadcast(const Tensor& tensor, int root) override;
@@ -43,7 +42,6 @@ class MpiCommunicator final : public HostCommunicator {
   MpiCommunicator(std::shared_ptr<MpiContext> ctx, MPI_Comm comm, uint64_t id, std::string name,
                   CommOptions options);
 
-  Work::Diagnose diagnoser() const override;
   void gather_fingerprints(const CollectiveInfo& info, const std::array<int64_t, 4>& mine,
                            std::vector<int64_t>& all) override;
   // Note [Chunked reduction] (comm/chunked_reduction.h) over MPI (kWire:
@@ -56,7 +54,6 @@ class MpiCommunicator final : public HostCommunicator {
 
   std::shared_ptr<MpiContext> ctx_;
   MPI_Comm comm_;  // owned; used only on the communication thread after construction
-  std::vector<int> world_ranks_;  // member -> MPI_COMM_WORLD rank
 };
 
 }  // namespace mp

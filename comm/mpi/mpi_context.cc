@@ -52,16 +52,6 @@ MpiContext::~MpiContext() {
   MPI_Comm_free(&side_);
 }
 
-void MpiContext::register_comm(uint64_t id, std::shared_ptr<CommProgress> progress) {
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_[id] = std::move(progress);
-}
-
-void MpiContext::unregister_comm(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_.erase(id);
-}
-
 // Query: {comm id, nonce}. Reply: {nonce, known (0/1), issued, started}.
 void MpiContext::respond_loop() {
   uint64_t query[2] = {};
@@ -76,15 +66,7 @@ void MpiContext::respond_loop() {
       continue;
     }
     uint64_t reply[4] = {query[1], 0, 0, 0};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = comms_.find(query[0]);
-      if (it != comms_.end()) {
-        reply[1] = 1;
-        reply[2] = it->second->issued.load();
-        reply[3] = it->second->started.load();
-      }
-    }
+    progress_of(query[0], reply + 1);
     // Four words go eagerly: this does not wait for the asker.
     MPI_Send(reply, 4, MPI_UINT64_T, status.MPI_SOURCE, kReplyTag, side_);
     MPI_Irecv(query, 2, MPI_UINT64_T, MPI_ANY_SOURCE, kQueryTag, side_, &req);

@@ -19,7 +19,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,22 +34,16 @@ namespace mp {
 // `comm`.
 std::vector<std::string> gather_processor_names(MPI_Comm comm);
 
-class MpiContext {
+class MpiContext final : public PeerMonitor {
  public:
   // Collective over MPI_COMM_WORLD (duplicates it for the side channel).
   MpiContext();
-  ~MpiContext();
+  ~MpiContext() override;
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;
 
-  void register_comm(uint64_t id, std::shared_ptr<CommProgress> progress);
-  void unregister_comm(uint64_t id);
-
-  // Asks each world rank in `members` (except this one) for its progress on
-  // communicator `id`, and describes those not at `sequence` yet, each with
-  // its host; a host none of whose ranks answered is named unreachable.
   std::string diagnose(uint64_t id, uint64_t sequence, const std::vector<int>& members,
-                       std::chrono::milliseconds reply_timeout);
+                       std::chrono::milliseconds reply_timeout) override;
 
  private:
   void respond_loop();
@@ -60,8 +53,6 @@ class MpiContext {
   std::vector<std::string> hosts_;  // of every world rank (MPI_Get_processor_name)
   MPI_Comm side_ = MPI_COMM_NULL;
 
-  std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<CommProgress>> comms_;
   std::mutex diagnose_mu_;  // one diagnosis at a time per process
   uint64_t nonce_ = 0;
   std::atomic<bool> stop_{false};
