@@ -265,43 +265,44 @@ WorkPtr StagedMpiCommunicator::stage(const char* op, size_t staging_bytes, const
 
 // ---- the collectives: the inner collective on host views of the staging buffer ------
 
-WorkPtr StagedMpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
-  const int64_t n = input.numel();
-  // In place, the input is rank r's slice of the output on the host too.
-  const size_t at = second_region(output.size_bytes());
-  return stage("all_gather", in_place ? output.size_bytes() : at + input.size_bytes(), [&](char* base) {
-    const Tensor out = host_view(base, 0, output.dtype(), output.numel());
-    const Tensor in = in_place ? out.flat(rank() * n, n) : host_view(base, at, input.dtype(), n);
+// The input and the output on the staging buffer, `whole` (the one that
+// holds the other when in place) first and the other after it or, in place,
+// inside it where it is on the device: the inner backend sees the same
+// aliasing.
+WorkPtr StagedMpiCommunicator::stage_pair(const char* op, const Tensor& input, const Tensor& output, bool in_place,
+                                          const std::function<WorkPtr(const Tensor&, const Tensor&)>& run,
+                                          bool output_whole) {
+  const Tensor& whole = output_whole ? output : input;
+  const Tensor& part = output_whole ? input : output;
+  const size_t at = in_place ? static_cast<size_t>(static_cast<const char*>(part.data()) -
+                                                   static_cast<const char*>(whole.data()))
+                             : second_region(whole.size_bytes());
+  return stage(op, in_place ? whole.size_bytes() : at + part.size_bytes(), [&](char* base) {
+    const Tensor w = host_view(base, 0, whole.dtype(), whole.numel());
+    const Tensor p = host_view(base, at, part.dtype(), part.numel());
+    const Tensor& in = output_whole ? p : w;
+    const Tensor& out = output_whole ? w : p;
     return Plan{{{in.data(), input.data(), input.size_bytes()}},
-                [this, in, out] { return inner_->all_gather(in, out); },
+                [run, in, out] { return run(in, out); },
                 {{output.data(), out.data(), output.size_bytes()}}};
   });
+}
+
+WorkPtr StagedMpiCommunicator::do_all_gather(const Tensor& input, const Tensor& output, bool in_place) {
+  return stage_pair("all_gather", input, output, in_place,
+                    [this](const Tensor& in, const Tensor& out) { return inner_->all_gather(in, out); }, true);
 }
 
 WorkPtr StagedMpiCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                                  bool in_place) {
-  const int64_t n = output.numel();
-  const size_t at = second_region(input.size_bytes());
-  return stage("reduce_scatter", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
-    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
-    const Tensor out = in_place ? in.flat(rank() * n, n) : host_view(base, at, output.dtype(), n);
-    return Plan{{{in.data(), input.data(), input.size_bytes()}},
-                [this, in, out, o] { return inner_->reduce_scatter(in, out, o); },
-                {{output.data(), out.data(), output.size_bytes()}}};
-  });
+  return stage_pair("reduce_scatter", input, output, in_place,
+                    [this, o](const Tensor& in, const Tensor& out) { return inner_->reduce_scatter(in, out, o); });
 }
 
 WorkPtr StagedMpiCommunicator::do_all_reduce(const Tensor& input, const Tensor& output, const ReduceOptions& o,
                                              bool in_place) {
-  const int64_t n = input.numel();
-  const size_t at = second_region(input.size_bytes());
-  return stage("all_reduce", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
-    const Tensor in = host_view(base, 0, input.dtype(), n);
-    const Tensor out = in_place ? in : host_view(base, at, output.dtype(), n);
-    return Plan{{{in.data(), input.data(), input.size_bytes()}},
-                [this, in, out, o] { return inner_->all_reduce(in, out, o); },
-                {{output.data(), out.data(), output.size_bytes()}}};
-  });
+  return stage_pair("all_reduce", input, output, in_place,
+                    [this, o](const Tensor& in, const Tensor& out) { return inner_->all_reduce(in, out, o); });
 }
 
 WorkPtr StagedMpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
@@ -319,27 +320,15 @@ WorkPtr StagedMpiCommunicator::do_broadcast(const Tensor& tensor, int root) {
 }
 
 WorkPtr StagedMpiCommunicator::do_all_to_all(const Tensor& input, const Tensor& output, bool in_place) {
-  const size_t at = second_region(input.size_bytes());
-  return stage("all_to_all", in_place ? input.size_bytes() : at + output.size_bytes(), [&](char* base) {
-    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
-    const Tensor out = in_place ? in : host_view(base, at, output.dtype(), output.numel());
-    return Plan{{{in.data(), input.data(), input.size_bytes()}},
-                [this, in, out] { return inner_->all_to_all(in, out); },
-                {{output.data(), out.data(), output.size_bytes()}}};
-  });
+  return stage_pair("all_to_all", input, output, in_place,
+                    [this](const Tensor& in, const Tensor& out) { return inner_->all_to_all(in, out); });
 }
 
 WorkPtr StagedMpiCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
                                                 const Tensor& output, const std::vector<int64_t>& recv_counts) {
-  const size_t at = second_region(input.size_bytes());
-  return stage("all_to_all_v", at + output.size_bytes(), [&](char* base) {
-    const Tensor in = host_view(base, 0, input.dtype(), input.numel());
-    const Tensor out = host_view(base, at, output.dtype(), output.numel());
-    return Plan{{{in.data(), input.data(), input.size_bytes()}},
-                [this, in, out, send_counts, recv_counts] {
-                  return inner_->all_to_all_v(in, send_counts, out, recv_counts);
-                },
-                {{output.data(), out.data(), output.size_bytes()}}};
+  return stage_pair("all_to_all_v", input, output, false, [this, send_counts, recv_counts](const Tensor& in,
+                                                                                        const Tensor& out) {
+    return inner_->all_to_all_v(in, send_counts, out, recv_counts);
   });
 }
 

@@ -199,6 +199,10 @@ class StagedMpiCommunicator final : public Communicator {
   // staging needs `staging_bytes`; `plan` lays it out on the staging
   // buffer (its start given).
   WorkPtr stage(const char* op, size_t staging_bytes, const std::function<Plan(char*)>& plan);
+  // stage() of a collective from `input` to `output`: copies input down,
+  // `run` on their host views, copies output up.
+  WorkPtr stage_pair(const char* op, const Tensor& input, const Tensor& output, bool in_place,
+                     const std::function<WorkPtr(const Tensor&, const Tensor&)>& run, bool output_whole = false);
   // Rethrows the first failure of a collective's MPI part.
   void rethrow_failure() const;
   // Makes the staging buffer hold at least `bytes`; returns its start.
