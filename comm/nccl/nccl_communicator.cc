@@ -351,52 +351,45 @@ WorkPtr NcclCommunicator::do_all_to_all(const Tensor& input, const Tensor& outpu
   return issue({"all_to_all", 0, input.dtype(), n}, [&] {
     if (n == 0) return;
     if (in_place) return all_to_all_in_place(output, n);
-    const size_t elem = dtype_size(input.dtype());
-    MP_CHECK_CUDA(cudaMemcpyAsync(element_ptr(output, rank_ * n), element_ptr(input, rank_ * n), count_of(n) * elem,
-                                  cudaMemcpyDeviceToDevice, stream_.handle()));
-    if (size_ == 1) return;
-    const ncclDataType_t type = nccl_copy_type(input.dtype());
-    NcclGroup group;
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      MP_CHECK_NCCL(ncclSend(element_ptr(input, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
-      MP_CHECK_NCCL(ncclRecv(element_ptr(output, j * n), count_of(n), type, j, state_->comm(), stream_.handle()));
-    }
-    MP_NCCL_ENQUEUE(*state_, group.end());
+    const std::vector<int64_t> counts(static_cast<size_t>(size_), n);
+    send_chunks(input, counts, output, counts);
   });
 }
 
 WorkPtr NcclCommunicator::do_all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts,
                                           const Tensor& output, const std::vector<int64_t>& recv_counts) {
-  return issue({"all_to_all_v", 0, input.dtype(), 0}, [&] {
-    const size_t elem = dtype_size(input.dtype());
-    const ncclDataType_t type = nccl_copy_type(input.dtype());
-    std::vector<int64_t> s_at(static_cast<size_t>(size_) + 1, 0), r_at(s_at.size(), 0);
-    for (size_t j = 0; j < send_counts.size(); ++j) {
-      s_at[j + 1] = s_at[j] + send_counts[j];
-      r_at[j + 1] = r_at[j] + recv_counts[j];
+  return issue({"all_to_all_v", 0, input.dtype(), 0}, [&] { send_chunks(input, send_counts, output, recv_counts); });
+}
+
+void NcclCommunicator::send_chunks(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                                   const std::vector<int64_t>& recv_counts) {
+  const size_t elem = dtype_size(input.dtype());
+  const ncclDataType_t type = nccl_copy_type(input.dtype());
+  std::vector<int64_t> s_at(static_cast<size_t>(size_) + 1, 0), r_at(s_at.size(), 0);
+  for (size_t j = 0; j < send_counts.size(); ++j) {
+    s_at[j + 1] = s_at[j] + send_counts[j];
+    r_at[j + 1] = r_at[j] + recv_counts[j];
+  }
+  const size_t me = static_cast<size_t>(rank_);
+  if (send_counts[me] > 0) {
+    MP_CHECK_CUDA(cudaMemcpyAsync(element_ptr(output, r_at[me]), element_ptr(input, s_at[me]),
+                                  count_of(send_counts[me]) * elem, cudaMemcpyDeviceToDevice, stream_.handle()));
+  }
+  if (size_ == 1) return;
+  NcclGroup group;
+  for (int j = 0; j < size_; ++j) {
+    const size_t k = static_cast<size_t>(j);
+    if (j == rank_) continue;
+    if (send_counts[k] > 0) {
+      MP_CHECK_NCCL(ncclSend(element_ptr(input, s_at[k]), count_of(send_counts[k]), type, j, state_->comm(),
+                             stream_.handle()));
     }
-    const size_t me = static_cast<size_t>(rank_);
-    if (send_counts[me] > 0) {
-      MP_CHECK_CUDA(cudaMemcpyAsync(element_ptr(output, r_at[me]), element_ptr(input, s_at[me]),
-                                    count_of(send_counts[me]) * elem, cudaMemcpyDeviceToDevice, stream_.handle()));
+    if (recv_counts[k] > 0) {
+      MP_CHECK_NCCL(ncclRecv(element_ptr(output, r_at[k]), count_of(recv_counts[k]), type, j, state_->comm(),
+                             stream_.handle()));
     }
-    if (size_ == 1) return;
-    NcclGroup group;
-    for (int j = 0; j < size_; ++j) {
-      const size_t k = static_cast<size_t>(j);
-      if (j == rank_) continue;
-      if (send_counts[k] > 0) {
-        MP_CHECK_NCCL(ncclSend(element_ptr(input, s_at[k]), count_of(send_counts[k]), type, j, state_->comm(),
-                               stream_.handle()));
-      }
-      if (recv_counts[k] > 0) {
-        MP_CHECK_NCCL(ncclRecv(element_ptr(output, r_at[k]), count_of(recv_counts[k]), type, j, state_->comm(),
-                               stream_.handle()));
-      }
-    }
-    MP_NCCL_ENQUEUE(*state_, group.end());
-  });
+  }
+  MP_NCCL_ENQUEUE(*state_, group.end());
 }
 
 void NcclCommunicator::all_to_all_in_place(const Tensor& tensor, int64_t n) {

@@ -187,6 +187,10 @@ class NcclCommunicator final : public Communicator {
                          math::ElementOp op, double divisor);
   // Every rank's chunk r of output from rank r, in place.
   void gather_chunks(const Tensor& output, const comm_detail::ChunkSplit& split);
+  // Chunks of the counts' sizes, back to back: this rank's own copied,
+  // every other one sent and received (all_to_all_v; all_to_all not in place).
+  void send_chunks(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                   const std::vector<int64_t>& recv_counts);
   void all_to_all_in_place(const Tensor& tensor, int64_t n);
   void post_divide(const Tensor& output, double divisor);
 
