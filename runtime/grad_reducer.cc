@@ -173,19 +173,19 @@ Stream& GradReducer::reduce_full_accumulator(int u, int micro_batch, const Tenso
     convert(unit.acc_full(), input, {Rounding::kNearestEven, cast_divisor}, &shard_stream_);
   }
   comm_.track(mesh_.shard->reduce_scatter(input, unit.grad_shard(), ro));
-  if (o_.replicate_size > 1) {
-    replicate_stream_.wait(shard_stream_.record());
-    comm_.track(replicate_all_reduce(u, unit.grad_shard(), ro));
-    return replicate_stream_;
-  }
-  return shard_stream_;
+  return reduce_across_replicas(u, ro);
 }
 
-// The all-reduce across replicas (HYBRID_SHARD: across hosts), through
-// comm.comm_hook when one is set.
-WorkPtr GradReducer::replicate_all_reduce(int u, const Tensor& shard, const ReduceOptions& ro) {
-  if (hook_) return hook_->run(*mesh_.replicate, GradBucket{u, shard});
-  return mesh_.replicate->all_reduce(shard, shard, ro);
+// The all-reduce across replicas (HYBRID_SHARD: across hosts) of unit u's
+// shard after the shard stream's work, through comm.comm_hook when one is
+// set; returns the stream the shard is reduced on.
+Stream& GradReducer::reduce_across_replicas(int u, const ReduceOptions& ro) {
+  if (o_.replicate_size == 1) return shard_stream_;
+  const Tensor& shard = units_[static_cast<size_t>(u)].grad_shard();
+  replicate_stream_.wait(shard_stream_.record());
+  comm_.track(hook_ ? hook_->run(*mesh_.replicate, GradBucket{u, shard})
+                    : mesh_.replicate->all_reduce(shard, shard, ro));
+  return replicate_stream_;
 }
 
 // One rank: nothing to communicate (Note [Gradient reduction]). The
@@ -214,12 +214,7 @@ Stream& GradReducer::reduce_sharded(int u, int micro_batch, const Tensor& g, int
   comm_.track(mesh_.shard->reduce_scatter(input, out, ro));
   grad_free_[index] = shard_stream_.record();
   if (!single) ops::accumulate(unit.grad_shard(), out, micro_batch == 0, shard_stream_);
-  if (micro_batch == o_.micro_batches - 1 && o_.replicate_size > 1) {
-    replicate_stream_.wait(shard_stream_.record());
-    comm_.track(replicate_all_reduce(u, unit.grad_shard(), ro));
-    return replicate_stream_;
-  }
-  return shard_stream_;
+  return micro_batch == o_.micro_batches - 1 ? reduce_across_replicas(u, ro) : shard_stream_;
 }
 
 }  // namespace mp

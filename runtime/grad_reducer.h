@@ -83,7 +83,7 @@ class GradReducer {
  private:
   Stream& reduce_deterministic(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_full_accumulator(int u, int micro_batch, const Tensor& g, int index);
-  WorkPtr replicate_all_reduce(int u, const Tensor& shard, const ReduceOptions& ro);
+  Stream& reduce_across_replicas(int u, const ReduceOptions& ro);
   Stream& reduce_sharded(int u, int micro_batch, const Tensor& g, int index);
   Stream& reduce_local();
   Stream& grad_stream();
