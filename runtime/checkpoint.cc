@@ -345,9 +345,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
   const int64_t step = state.steps_run();
   const std::string name = checkpoint_step_dir_name(step);
   const std::string final_dir = root + "/" + name, tmp_dir = root + "/.tmp-" + name;
-  CheckpointInfo info;
-  info.path = final_dir;
-  info.step = step;
+  CheckpointInfo info{.path = final_dir, .step = step};
   if (begin_save(world, root, final_dir, tmp_dir)) {
     info.seconds = since(t0);
     return info;
@@ -419,9 +417,7 @@ CheckpointInfo CheckpointWriter::save_async() {
   p->name = checkpoint_step_dir_name(p->step);
   p->final_dir = root_ + "/" + p->name;
   p->tmp_dir = root_ + "/.tmp-" + p->name;
-  CheckpointInfo info;
-  info.path = p->final_dir;
-  info.step = p->step;
+  CheckpointInfo info{.path = p->final_dir, .step = p->step};
   if (begin_save(world, root_, p->final_dir, p->tmp_dir)) {
     info.seconds = since(t0);
     return info;
@@ -482,9 +478,7 @@ std::optional<CheckpointInfo> CheckpointWriter::wait() {
   world.agree("checkpoint save", [&] {
     if (p->error) std::rethrow_exception(p->error);
   });
-  CheckpointInfo info;
-  info.path = p->final_dir;
-  info.step = p->step;
+  CheckpointInfo info{.path = p->final_dir, .step = p->step};
   join_prune();
   info.bytes = finish_save(world, p->file, [&] { return p->manifest; }, root_, p->name, p->tmp_dir, 0);
   if (world.rank() == 0) {
