@@ -32,14 +32,13 @@ ShardStateView::Located ShardStateView::locate(int unit, int field, int64_t begi
 const char* ShardStateView::read(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) const {
   const Located l = locate(unit, field, begin, count);
   const int64_t eb = l.element_bytes;
-  const Device device = impl_->allocator().device();
   if (l.whole != nullptr) {
-    return static_cast<const char*>(host_view(l.whole, device, count * eb, impl_->compute(), staging));
+    return static_cast<const char*>(host_view(l.whole, device(), count * eb, impl_->compute(), staging));
   }
   staging.assign(static_cast<size_t>(count * eb), 0);  // what the field does not keep reads as zeros
   for (const ShardFieldPiece& p : l.pieces) {
     if (p.data != nullptr) {
-      stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device, p.count * eb, impl_->compute());
+      stage_to_host(staging.data() + (p.begin - begin) * eb, p.data, device(), p.count * eb, impl_->compute());
     }
   }
   return staging.data();
@@ -49,9 +48,8 @@ void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count
                                int64_t offset) const {
   const Located l = locate(unit, field, begin, count);
   const int64_t eb = l.element_bytes;
-  const Device device = impl_->allocator().device();
-  MP_ENFORCE(snapshot.device() == device, "a snapshot pinned for ", to_string(snapshot.device()),
-             " cannot take copies from ", to_string(device));
+  MP_ENFORCE(snapshot.device() == device(), "a snapshot pinned for ", to_string(snapshot.device()),
+             " cannot take copies from ", to_string(device()));
   MP_ENFORCE(offset >= 0 && offset + count * eb <= static_cast<int64_t>(snapshot.size_bytes()), "bytes [", offset, ", ",
              offset + count * eb, ") of a snapshot of ", snapshot.size_bytes());
   Stream& s = impl_->compute();
@@ -61,7 +59,7 @@ void ShardStateView::read_into(int unit, int field, int64_t begin, int64_t count
     if (p.data == nullptr) {
       std::memset(to, 0, static_cast<size_t>(p.count * eb));  // host memory no copy on `s` touches
     } else {
-      ops::copy_bytes(to, Device::cpu(), p.data, device, p.count * eb, s);
+      ops::copy_bytes(to, Device::cpu(), p.data, device(), p.count * eb, s);
     }
   }
   s.synchronize();
@@ -72,7 +70,7 @@ char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t c
   const int64_t eb = l.element_bytes;
   impl_->synchronize();  // nothing still reads or writes the state (gathers on the communication streams too)
   if (l.whole != nullptr) {
-    return static_cast<char*>(host_target(l.whole, impl_->allocator().device(), count * eb, impl_->compute(), staging));
+    return static_cast<char*>(host_target(l.whole, device(), count * eb, impl_->compute(), staging));
   }
   staging.assign(static_cast<size_t>(count * eb), 0);
   return staging.data();
@@ -81,15 +79,14 @@ char* ShardStateView::write_target(int unit, int field, int64_t begin, int64_t c
 void ShardStateView::commit_write(int unit, int field, int64_t begin, int64_t count, std::vector<char>& staging) {
   const Located l = locate(unit, field, begin, count);
   const int64_t eb = l.element_bytes;
-  const Device device = impl_->allocator().device();
   if (l.whole != nullptr) {
-    commit_host_write(l.whole, device, staging, impl_->compute());
+    commit_host_write(l.whole, device(), staging, impl_->compute());
     return;
   }
   // What the field does not keep is dropped (zeros, as it was saved).
   for (const ShardFieldPiece& p : l.pieces) {
     if (p.data != nullptr) {
-      stage_from_host(p.data, device, staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
+      stage_from_host(p.data, device(), staging.data() + (p.begin - begin) * eb, p.count * eb, impl_->compute());
     }
   }
 }
