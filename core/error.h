@@ -37,6 +37,12 @@ namespace mp {
 void set_error_rank(int rank) noexcept;
 int error_rank() noexcept;
 
+// The tiers in one fixed order, for code that maps them to codes of its own
+// (the C ABI's statuses, the Python classes). An Error of no other tier
+// counts as kEnforce.
+enum class ErrorTier { kConfig, kIo, kComm, kCuda, kOutOfMemory, kNumeric, kModel, kEnforce };
+inline constexpr int kNumErrorTiers = 8;
+
 class Error : public std::runtime_error {
  public:
   Error(const char* file, int line, const std::string& message);
@@ -44,6 +50,7 @@ class Error : public std::runtime_error {
   const char* file() const noexcept { return file_; }
   int line() const noexcept { return line_; }
   int rank() const noexcept { return rank_; }
+  virtual ErrorTier tier() const noexcept { return ErrorTier::kEnforce; }
   // Every rank throws this error at the same point (see the top of the file).
   bool agreed() const noexcept { return agreed_; }
   void set_agreed() noexcept { agreed_ = true; }
@@ -62,19 +69,20 @@ class Error : public std::runtime_error {
   bool from_stream_task_ = false;
 };
 
-#define MP_DEFINE_ERROR(Name)                   \
-  class Name : public Error {                   \
-   public:                                      \
-    using Error::Error;                         \
+#define MP_DEFINE_ERROR(Name, Tier)                                      \
+  class Name : public Error {                                            \
+   public:                                                               \
+    using Error::Error;                                                  \
+    ErrorTier tier() const noexcept override { return ErrorTier::Tier; } \
   }
-MP_DEFINE_ERROR(ConfigError);       // bad configuration, flag or input data: exit code 2
-MP_DEFINE_ERROR(IoError);           // a file could not be opened, read, written or renamed
-MP_DEFINE_ERROR(CommError);         // a collective failed, timed out or was mismatched
-MP_DEFINE_ERROR(CudaError);         // CUDA runtime, cuBLASLt or NCCL reported an error
-MP_DEFINE_ERROR(OutOfMemoryError);  // an allocation failed
-MP_DEFINE_ERROR(NumericError);      // NaN/Inf where the run cannot skip the step
-MP_DEFINE_ERROR(ModelError);        // the model's own code failed (a host's callback raised or returned an error)
-MP_DEFINE_ERROR(EnforceError);      // a broken invariant: a bug in mp or in its caller
+MP_DEFINE_ERROR(ConfigError, kConfig);            // bad configuration, flag or input data: exit code 2
+MP_DEFINE_ERROR(IoError, kIo);                    // a file could not be opened, read, written or renamed
+MP_DEFINE_ERROR(CommError, kComm);                // a collective failed, timed out or was mismatched
+MP_DEFINE_ERROR(CudaError, kCuda);                // CUDA runtime, cuBLASLt or NCCL reported an error
+MP_DEFINE_ERROR(OutOfMemoryError, kOutOfMemory);  // an allocation failed
+MP_DEFINE_ERROR(NumericError, kNumeric);          // NaN/Inf where the run cannot skip the step
+MP_DEFINE_ERROR(ModelError, kModel);  // the model's own code failed (a host's callback raised or returned an error)
+MP_DEFINE_ERROR(EnforceError, kEnforce);          // a broken invariant: a bug in mp or in its caller
 #undef MP_DEFINE_ERROR
 
 // Rethrows `error` with `context` appended to its message: an mp::Error as

@@ -20,26 +20,15 @@ thread_local std::string g_last_error;
 std::unique_ptr<mp::MpiWorld> g_world;
 
 mp_status status_of(std::string& message) {
+  // Each tier's status, in mp::ErrorTier's order: CUDA errors and broken invariants are internal.
+  static constexpr mp_status kStatus[mp::kNumErrorTiers] = {
+      MP_ERROR_CONFIG,  MP_ERROR_IO,   MP_ERROR_COMM,     MP_ERROR_INTERNAL, MP_ERROR_OUT_OF_MEMORY,
+      MP_ERROR_NUMERIC, MP_ERROR_HOST, MP_ERROR_INTERNAL};
   try {
     throw;
-  } catch (const mp::ConfigError& e) {
+  } catch (const mp::Error& e) {
     message = e.what();
-    return MP_ERROR_CONFIG;
-  } catch (const mp::IoError& e) {
-    message = e.what();
-    return MP_ERROR_IO;
-  } catch (const mp::CommError& e) {
-    message = e.what();
-    return MP_ERROR_COMM;
-  } catch (const mp::NumericError& e) {
-    message = e.what();
-    return MP_ERROR_NUMERIC;
-  } catch (const mp::OutOfMemoryError& e) {
-    message = e.what();
-    return MP_ERROR_OUT_OF_MEMORY;
-  } catch (const mp::ModelError& e) {
-    message = e.what();
-    return MP_ERROR_HOST;
+    return kStatus[static_cast<int>(e.tier())];
   } catch (const std::bad_alloc&) {
     message = "out of memory";
     return MP_ERROR_OUT_OF_MEMORY;
