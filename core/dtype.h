@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace mp {
 
@@ -47,28 +48,19 @@ std::string_view dtype_name(DType t);
 // Inverse of dtype_name; throws ConfigError listing the valid names.
 DType parse_dtype(std::string_view name);
 
+// The DType of a storage type (dispatch_dtype's inverse); no other T compiles.
 template <class T>
 struct dtype_of;
 template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::kF32;
-};
+struct dtype_of<float> : std::integral_constant<DType, DType::kF32> {};
 template <>
-struct dtype_of<bf16> {
-  static constexpr DType value = DType::kBF16;
-};
+struct dtype_of<bf16> : std::integral_constant<DType, DType::kBF16> {};
 template <>
-struct dtype_of<fp16> {
-  static constexpr DType value = DType::kF16;
-};
+struct dtype_of<fp16> : std::integral_constant<DType, DType::kF16> {};
 template <>
-struct dtype_of<fp8_e4m3> {
-  static constexpr DType value = DType::kF8E4M3;
-};
+struct dtype_of<fp8_e4m3> : std::integral_constant<DType, DType::kF8E4M3> {};
 template <>
-struct dtype_of<fp8_e5m2> {
-  static constexpr DType value = DType::kF8E5M2;
-};
+struct dtype_of<fp8_e5m2> : std::integral_constant<DType, DType::kF8E5M2> {};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
