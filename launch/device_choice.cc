@@ -37,4 +37,11 @@ DeviceChoice choose_device(proto::ComputeConfig::Device requested, int rank, int
   return DeviceChoice{Device::cuda(index), note, shared};
 }
 
+DeviceChoice use_device(const proto::ComputeConfig& compute, int rank, int local_rank, int local_size) {
+  DeviceChoice choice =
+      choose_device(compute.device(), rank, local_rank, local_size, cuda_info(), compute.share_gpus());
+  set_current_device(choice.device);
+  return choice;
+}
+
 }  // namespace mp

@@ -35,6 +35,8 @@ struct DeviceChoice {
 // `cuda`: the node's CUDA facts (cuda_info()).
 DeviceChoice choose_device(proto::ComputeConfig::Device requested, int rank, int local_rank,
                            int local_size, const CudaInfo& cuda, bool share_gpus = false);
+// choose_device for `compute` and this node's CUDA, the device made current.
+DeviceChoice use_device(const proto::ComputeConfig& compute, int rank, int local_rank, int local_size);
 
 // "AUTO", "CPU", "CUDA".
 std::string device_request_name(proto::ComputeConfig::Device requested);

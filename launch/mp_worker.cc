@@ -102,9 +102,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
   const EngineOptions o = resolve_engine_options(s.config.engine(), world_size);
   // The model's activations on the device this machine's rank 0 would
   // compute on (Note [Device choice], one rank per node).
-  const DeviceChoice device = choose_device(s.config.compute().device(), 0, 0, 1,
-                                            cuda_info(), s.config.compute().share_gpus());
-  set_current_device(device.device);
+  const DeviceChoice device = use_device(s.config.compute(), 0, 0, 1);
   plan.bytes[static_cast<size_t>(MemCategory::kActivations)] =
       static_cast<size_t>(model_activation_bytes(s, device.device));
   if (s.config.checkpoint().async_save()) plan.checkpoint_snapshot_bytes = plan_checkpoint_snapshot(spec, o);
@@ -124,9 +122,7 @@ int print_plan(const TrainSettings& s, int world_size, bool all) {
 // --plan --memory-per-rank: the configurations that fit (launch/plan_search.h).
 int print_plan_search(const TrainSettings& s, int world_size, int ranks_per_host, uint64_t budget, int rows) {
   const int per_host = ranks_per_host > 0 ? ranks_per_host : world_size % 8 == 0 ? 8 : 1;
-  const DeviceChoice device = choose_device(s.config.compute().device(), 0, 0, 1, cuda_info(),
-                                            s.config.compute().share_gpus());
-  set_current_device(device.device);
+  const DeviceChoice device = use_device(s.config.compute(), 0, 0, 1);
   const PlanSearch search = search_plans(s, world_size, per_host, budget, device.device);
   std::cout << to_string(search, s, rows);
   return 0;
@@ -136,11 +132,7 @@ int print_plan_search(const TrainSettings& s, int world_size, int ranks_per_host
 // [Device choice]), and the links between hosts (each ping-pong bounded by
 // the communication timeout `timeout`).
 void print_ranks(const MpiWorld& world, const TrainSettings& s, std::chrono::milliseconds timeout) {
-  const Device device = choose_device(s.config.compute().device(), world.rank(),
-                                      world.local_rank(), world.local_size(), cuda_info(),
-                                      s.config.compute().share_gpus())
-                            .device;
-  set_current_device(device);
+  const Device device = use_device(s.config.compute(), world.rank(), world.local_rank(), world.local_size()).device;
   auto comm = MpiCommunicator::create_world("ranks", CommOptions{});
   const auto infos = gather_rank_infos(*comm, local_rank_info(world, device));
   const LinkCheck link = check_host_links(int64_t{4} << 20, timeout);  // Note [Link check]

@@ -118,10 +118,7 @@ int train(const MpiWorld& world, const TrainSettings& s) {
   const bool profile = op_profile_requested();
   op_profile_enable(profile);
   // Note [Device choice] in launch/device_choice.h.
-  const DeviceChoice device =
-      choose_device(c.compute().device(), world.rank(), world.local_rank(),
-                    world.local_size(), cuda_info(), c.compute().share_gpus());
-  set_current_device(device.device);
+  const DeviceChoice device = use_device(c.compute(), world.rank(), world.local_rank(), world.local_size());
   const CommOptions comm_options = comm_options_from_config(c.engine().comm());
   // The control plane; on the CPU the data plane too.
   auto comm = MpiCommunicator::create_world(device.device.is_cpu() ? "world" : "control", comm_options);
