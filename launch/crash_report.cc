@@ -356,18 +356,16 @@ void put_frames(const Out& out, const ThreadStack& s) {
       out.put("  ");
     }
     const auto pc = reinterpret_cast<uintptr_t>(s.pc[f]);
+    out.put("[");
     if (const Module* m = module_of(pc)) {
       const char* base = std::strrchr(m->path, '/');
-      out.put("[");
       out.put(base != nullptr ? base + 1 : m->path);
       out.put("+");
       out.num(pc - m->start + m->offset, 16);
-      out.put("]\n");
     } else {
-      out.put("[");
       out.num(pc, 16);
-      out.put("]\n");
     }
+    out.put("]\n");
   }
 }
 
