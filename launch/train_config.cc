@@ -195,18 +195,13 @@ void resolve_checkpoint(const proto::TrainConfig& c, TrainSettings& s) {
 
 // The model's run fields: micro_batch_size, data_seed and threads.
 void fill_model_run(const proto::TrainConfig& c, TrainSettings& s) {
-  const int threads = c.compute().threads();
-  if (s.model == ModelKind::kGpt) {
-    s.gpt.micro_batch_size = c.data().micro_batch_size();
-    s.gpt.data_seed = c.data().seed();
-    s.gpt.threads = threads;
-    validate(s.gpt);  // a backstop: the checks above cover it
-  } else {
-    s.mlp.micro_batch_size = c.data().micro_batch_size();
-    s.mlp.data_seed = c.data().seed();
-    s.mlp.threads = threads;
-    validate(s.mlp);
-  }
+  const auto fill = [&c](auto& model) {
+    model.micro_batch_size = c.data().micro_batch_size();
+    model.data_seed = c.data().seed();
+    model.threads = c.compute().threads();
+    validate(model);  // a backstop: the checks above cover it
+  };
+  s.model == ModelKind::kGpt ? fill(s.gpt) : fill(s.mlp);
 }
 
 }  // namespace
