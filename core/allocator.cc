@@ -132,15 +132,7 @@ class AllocatorState {
 
 Buffer::~Buffer() { release(); }
 
-Buffer::Buffer(Buffer&& other) noexcept
-    : state_(std::move(other.state_)),
-      data_(other.data_),
-      size_bytes_(other.size_bytes_),
-      category_(other.category_),
-      zero_filled_(other.zero_filled_) {
-  other.data_ = nullptr;
-  other.size_bytes_ = 0;
-}
+Buffer::Buffer(Buffer&& other) noexcept { *this = std::move(other); }
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {

@@ -56,9 +56,7 @@ PinnedBuffer::PinnedBuffer(Device device, size_t bytes) : device_(device), size_
 
 PinnedBuffer::~PinnedBuffer() { release(); }
 
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : device_(other.device_), data_(std::exchange(other.data_, nullptr)),
-      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
