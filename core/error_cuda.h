@@ -18,28 +18,18 @@ namespace mp::detail {
 [[noreturn]] void throw_cudnn_error(const char* call, int status, const char* file, int line);
 }  // namespace mp::detail
 
-#define MP_CHECK_CUDA(call)                                                              \
-  do {                                                                                   \
-    const int mp_cuda_rc_ = static_cast<int>(call);                                      \
-    if (mp_cuda_rc_ != 0 /* cudaSuccess */) {                                            \
-      ::mp::detail::throw_cuda_error(#call, mp_cuda_rc_, __FILE__, __LINE__);            \
-    }                                                                                    \
+// Runs `call`; a status other than 0 (cudaSuccess, CUBLAS_STATUS_SUCCESS,
+// CUDNN_STATUS_SUCCESS) goes to `thrower` with `text`, the call as written.
+#define MP_CHECK_STATUS_(call, text, thrower)                         \
+  do {                                                                \
+    const int mp_status_rc_ = static_cast<int>(call);                 \
+    if (mp_status_rc_ != 0) {                                         \
+      ::mp::detail::thrower(text, mp_status_rc_, __FILE__, __LINE__); \
+    }                                                                 \
   } while (0)
 
-#define MP_CHECK_CUBLAS(call)                                                            \
-  do {                                                                                   \
-    const int mp_cublas_rc_ = static_cast<int>(call);                                    \
-    if (mp_cublas_rc_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                \
-      ::mp::detail::throw_cublas_error(#call, mp_cublas_rc_, __FILE__, __LINE__);        \
-    }                                                                                    \
-  } while (0)
-
+#define MP_CHECK_CUDA(call) MP_CHECK_STATUS_(call, #call, throw_cuda_error)
+#define MP_CHECK_CUBLAS(call) MP_CHECK_STATUS_(call, #call, throw_cublas_error)
 // cuDNN 9's cudnnStatus_t: the message names the status's number and its
 // category (CUDNN_STATUS_NOT_SUPPORTED for 3000-3999, ...).
-#define MP_CHECK_CUDNN(call)                                                             \
-  do {                                                                                   \
-    const int mp_cudnn_rc_ = static_cast<int>(call);                                     \
-    if (mp_cudnn_rc_ != 0 /* CUDNN_STATUS_SUCCESS */) {                                  \
-      ::mp::detail::throw_cudnn_error(#call, mp_cudnn_rc_, __FILE__, __LINE__);          \
-    }                                                                                    \
-  } while (0)
+#define MP_CHECK_CUDNN(call) MP_CHECK_STATUS_(call, #call, throw_cudnn_error)
