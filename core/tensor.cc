@@ -36,15 +36,9 @@ Tensor Tensor::empty(Allocator& allocator, DType dtype, Shape shape, MemCategory
   if (static_cast<uint64_t>(numel) > std::numeric_limits<size_t>::max() / dtype_size(dtype)) {
     MP_THROW(ConfigError, "tensor ", dtype_name(dtype), shape_string(shape), " is too large");
   }
-  Tensor t;
-  t.storage_ = std::make_shared<Buffer>(
-      allocator.allocate(static_cast<size_t>(numel) * dtype_size(dtype), category));
-  t.data_ = t.storage_->data();
-  t.device_ = allocator.device();
-  t.dtype_ = dtype;
-  t.shape_ = std::move(shape);
-  t.numel_ = numel;
-  t.defined_ = true;
+  auto storage = std::make_shared<Buffer>(allocator.allocate(static_cast<size_t>(numel) * dtype_size(dtype), category));
+  Tensor t = wrap(storage->data(), allocator.device(), dtype, std::move(shape));
+  t.storage_ = std::move(storage);
   return t;
 }
 
