@@ -73,17 +73,6 @@ LaunchConfig embedding_wte_backward(int64_t rows, int64_t channels) {
   return config("embedding_wte_backward_kernel", {rows, ceil_div(channels, kThreads)}, {kThreads});
 }
 
-LaunchConfig attention_rows(const char* kernel, int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
-  // One block per query row; a head_dim vector and a row of seq scores.
-  const int64_t smem = (seq + channels / heads) * static_cast<int64_t>(sizeof(float));
-  return config(kernel, {batch * heads * seq}, {kAttentionThreads}, smem, warp_slots(sizeof(float), 2));
-}
-
-LaunchConfig attention_dqkv(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
-  const int64_t threads = std::min<int64_t>(kAttentionThreads, ceil_div(channels / heads, kWarp) * kWarp);
-  return config("attention_dqkv_kernel", {batch * heads * seq}, {threads});
-}
-
 LaunchConfig softmax_xent(int64_t rows) {
   return config("softmax_xent_kernel", {rows}, {kXentThreads}, 0, warp_slots(sizeof(float), 2));
 }

@@ -77,9 +77,6 @@ struct ColumnChunks {
 ColumnChunks column_chunks(int64_t rows);
 LaunchConfig column_partials(int64_t rows, int64_t cols);
 LaunchConfig embedding_wte_backward(int64_t rows, int64_t channels);
-inline constexpr int kAttentionThreads = 128;  // the reference attention's
-LaunchConfig attention_rows(const char* kernel, int64_t batch, int64_t seq, int64_t channels, int64_t heads);
-LaunchConfig attention_dqkv(int64_t batch, int64_t seq, int64_t channels, int64_t heads);
 inline constexpr int kXentThreads = 512;
 LaunchConfig softmax_xent(int64_t rows);
 LaunchConfig mean_loss();

@@ -1,6 +1,7 @@
 // tests/test_gpu_launch_limits.cc: CTest gpu_launch_limits. The launch
 // configuration of every CUDA kernel mp launches (kernels/cuda_launch.h,
-// the functions its launchers call) at every shape the GPT takes, from
+// the functions its launchers call) and of the GPU tests' own reference
+// kernels (tests/gpu/gpu_shapes.h) at every shape the GPT takes, from
 // GPT-2 124M to widths of 8192 channels, B 1 to 64, T 64 to 2048, and at
 // every shape the GPU tests use (tests/gpu/gpu_shapes.h), checked against
 // sm_80's and sm_90's limits. Runs on every build, GPU or not.
@@ -120,9 +121,9 @@ std::vector<LaunchConfig> gpt_step_launches(int64_t batch, int64_t seq, int64_t 
       cl::flash_dq(batch, seq, heads, hd),
       cl::flash_dkv(batch, seq, heads, hd),
       cl::flash_delta(rows, heads),
-      cl::attention_rows("attention_forward_kernel", batch, seq, channels, heads),
-      cl::attention_rows("attention_dscore_kernel", batch, seq, channels, heads),
-      cl::attention_dqkv(batch, seq, channels, heads),
+      gpu_shapes::attention_rows("attention_forward_kernel", batch, seq, channels, heads),
+      gpu_shapes::attention_rows("attention_dscore_kernel", batch, seq, channels, heads),
+      gpu_shapes::attention_dqkv(batch, seq, channels, heads),
       cl::grad_stats_partials(rows * channels),
       cl::grad_stats_finish(),
       cl::update(rows * channels),
@@ -150,9 +151,9 @@ std::vector<LaunchConfig> gpu_test_launches() {
     out.push_back(cl::softmax_xent(rows));
   }
   for (const auto& s : gpu_shapes::kReferenceAttention) {
-    out.push_back(cl::attention_rows("attention_forward_kernel", s.batch, s.seq, s.channels, s.heads));
-    out.push_back(cl::attention_rows("attention_dscore_kernel", s.batch, s.seq, s.channels, s.heads));
-    out.push_back(cl::attention_dqkv(s.batch, s.seq, s.channels, s.heads));
+    out.push_back(gpu_shapes::attention_rows("attention_forward_kernel", s.batch, s.seq, s.channels, s.heads));
+    out.push_back(gpu_shapes::attention_rows("attention_dscore_kernel", s.batch, s.seq, s.channels, s.heads));
+    out.push_back(gpu_shapes::attention_dqkv(s.batch, s.seq, s.channels, s.heads));
   }
   for (const auto& s : gpu_shapes::kFlashAttention) {
     const int64_t hd = s.channels / s.heads;

@@ -1,7 +1,7 @@
 // kernels/cuda/flash_attention_cuda.h: causal multi-head self-attention
 // without the T x T matrix (FlashAttention's online softmax, Dao et al.
 // 2022), forward and backward, on the GPT's qkv layout, in fp32. gpt_attention_forward_cuda
-// (kernels/cuda/gpt_ops_cuda.h), which keeps the probabilities, stays as the
+// (tests/gpu/reference_attention.h), which keeps the probabilities, stays as the
 // tests' reference.
 //
 // Note [Flash attention kernels]

@@ -5,8 +5,7 @@
 // matmuls, the tied head) are gemm_cuda calls (kernels/cuda/gemm_cublaslt.h)
 // with the GemmProblems kernels/nn/gemm.cc and models/gpt.cc build, and the
 // attention is kernels/cuda/flash_attention_cuda.h; this file has
-// everything else (gpt_attention_*_cuda, which keeps the probabilities, is
-// the flash kernels' reference in the tests).
+// everything else.
 //
 // Note [GPT CUDA kernels]
 // - Every pointer is device memory; every call is asynchronous on `stream`
@@ -70,26 +69,6 @@ int64_t gpt_bias_backward_cuda_workspace_bytes(int64_t rows, int64_t out);
 // `workspace`: gpt_bias_backward_cuda_workspace_bytes(rows, out).
 void gpt_bias_backward_cuda(const float* dy, int64_t rows, int64_t out, float* db, void* workspace,
                             cudaStream_t stream);
-
-// ---- causal self-attention ------------------------------------------------------
-// qkv [rows, 3 channels] holds q | k | v per row, head h at columns h * head_dim
-// of each third. att [batch, heads, seq, seq] := softmax(q k^T / sqrt(head_dim))
-// over keys t2 <= t (zero above the diagonal); out [rows, channels] := att v.
-// One block per (batch, head, query row).
-void gpt_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, int64_t channels, int64_t heads,
-                                float* att, float* out, cudaStream_t stream);
-
-// The scratch of gpt_attention_backward_cuda: the score gradients, batch *
-// heads * seq * seq floats (more than the CPU op's batch * heads * seq).
-int64_t gpt_attention_backward_cuda_scratch_elements(int64_t batch, int64_t seq, int64_t heads);
-
-// Overwrites dqkv [rows, 3 channels]. First one block per (batch, head, query
-// row) writes dscore into scratch; then one block per (batch, head, row r)
-// writes row r's dq (sum over keys t2 <= r in order), dk and dv (sums over
-// queries t >= r in order).
-void gpt_attention_backward_cuda(const float* qkv, const float* att, const float* dout, int64_t batch,
-                                 int64_t seq, int64_t channels, int64_t heads, float* scratch, float* dqkv,
-                                 cudaStream_t stream);
 
 // ---- loss -----------------------------------------------------------------------
 // The cross-entropy of softmax(logits[n, 0 .. vocab)) at targets[n] for

@@ -28,11 +28,11 @@
 #include "core/tensor.h"
 #include "kernels/convert_math.h"
 #include "kernels/cuda/flash_attention_cuda.h"
-#include "kernels/cuda/gpt_ops_cuda.h"
 #include "models/flat_layout.h"
 #include "models/gpt.h"
 #include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/gpu/reference_attention.h"
 
 namespace mp {
 namespace {

@@ -1,7 +1,8 @@
 // GPU tests (label "gpu"): the fp32 CUDA kernels of kernels/cuda/
-// gpt_ops_cuda.h (the embedding, the MLP's bias gradient and loss, the
-// reference attention) against the double instantiation of the CPU op
-// (kernels/cpu/) on tiny awkward shapes, within fp32 rounding.
+// gpt_ops_cuda.h (the embedding, the MLP's bias gradient and loss) and the
+// reference attention (tests/gpu/reference_attention.h) against the double
+// instantiation of the CPU op (kernels/cpu/) on tiny awkward shapes, within
+// fp32 rounding.
 // Every deterministic kernel runs twice and must give the same bits. The
 // LayerNorm, classifier and cast kernels: test_gpu_act_ops.cc; the GEMM:
 // test_gpu_gemm.cc.
@@ -30,6 +31,7 @@
 #include "tests/gpu/gpu_data.h"
 #include "tests/gpu/gpu_shapes.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/gpu/reference_attention.h"
 
 namespace mp {
 namespace {
