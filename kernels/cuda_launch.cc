@@ -15,8 +15,8 @@ LaunchConfig config(const char* kernel, LaunchDims grid, LaunchDims block, int64
   return LaunchConfig{kernel, grid, block, dynamic_smem, static_smem};
 }
 
-// A block-wide reduction's shared memory: one T per warp (block_reduce and
-// block_sum in kernels/cuda/), `count` of them in one kernel.
+// A block-wide reduction's shared memory: one T per warp (block_sum and
+// block_max in kernels/cuda/packed.cuh), `count` of them in one kernel.
 constexpr int64_t warp_slots(int64_t bytes, int count = 1) { return count * kWarp * bytes; }
 
 // The fp32 flash kernels' staged tiles: `tiles` tiles of kFlashTile rows of

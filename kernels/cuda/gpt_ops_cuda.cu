@@ -1,6 +1,6 @@
 // kernels/cuda/gpt_ops_cuda.cu: the GPT-2 layer kernels (everything but the
-// GEMMs) in fp32, deterministic (Note [GPT CUDA kernels] in gpt_ops_cuda.h).
-// A section of shared reductions, then each op's kernels and launcher.
+// GEMMs) in fp32, deterministic (Note [GPT CUDA kernels] in gpt_ops_cuda.h):
+// each op's kernels, then the launchers. The block reductions are packed.cuh's.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -21,46 +21,15 @@ namespace mp {
 namespace {
 
 using cuda_launch::kThreads;
-using cuda_launch::kWarp;
+using cuda_packed::block_max;
+using cuda_packed::block_sum;
 
 __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-// ---- reductions ---------------------------------------------------------------
-// Butterfly (xor) warp reductions: every lane combines the same pairs (a + b
-// == b + a exactly), so all lanes hold the same bits. Block reductions: each
-// warp's result into shared memory, then every warp reduces those in the same
-// order. Both are fixed trees: the same inputs give the same bits.
-
-struct Sum {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-template <class T, class Op>
-__device__ T warp_reduce(T v, Op op) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// blockDim.x must be a multiple of 32; `identity` fills the missing warps.
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op, T identity) {
-  __shared__ T warp_results[kWarp];
-  v = warp_reduce(v, op);
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-  __syncthreads();  // a previous reduction may still read warp_results
-  if (lane == 0) warp_results[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x) / kWarp ? warp_results[lane] : identity;
-  return warp_reduce(v, op);
-}
-
+// The bias gradient's term of cuda_column::column_sums: dy itself.
 struct BiasTerm {
   const float* dy;
   int64_t cols;
@@ -185,13 +154,13 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
   const bool valid = target >= 0 && target < vocab;
   float local_max = -INFINITY;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_max = fmaxf(local_max, z[c]);
-  const float m = block_reduce(local_max, Max{}, -INFINITY);
+  const float m = block_max(local_max);
   // Read before the block reduction below: every write to dz comes after
   // its barrier, so dlogits may alias logits.
   const float z_target = valid ? z[target] : 0.0f;
   float local_sum = 0.0f;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) local_sum += math::exp_approx(z[c] - m);
-  const float sum = block_reduce(local_sum, Sum{}, 0.0f);
+  const float sum = block_sum(local_sum);
   const float inv_sum = 1.0f / sum, nan = __int_as_float(0x7fc00000);
   for (int64_t c = threadIdx.x; c < padded_vocab; c += blockDim.x) {
     float d = 0.0f;
@@ -208,7 +177,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* targets,
 __global__ void mean_loss_kernel(const float* row_loss, int64_t rows, double* mean_loss) {
   double acc = 0.0;
   for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) acc += static_cast<double>(row_loss[n]);
-  acc = block_reduce(acc, Sum{}, 0.0);
+  acc = block_sum(acc);
   if (threadIdx.x == 0) *mean_loss = acc / static_cast<double>(rows);
 }
 

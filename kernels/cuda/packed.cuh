@@ -57,15 +57,16 @@ __host__ __device__ __forceinline__ bool aligned16(const void* p) { return reint
 
 // Block reductions, blockDim.x a multiple of 32 and at most 1024: each
 // warp's butterfly, then every warp reduces the warps' results in the same
-// order; every thread gets the result.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float partial[32];
+// order; every thread gets the result. block_sum of float or double.
+template <class T>
+__device__ __forceinline__ T block_sum(T v) {
+  __shared__ T partial[32];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   v = cuda_warp::warp_sum(v);
   __syncthreads();  // an earlier reduction may still read `partial`
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = lane < static_cast<int>(blockDim.x) / 32 ? partial[lane] : 0.0f;
+  v = lane < static_cast<int>(blockDim.x) / 32 ? partial[lane] : T{0};
   return cuda_warp::warp_sum(v);
 }
 
