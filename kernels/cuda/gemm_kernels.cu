@@ -1,7 +1,6 @@
 // kernels/cuda/gemm_kernels.cu: the GEMM's own kernels (kernels/cuda/
 // gemm_kernels_cuda.h): grid-stride loops, one element per thread step.
 #include <algorithm>
-#include <type_traits>
 
 #include "core/error.h"
 #include "core/error_cuda.h"
@@ -10,10 +9,13 @@
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/gemm_kernels_cuda.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/packed.cuh"
 #include "kernels/gpt_math.h"
 
 namespace mp {
 namespace {
+
+using cuda_packed::from_f32;
 
 template <class T>
 __global__ void pack_fp32_kernel(const T* src, int64_t src_ld, int64_t rows, int64_t cols, float* dst) {
@@ -21,16 +23,6 @@ __global__ void pack_fp32_kernel(const T* src, int64_t src_ld, int64_t rows, int
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t r = i / cols, c = i % cols;
     dst[i] = math::to_f32(src[r * src_ld + c]);
-  }
-}
-
-template <class Out>
-__device__ __forceinline__ Out store_as(float v, bool round) {
-  if constexpr (std::is_same_v<Out, bf16>) {
-    (void)round;
-    return bf16{math::f32_to_bf16_bits(v)};
-  } else {
-    return round ? math::round_through_unit<bf16>(v) : v;
   }
 }
 
@@ -59,12 +51,12 @@ __global__ void epilogue_kernel(EpilogueArgs a) {
     Out* c = static_cast<Out*>(a.c) + i * a.ldc + j;
     if (a.accumulate) v += math::to_f32(*c);
     if (a.epilogue == GemmEpilogue::kGelu) {
-      static_cast<Out*>(a.aux)[i * a.aux_ld + j] = store_as<Out>(v, a.round);
+      static_cast<Out*>(a.aux)[i * a.aux_ld + j] = from_f32<Out>(v, a.round);
       v = math::gelu(v);
     } else if (a.epilogue == GemmEpilogue::kDGelu) {
       v = v * math::gelu_grad(math::to_f32(static_cast<const Out*>(a.aux)[i * a.aux_ld + j]));
     }
-    *c = store_as<Out>(v, a.round);
+    *c = from_f32<Out>(v, a.round);
   }
 }
 
