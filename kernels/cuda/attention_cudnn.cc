@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -323,29 +324,37 @@ const Entry& supported_entry(Cache& c, const SdpaShape& s) {
 
 // ---- execution -----------------------------------------------------------------------
 
-void check_pointer(const void* p, const char* name, const SdpaShape& s) {
-  MP_ENFORCE(p != nullptr, "cuDNN attention ", sdpa_shape_name(s), ": ", name, " is null");
-  MP_ENFORCE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "cuDNN attention ", sdpa_shape_name(s), ": ", name, " at ", p,
-             " is not 16-byte aligned");
+void check_pointers(const SdpaShape& s, std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  for (const auto& [p, name] : pointers) {
+    MP_ENFORCE(p != nullptr, "cuDNN attention ", sdpa_shape_name(s), ": ", name, " is null");
+    MP_ENFORCE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "cuDNN attention ", sdpa_shape_name(s), ": ", name, " at ",
+               p, " is not 16-byte aligned");
+  }
 }
 
-void check_workspace(const Entry& e, const void* workspace, int64_t workspace_bytes, const SdpaShape& s) {
-  MP_ENFORCE(workspace_bytes >= e.workspace_bytes, "cuDNN attention ", sdpa_shape_name(s), " needs ", e.workspace_bytes,
-             " bytes of workspace, got ", workspace_bytes);
-  MP_ENFORCE(e.workspace_bytes == 0 || workspace != nullptr, "cuDNN attention ", sdpa_shape_name(s),
+// Runs the cached forward or backward graph of `s` on the tensors of `pack`,
+// under the cache's mutex, after checking the workspace against the entry's.
+void execute(const SdpaShape& s, bool backward, std::unordered_map<int64_t, void*>& pack, void* workspace,
+             int64_t workspace_bytes, cudaStream_t stream) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const Entry& entry = supported_entry(c, s);
+  MP_ENFORCE(workspace_bytes >= entry.workspace_bytes, "cuDNN attention ", sdpa_shape_name(s), " needs ",
+             entry.workspace_bytes, " bytes of workspace, got ", workspace_bytes);
+  MP_ENFORCE(entry.workspace_bytes == 0 || workspace != nullptr, "cuDNN attention ", sdpa_shape_name(s),
              ": workspace is null");
-}
-
-void execute(cudnnHandle_t handle, const Graph& g, std::unordered_map<int64_t, void*>& pack, void* workspace,
-             cudaStream_t stream, const char* what, const SdpaShape& s) {
+  const cudnnHandle_t handle = c.handles.at(current_device());
   MP_CHECK_CUDNN(fe::detail::set_stream(handle, stream));
   std::string why;
   try {
+    const Graph& g = backward ? *entry.backward : *entry.forward;
     if (const fe::error_t e = g.execute(handle, pack, workspace); e.is_bad()) why = failure("execute", e);
   } catch (const std::exception& x) {
     why = str("the frontend threw: ", x.what());
   }
-  if (!why.empty()) MP_THROW(CudaError, "cuDNN attention ", what, " ", sdpa_shape_name(s), ": ", why);
+  if (!why.empty()) {
+    MP_THROW(CudaError, "cuDNN attention ", backward ? "backward" : "forward", " ", sdpa_shape_name(s), ": ", why);
+  }
 }
 
 // p + n elements, as the variant pack's untyped pointer.
@@ -376,40 +385,26 @@ int64_t attention_cudnn_workspace_bytes(const SdpaShape& shape) {
 
 void attention_cudnn_forward(const SdpaShape& shape, const bf16* qkv, bf16* out, float* stats, void* workspace,
                              int64_t workspace_bytes, cudaStream_t stream) {
-  check_pointer(qkv, "qkv", shape);
-  check_pointer(out, "out", shape);
-  check_pointer(stats, "stats", shape);
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  const Entry& e = supported_entry(c, shape);
-  check_workspace(e, workspace, workspace_bytes, shape);
+  check_pointers(shape, {{qkv, "qkv"}, {out, "out"}, {stats, "stats"}});
   const SdpaLayout l = sdpa_layout(shape);
   std::unordered_map<int64_t, void*> pack{{kQ, at(qkv, l.q.base)},
                                           {kK, at(qkv, l.k.base)},
                                           {kV, at(qkv, l.v.base)},
                                           {kO, at(out, l.o.base)},
                                           {kStats, at(stats, l.stats.base)}};
-  execute(c.handles.at(current_device()), *e.forward, pack, workspace, stream, "forward", shape);
+  execute(shape, false, pack, workspace, workspace_bytes, stream);
 }
 
 void attention_cudnn_backward(const SdpaShape& shape, const bf16* qkv, const bf16* out, const bf16* dout,
                               const float* stats, bf16* dqkv, void* workspace, int64_t workspace_bytes,
                               cudaStream_t stream) {
-  check_pointer(qkv, "qkv", shape);
-  check_pointer(out, "out", shape);
-  check_pointer(dout, "dout", shape);
-  check_pointer(stats, "stats", shape);
-  check_pointer(dqkv, "dqkv", shape);
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  const Entry& e = supported_entry(c, shape);
-  check_workspace(e, workspace, workspace_bytes, shape);
+  check_pointers(shape, {{qkv, "qkv"}, {out, "out"}, {dout, "dout"}, {stats, "stats"}, {dqkv, "dqkv"}});
   const SdpaLayout l = sdpa_layout(shape);
   std::unordered_map<int64_t, void*> pack{
       {kQ, at(qkv, l.q.base)},    {kK, at(qkv, l.k.base)},     {kV, at(qkv, l.v.base)},
       {kO, at(out, l.o.base)},    {kDO, at(dout, l.d_o.base)}, {kStats, at(stats, l.stats.base)},
       {kDQ, at(dqkv, l.dq.base)}, {kDK, at(dqkv, l.dk.base)},  {kDV, at(dqkv, l.dv.base)}};
-  execute(c.handles.at(current_device()), *e.backward, pack, workspace, stream, "backward", shape);
+  execute(shape, true, pack, workspace, workspace_bytes, stream);
 }
 
 std::string attention_cudnn_describe() {
