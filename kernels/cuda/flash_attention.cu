@@ -287,16 +287,6 @@ int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, in
   return batch * heads * seq;
 }
 
-void flash_attention_delta_cuda(const float* out, const float* dout, int64_t batch, int64_t seq, int64_t channels,
-                                int64_t heads, float* delta, cudaStream_t stream) {
-  MP_ENFORCE(heads > 0 && channels % heads == 0, heads, " heads do not divide ", channels, " channels");
-  const int64_t rows = batch * seq;
-  if (rows == 0) return;
-  MP_ENFORCE(out && dout && delta, "flash attention delta of null memory");
-  const Shape sh{seq, channels, heads, static_cast<int>(channels / heads), 1.0f};
-  launch_kernel(&flash_delta_kernel, cuda_launch::flash_delta(rows, heads), stream, out, dout, sh, rows, delta);
-}
-
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
                                    float* dqkv, cudaStream_t stream) {
@@ -304,7 +294,9 @@ void flash_attention_backward_cuda(const float* qkv, const float* out, const flo
   const int64_t rows = batch * seq;
   if (rows == 0) return;
   MP_ENFORCE(qkv && out && lse && dout && scratch && dqkv, "flash attention backward of null memory");
-  flash_attention_delta_cuda(out, dout, batch, seq, channels, heads, scratch, stream);
+  // First delta [batch, heads, seq] := dout . out over each head's columns, into scratch.
+  launch_kernel(&flash_delta_kernel, cuda_launch::flash_delta(rows, heads), stream, out, dout, sh, rows,
+                static_cast<float*>(scratch));
   dispatch_dims<LaunchBackward>(sh.hd, qkv, lse, static_cast<const float*>(scratch), dout, sh, batch, dqkv, stream);
 }
 

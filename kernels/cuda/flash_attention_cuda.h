@@ -47,11 +47,6 @@ void flash_attention_forward_cuda(const float* qkv, int64_t batch, int64_t seq, 
 // The scratch of flash_attention_backward_cuda: batch * heads * seq floats (delta).
 int64_t flash_attention_backward_scratch_elements(int64_t batch, int64_t seq, int64_t heads);
 
-// delta [batch, heads, seq] := dout . out over each head's columns: the
-// backward's first step.
-void flash_attention_delta_cuda(const float* out, const float* dout, int64_t batch, int64_t seq, int64_t channels,
-                                int64_t heads, float* delta, cudaStream_t stream);
-
 // Overwrites dqkv [batch * seq, 3 channels].
 void flash_attention_backward_cuda(const float* qkv, const float* out, const float* lse, const float* dout,
                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads, float* scratch,
