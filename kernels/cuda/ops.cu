@@ -51,11 +51,9 @@ __global__ void round_through_kernel(const float* src, float* dst, int64_t n, ma
 template <class T>
 constexpr bool kAccumulable = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 
-}  // namespace
-
-namespace {
 // Writes far past the end of the address space's first page: no allocation is there.
 __global__ void device_fault_kernel(uint32_t* bad) { bad[threadIdx.x] = 0xdeadbeefu; }
+
 }  // namespace
 
 void device_fault_cuda(cudaStream_t stream) {
