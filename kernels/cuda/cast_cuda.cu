@@ -55,7 +55,6 @@ void launch_convert(const void* src, void* dst, int64_t n, bool round, cudaStrea
 
 struct Ranges {
   int64_t begin[kMaxWidenRanges];
-  int64_t end[kMaxWidenRanges];
   int64_t offset[kMaxWidenRanges + 1];  // elements before range r, over all ranges
   int count;
 };
@@ -120,7 +119,6 @@ void widen_ranges_cuda(const void* src, DType src_dtype, float* dst, const int64
   for (int k = 0; k < count; ++k) {
     MP_ENFORCE(begins[k] >= 0 && begins[k] <= ends[k], "widening range [", begins[k], ", ", ends[k], ")");
     r.begin[k] = begins[k];
-    r.end[k] = ends[k];
     r.offset[k + 1] = r.offset[k] + (ends[k] - begins[k]);
   }
   const int64_t total = r.offset[count];
