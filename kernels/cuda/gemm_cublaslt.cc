@@ -549,37 +549,27 @@ cublasStatus_t GemmCuda::Impl::enqueue(const Plan& plan, const cublasLtMatmulAlg
                                        cudaStream_t stream) {
   const ScratchLayout l = scratch_layout(plan.form, p);
   char* base = l.total() > 0 ? scratch.reserve(l.total(), stream) : nullptr;
-  const void* a = p.a.data;
-  const void* b = p.b.data;
-  if (plan.form.pack_a) {
-    const Stored s = stored(p.a, p.m, p.k);
-    auto* packed = reinterpret_cast<float*>(base);
-    gemm_pack_fp32_cuda(p.a.data, p.a.dtype, p.a.ld, s.rows, s.cols, packed, stream);
-    a = packed;
-  }
-  if (plan.form.pack_b) {
-    const Stored s = stored(p.b, p.k, p.n);
-    auto* packed = reinterpret_cast<float*>(base + l.pack_a);
-    gemm_pack_fp32_cuda(p.b.data, p.b.dtype, p.b.ld, s.rows, s.cols, packed, stream);
-    b = packed;
-  }
+  // x as stored (op(x) is [rows, cols]) packed to fp32 at `at`, ld its stored columns.
+  const auto pack = [&](const GemmInput& x, int64_t rows, int64_t cols, char* at) -> const void* {
+    const Stored s = stored(x, rows, cols);
+    gemm_pack_fp32_cuda(x.data, x.dtype, x.ld, s.rows, s.cols, reinterpret_cast<float*>(at), stream);
+    return at;
+  };
+  const void* a = plan.form.pack_a ? pack(p.a, p.m, p.k, base) : p.a.data;
+  const void* b = plan.form.pack_b ? pack(p.b, p.k, p.n, base + l.pack_a) : p.b.data;
   // This call's pointers: of the alignment class the plan was chosen for (the key).
   set_epilogue_pointers(plan, p);
-  const float alpha = 1.0f;
-  if (plan.fused()) {
-    const bool with_c = p.accumulate || p.addend != nullptr;
-    const float beta = with_c ? 1.0f : 0.0f;
-    const void* c = p.addend != nullptr ? static_cast<const void*>(p.addend) : p.c;
-    return api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, c, plan.layout_c, p.c,
-                       plan.layout_d, &algo, workspace, static_cast<size_t>(workspace_bytes), stream);
-  }
-  auto* d = reinterpret_cast<float*>(base + l.pack_a + l.pack_b);
-  const float beta = 0.0f;
+  // Fused: D is C, and cuBLASLt's C the addend or C itself (beta 1 where
+  // accumulated or added into). Else D and cuBLASLt's C are the fp32 product.
+  auto* product = reinterpret_cast<float*>(base + l.pack_a + l.pack_b);
+  void* d = plan.fused() ? p.c : product;
+  const void* c = plan.fused() && p.addend != nullptr ? static_cast<const void*>(p.addend) : d;
+  const float alpha = 1.0f, beta = plan.fused() && (p.accumulate || p.addend != nullptr) ? 1.0f : 0.0f;
   const cublasStatus_t status =
-      api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, d, plan.layout_c, d,
+      api->matmul(handle, plan.desc, &alpha, b, plan.layout_a, a, plan.layout_b, &beta, c, plan.layout_c, d,
                   plan.layout_d, &algo, workspace, static_cast<size_t>(workspace_bytes), stream);
-  if (status != CUBLAS_STATUS_SUCCESS) return status;
-  gemm_epilogue_cuda(p, d, stream);
+  if (status != CUBLAS_STATUS_SUCCESS || plan.fused()) return status;
+  gemm_epilogue_cuda(p, product, stream);
   if (p.bias_grad != nullptr) gemm_bias_grad_cuda(p, base + l.pack_a + l.pack_b + l.product, stream);
   return CUBLAS_STATUS_SUCCESS;
 }
