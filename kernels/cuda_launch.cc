@@ -108,18 +108,16 @@ LaunchConfig flash_delta(int64_t rows, int64_t heads) {
 
 // ---- gradient statistics, the update -------------------------------------------------------
 
+// A double and an int per thread (the block's fixed-tree sum).
+constexpr int64_t kGradStatsSmemBytes = kThreads * static_cast<int64_t>(sizeof(double) + sizeof(int));
+
 LaunchConfig grad_stats_partials(int64_t n) {
-  // A double and an int per thread (the block's fixed-tree sum).
   LaunchConfig c = grid_stride("partials_kernel", n, kGradStatsMaxBlocks);
-  c.static_smem_bytes = kThreads * static_cast<int64_t>(sizeof(double) + sizeof(int));
+  c.static_smem_bytes = kGradStatsSmemBytes;
   return c;
 }
 
-LaunchConfig grad_stats_finish() {
-  LaunchConfig c = config("finish_kernel", {1}, {kThreads});
-  c.static_smem_bytes = kThreads * static_cast<int64_t>(sizeof(double) + sizeof(int));
-  return c;
-}
+LaunchConfig grad_stats_finish() { return config("finish_kernel", {1}, {kThreads}, 0, kGradStatsSmemBytes); }
 
 LaunchConfig update(int64_t work) { return grid_stride("update_kernel", work, 8192); }
 
