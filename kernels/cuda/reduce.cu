@@ -13,8 +13,6 @@
 namespace mp {
 namespace {
 
-// ---- kernels ----------------------------------------------------------------
-
 template <class In, class Out>
 __global__ void accumulate_rank_chunks_kernel(const In* chunks, int n, int64_t stride, int64_t count,
                                               Out* out, math::ElementOp op, double divisor) {
@@ -23,16 +21,6 @@ __global__ void accumulate_rank_chunks_kernel(const In* chunks, int n, int64_t s
        i += grid_stride) {
     math::accumulate_element(chunks, n, stride, i, out, op, divisor);
   }
-}
-
-// ---- launchers --------------------------------------------------------------
-
-template <class In, class Out>
-void launch_accumulate(const void* chunks, int n, int64_t stride, int64_t count, void* out,
-                       math::ElementOp op, double divisor, cudaStream_t stream) {
-  launch_kernel(&accumulate_rank_chunks_kernel<In, Out>,
-                cuda_launch::grid_stride("accumulate_rank_chunks_kernel", count), stream,
-                static_cast<const In*>(chunks), n, stride, count, static_cast<Out*>(out), op, divisor);
 }
 
 }  // namespace
@@ -52,7 +40,9 @@ void accumulate_rank_chunks_cuda(const void* chunks, DType in, int n, int64_t st
       using Out = decltype(out_tag);
       // fp8 was rejected above; no kernels are built for it.
       if constexpr (!is_fp8(dtype_of_v<In>) && !is_fp8(dtype_of_v<Out>)) {
-        launch_accumulate<In, Out>(chunks, n, stride, count, out, op, divisor, stream);
+        launch_kernel(&accumulate_rank_chunks_kernel<In, Out>,
+                      cuda_launch::grid_stride("accumulate_rank_chunks_kernel", count), stream,
+                      static_cast<const In*>(chunks), n, stride, count, static_cast<Out*>(out), op, divisor);
       }
     });
   });
