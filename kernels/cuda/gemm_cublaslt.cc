@@ -8,7 +8,6 @@
 #include <compare>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -364,21 +363,6 @@ void report(const GemmPlanReport& r) {
   g_new_plans.push_back(r);
 }
 
-// Waits for `event` by polling, at most `deadline`: a host wait on the GPU
-// never blocks without a bound (CudaError naming `what` past it).
-void wait_for_event(cudaEvent_t event, std::chrono::seconds deadline, const std::string& what) {
-  const auto until = std::chrono::steady_clock::now() + deadline;
-  for (;;) {
-    const cudaError_t rc = cudaEventQuery(event);
-    if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) MP_CHECK_CUDA(rc);
-    if (std::chrono::steady_clock::now() >= until) {
-      MP_THROW(CudaError, what, ": not done within ", deadline.count(), " s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 // Device memory of a GemmCuda for the forms that run kernels (packed
 // operands, the fp32 product, the bias gradient's partials): kept between
 // calls, grown in stream order (the calls of one GemmCuda are ordered).
@@ -501,7 +485,7 @@ double GemmCuda::Impl::time_ms(const Plan& plan, const cublasLtMatmulAlgo_t& alg
   MP_CHECK_CUDA(cudaEventRecord(stop, stream));
   float ms = -1.0f;
   try {
-    wait_for_event(stop, std::chrono::seconds(60), "timing cuBLASLt's candidates for a " + describe(p));
+    synchronize_event(stop, std::chrono::seconds(60), "timing cuBLASLt's candidates for a " + describe(p));
     if (status == CUBLAS_STATUS_SUCCESS) MP_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
   } catch (...) {
     (void)cudaEventDestroy(start);
