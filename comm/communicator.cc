@@ -223,42 +223,23 @@ T reduce_in_rank_order(const std::vector<T>& all, HostOp op) {
   return acc;
 }
 
-// A failure on one rank as a string: a type letter, then the message.
+// A failure on one rank as a string: its tier as a digit, then the message.
+// An IoError, an EnforceError (a bug) or any other exception arrives as
+// IoError: a file system, or a bug, on that rank.
 std::string describe_failure(std::exception_ptr e) {
+  const auto tagged = [](ErrorTier t, const char* what) {
+    return static_cast<char>('0' + static_cast<int>(t)) + std::string(what);
+  };
   try {
     std::rethrow_exception(e);
-  } catch (const ConfigError& x) {
-    return std::string("C") + x.what();
-  } catch (const ModelError& x) {
-    return std::string("M") + x.what();
-  } catch (const NumericError& x) {
-    return std::string("N") + x.what();
-  } catch (const CommError& x) {
-    return std::string("K") + x.what();
-  } catch (const CudaError& x) {
-    return std::string("D") + x.what();
-  } catch (const OutOfMemoryError& x) {
-    return std::string("O") + x.what();
+  } catch (const Error& x) {
+    return tagged(x.tier() == ErrorTier::kEnforce ? ErrorTier::kIo : x.tier(), x.what());
   } catch (const std::bad_alloc&) {
-    return "Oout of memory";
+    return tagged(ErrorTier::kOutOfMemory, "out of memory");
   } catch (const std::exception& x) {
-    return std::string("E") + x.what();
+    return tagged(ErrorTier::kIo, x.what());
   } catch (...) {
-    return "Eunknown exception";
-  }
-}
-
-// Another rank's failure, as the error of its type (anything but the types
-// above arrives as IoError: a file system, or a bug, on that rank).
-[[noreturn]] void throw_remote_failure(char type, const std::string& msg) {
-  switch (type) {
-    case 'C': MP_THROW_AGREED(ConfigError, msg);
-    case 'M': MP_THROW_AGREED(ModelError, msg);
-    case 'N': MP_THROW_AGREED(NumericError, msg);
-    case 'K': MP_THROW_AGREED(CommError, msg);
-    case 'D': MP_THROW_AGREED(CudaError, msg);
-    case 'O': MP_THROW_AGREED(OutOfMemoryError, msg);
-    default: MP_THROW_AGREED(IoError, msg);
+    return tagged(ErrorTier::kIo, "unknown exception");
   }
 }
 
@@ -310,7 +291,8 @@ void Communicator::agree(std::string_view what, const std::function<void()>& bod
   }
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].empty()) continue;
-    throw_remote_failure(all[r][0], detail::str(what, " failed on rank ", r, ": ", all[r].substr(1)));
+    throw_error(static_cast<ErrorTier>(all[r][0] - '0'), __FILE__, __LINE__,
+                detail::str(what, " failed on rank ", r, ": ", all[r].substr(1)), /*agreed=*/true);
   }
 }
 

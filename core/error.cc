@@ -34,45 +34,46 @@ Error::Error(const char* file, int line, const std::string& message)
 
 namespace {
 
-// `e` as a new E with `context` appended, its flags kept.
 template <class E>
-[[noreturn]] void rethrow_as(const E& e, const std::string& context, bool stream_task) {
-  E out(e.file(), e.line(), e.message() + context);
-  if (e.agreed()) out.set_agreed();
-  if (stream_task || e.from_stream_task()) out.set_from_stream_task();
-  throw out;
+[[noreturn]] void throw_flagged(const char* file, int line, const std::string& message, bool agreed,
+                                bool stream_task) {
+  E e(file, line, message);
+  if (agreed) e.set_agreed();
+  if (stream_task) e.set_from_stream_task();
+  throw e;
 }
 
 }  // namespace
 
+void throw_error(ErrorTier tier, const char* file, int line, const std::string& message, bool agreed,
+                 bool stream_task) {
+  switch (tier) {
+    case ErrorTier::kConfig: throw_flagged<ConfigError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kIo: throw_flagged<IoError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kComm: throw_flagged<CommError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kCuda: throw_flagged<CudaError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kOutOfMemory: throw_flagged<OutOfMemoryError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kNumeric: throw_flagged<NumericError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kModel: throw_flagged<ModelError>(file, line, message, agreed, stream_task);
+    case ErrorTier::kEnforce: break;
+  }
+  throw_flagged<EnforceError>(file, line, message, agreed, stream_task);
+}
+
 void rethrow_with_context(std::exception_ptr error, const std::string& context, bool stream_task) {
   try {
     std::rethrow_exception(error);
-  } catch (const ConfigError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const IoError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const CommError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const CudaError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const OutOfMemoryError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const NumericError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const ModelError& e) {
-    rethrow_as(e, context, stream_task);
-  } catch (const EnforceError& e) {
-    rethrow_as(e, context, stream_task);
   } catch (const Error& e) {
-    rethrow_as(EnforceError(e.file(), e.line(), e.message()), context, stream_task);
+    throw_error(e.tier(), e.file(), e.line(), e.message() + context, e.agreed(),
+                stream_task || e.from_stream_task());
   } catch (const std::bad_alloc& e) {
-    rethrow_as(OutOfMemoryError(__FILE__, __LINE__, e.what()), context, stream_task);
+    throw_error(ErrorTier::kOutOfMemory, __FILE__, __LINE__, e.what() + context, false, stream_task);
   } catch (const std::exception& e) {
-    rethrow_as(EnforceError(__FILE__, __LINE__, std::string("unexpected exception: ") + e.what()), context,
-               stream_task);
+    throw_error(ErrorTier::kEnforce, __FILE__, __LINE__, std::string("unexpected exception: ") + e.what() + context,
+                false, stream_task);
   } catch (...) {
-    rethrow_as(EnforceError(__FILE__, __LINE__, "unexpected exception of unknown type"), context, stream_task);
+    throw_error(ErrorTier::kEnforce, __FILE__, __LINE__, "unexpected exception of unknown type" + context, false,
+                stream_task);
   }
 }
 

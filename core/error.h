@@ -85,8 +85,13 @@ MP_DEFINE_ERROR(ModelError, kModel);  // the model's own code failed (a host's c
 MP_DEFINE_ERROR(EnforceError, kEnforce);          // a broken invariant: a bug in mp or in its caller
 #undef MP_DEFINE_ERROR
 
+// Throws the error class of `tier` (EnforceError for kEnforce) from
+// file:line with `message`, marked agreed and from_stream_task as asked.
+[[noreturn]] void throw_error(ErrorTier tier, const char* file, int line, const std::string& message,
+                              bool agreed = false, bool stream_task = false);
+
 // Rethrows `error` with `context` appended to its message: an mp::Error as
-// the same type (file, line and flags kept), std::bad_alloc as
+// the error class of its tier (file, line and flags kept), std::bad_alloc as
 // OutOfMemoryError, any other exception as EnforceError naming what it
 // said. With `stream_task`, the result is marked from_stream_task().
 [[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context,

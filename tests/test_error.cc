@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <new>
 #include <regex>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.h"
@@ -65,6 +68,44 @@ TEST(Error, AgreedMarkKeepsTypeAndMessageAndSurvivesRethrow) {
     EXPECT_TRUE(e.agreed());
     EXPECT_EQ(e.message(), "bad shard");
   }
+}
+
+// throw_error maps each tier to its class (the C ABI, the Python classes and
+// agree()'s remote failures go through the tier); rethrow_with_context keeps
+// the class, file, line and flags and appends the context.
+TEST(Error, EveryTierThrowsItsClassAndContextKeepsIt) {
+  const auto thrown = [](const std::function<void()>& f) -> std::exception_ptr {
+    try {
+      f();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  };
+  const auto tier_of = [](std::exception_ptr p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      return e.tier();
+    }
+  };
+  for (int t = 0; t < kNumErrorTiers; ++t) {
+    const auto tier = static_cast<ErrorTier>(t);
+    const std::exception_ptr p = thrown([&] { throw_error(tier, "a.cc", 7, "what", /*agreed=*/true); });
+    EXPECT_EQ(tier_of(p), tier) << t;
+    const std::exception_ptr q = thrown([&] { rethrow_with_context(p, " (step 3)", /*stream_task=*/true); });
+    EXPECT_EQ(tier_of(q), tier) << t;
+    try {
+      std::rethrow_exception(q);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.message(), "what (step 3)");
+      EXPECT_EQ(std::string(e.file()) + ":" + std::to_string(e.line()), "a.cc:7");
+      EXPECT_TRUE(e.agreed() && e.from_stream_task()) << t;
+    }
+  }
+  EXPECT_THROW(rethrow_with_context(thrown([] { throw std::bad_alloc(); }), ""), OutOfMemoryError);
+  EXPECT_THROW(rethrow_with_context(thrown([] { throw std::runtime_error("x"); }), ""), EnforceError);
+  EXPECT_THROW(throw_error(ErrorTier::kCuda, "a.cc", 1, "y"), CudaError);
 }
 
 TEST(Error, EnforcePrintsBothOperandsAndEvaluatesOnce) {
