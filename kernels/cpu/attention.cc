@@ -9,6 +9,7 @@
 
 namespace mp {
 
+using layer::bind_act;
 using layer::check_act;
 using layer::part_align;
 
@@ -34,17 +35,9 @@ void gpt_attention_forward(Act qkv, int64_t batch, int64_t seq, int64_t channels
   check_act(qkv, "attention input");
   check_act(out, "attention output");
   check_heads(channels, heads);
-  AttentionLoopArgs<float> a{qkv.f32(), nullptr, nullptr, seq, channels, heads, att, out.f32(), nullptr, nullptr};
-  if (qkv.dtype == DType::kBF16) {
-    a.qkv = nullptr;
-    a.qkv16 = static_cast<const bf16*>(qkv.data);
-  }
-  if (out.dtype == DType::kBF16) {
-    a.out = nullptr;
-    a.out16 = static_cast<bf16*>(out.data);
-  } else {
-    a.round = out.bf16;
-  }
+  AttentionLoopArgs<float> a{nullptr, nullptr, nullptr, seq, channels, heads, att, nullptr, nullptr, nullptr};
+  bind_act(qkv, a.qkv, a.qkv16);
+  bind_act(out, a.out, a.out16, &a.round);
   parallel_for(batch * heads, threads, part_align(seq * seq * channels / heads),
                [&](int64_t p0, int64_t p1) { layer_loops().attention_forward(a, p0, p1); });
 }
@@ -56,21 +49,10 @@ void gpt_attention_backward(Act qkv, const float* att, Act dout, int64_t batch, 
   check_act(dout, "attention output gradient");
   check_act(dqkv, "attention input gradient");
   check_heads(channels, heads);
-  AttentionLoopArgs<float> a{qkv.f32(), att, dout.f32(), seq, channels, heads, nullptr, nullptr, scratch, dqkv.f32()};
-  if (qkv.dtype == DType::kBF16) {
-    a.qkv = nullptr;
-    a.qkv16 = static_cast<const bf16*>(qkv.data);
-  }
-  if (dout.dtype == DType::kBF16) {
-    a.dout = nullptr;
-    a.dout16 = static_cast<const bf16*>(dout.data);
-  }
-  if (dqkv.dtype == DType::kBF16) {
-    a.dqkv = nullptr;
-    a.dqkv16 = static_cast<bf16*>(dqkv.data);
-  } else {
-    a.round = dqkv.bf16;
-  }
+  AttentionLoopArgs<float> a{nullptr, att, nullptr, seq, channels, heads, nullptr, nullptr, scratch, nullptr};
+  bind_act(qkv, a.qkv, a.qkv16);
+  bind_act(dout, a.dout, a.dout16);
+  bind_act(dqkv, a.dqkv, a.dqkv16, &a.round);
   parallel_for(batch * heads, threads, part_align(2 * seq * seq * channels / heads),
                [&](int64_t p0, int64_t p1) { layer_loops().attention_backward(a, p0, p1); });
 }

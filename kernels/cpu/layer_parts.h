@@ -85,6 +85,16 @@ const LayerLoopsOf<T>& loops() {
 
 // EnforceError unless `a` holds fp32 or bf16 values in fp32 or bf16 storage.
 void check_act(const Act& a, const char* what);
+// `a` as the loops' args take it (kernels/cpu/layer_loops.h): bf16 storage
+// through the `*16` pointer, fp32 through the float one (the other null);
+// for an output, `round` when its fp32 storage holds bf16 values.
+template <class F, class H>
+void bind_act(const Act& a, F*& f32, H*& f16, bool* round = nullptr) {
+  const bool narrow = a.dtype == DType::kBF16;
+  f32 = narrow ? nullptr : static_cast<F*>(a.data);
+  f16 = narrow ? static_cast<H*>(a.data) : nullptr;
+  if (round != nullptr) *round = !narrow && a.bf16;
+}
 // dst[i] := src's values widened exactly, i in [0, n).
 void widen(const Act& src, float* dst, int64_t n, int threads);
 // dst := src (fp32 values) as dst stores them.

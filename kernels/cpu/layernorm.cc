@@ -9,6 +9,7 @@
 
 namespace mp {
 
+using layer::bind_act;
 using layer::check_act;
 using layer::part_align;
 
@@ -25,13 +26,8 @@ void gpt_layernorm_forward(const float* x, const float* w, const float* b, int64
   ScopedOp op(OpFamily::kLayerNorm);
   (void)scratch;
   check_act(out, "layernorm output");
-  LayerNormLoopArgs<float> a{x, w, b, channels, out.f32(), mean, rstd};
-  if (out.dtype == DType::kBF16) {
-    a.out = nullptr;
-    a.out16 = static_cast<bf16*>(out.data);
-  } else {
-    a.round = out.bf16;
-  }
+  LayerNormLoopArgs<float> a{x, w, b, channels, nullptr, mean, rstd};
+  bind_act(out, a.out, a.out16, &a.round);
   parallel_for(rows, threads, part_align(3 * channels),
                [&](int64_t n0, int64_t n1) { layer_loops().layernorm_forward(a, n0, n1); });
 }
@@ -42,11 +38,8 @@ void gpt_layernorm_backward(Act dout, const float* x, const float* w, const floa
   ScopedOp op(OpFamily::kLayerNorm);
   (void)scratch;
   check_act(dout, "layernorm output gradient");
-  LayerNormGradLoopArgs<float> a{dout.f32(), x, w, mean, rstd, rows, channels, dx, dw, db};
-  if (dout.dtype == DType::kBF16) {
-    a.dout = nullptr;
-    a.dout16 = static_cast<const bf16*>(dout.data);
-  }
+  LayerNormGradLoopArgs<float> a{nullptr, x, w, mean, rstd, rows, channels, dx, dw, db};
+  bind_act(dout, a.dout, a.dout16);
   a.accumulate = accumulate;
   if (dx_copy.data != nullptr) {
     check_act(dx_copy, "layernorm input gradient copy");
