@@ -12,19 +12,14 @@ void embedding_forward(const OpContext& cx, const int32_t* tokens, const void* w
                        int64_t batch, int64_t seq, int64_t channels, int64_t vocab_rows, float* out) {
   MP_ENFORCE(wte_dtype == DType::kF32 || wte_dtype == DType::kBF16, "embedding table in ", dtype_name(wte_dtype));
   const int threads = cx.threads;
-  if (wte_dtype == DType::kBF16) {
-    const auto* w = static_cast<const bf16*>(wte);
+  const auto run = [&](const auto* w) {  // the table as its element type
     cx.run(
         "embedding forward", OpFamily::kEmbedding,
         [=] { gpt_embedding_forward(tokens, w, wpe, batch, seq, channels, vocab_rows, out, threads); },
         MP_CUDA_BODY(gpt_embedding_forward_cuda(tokens, w, wpe, batch, seq, channels, vocab_rows, out, cuda_stream)));
-    return;
-  }
-  const auto* w = static_cast<const float*>(wte);
-  cx.run(
-      "embedding forward", OpFamily::kEmbedding,
-      [=] { gpt_embedding_forward(tokens, w, wpe, batch, seq, channels, vocab_rows, out, threads); },
-      MP_CUDA_BODY(gpt_embedding_forward_cuda(tokens, w, wpe, batch, seq, channels, vocab_rows, out, cuda_stream)));
+  };
+  if (wte_dtype == DType::kBF16) return run(static_cast<const bf16*>(wte));
+  run(static_cast<const float*>(wte));
 }
 
 int64_t embedding_backward_workspace_bytes(Device device, [[maybe_unused]] int64_t rows,
