@@ -10,13 +10,6 @@ namespace {
 
 GemmInput stored(Operand o, int64_t ld, bool transposed = false) { return GemmInput{o.data, o.dtype, ld, transposed}; }
 
-// C of a problem: the activation `y` with leading dimension `ld`.
-void set_output(GemmProblem& p, Act y) {
-  p.c = y.data;
-  p.c_dtype = y.dtype;
-  p.c_bf16 = y.bf16;
-}
-
 }  // namespace
 
 void gemm(const OpContext& cx, const GemmSettings& settings, const GemmProblem& problem, const char* name) {
@@ -37,8 +30,7 @@ void gemm(const OpContext& cx, const GemmSettings& settings, const GemmProblem& 
 GemmProblem linear_forward(Operand x, Operand w, const float* bias, int64_t rows, int64_t in, int64_t out, Act y,
                            const float* addend, Act gelu_pre) {
   // [rows, out] = x [rows, in] w [in, out] + bias
-  GemmProblem p = gemm_problem(rows, out, in, stored(x, in), stored(w, out), static_cast<float*>(nullptr), bias);
-  set_output(p, y);
+  GemmProblem p = gemm_problem(rows, out, in, stored(x, in), stored(w, out), y.data, y.dtype, y.bf16, bias);
   p.addend = addend;
   if (gelu_pre.data != nullptr) {
     p.epilogue = GemmEpilogue::kGelu;
@@ -51,9 +43,8 @@ GemmProblem linear_forward(Operand x, Operand w, const float* bias, int64_t rows
 GemmProblem linear_backward_input(Operand dy, Operand w, int64_t rows, int64_t in, int64_t out, Act dx,
                                   Act gelu_pre) {
   // [rows, in] = dy [rows, out] w^T (w stored [in, out])
-  GemmProblem p = gemm_problem(rows, in, out, stored(dy, out), stored(w, out, /*transposed=*/true),
-                               static_cast<float*>(nullptr));
-  set_output(p, dx);
+  GemmProblem p =
+      gemm_problem(rows, in, out, stored(dy, out), stored(w, out, /*transposed=*/true), dx.data, dx.dtype, dx.bf16);
   if (gelu_pre.data != nullptr) {
     p.epilogue = GemmEpilogue::kDGelu;
     p.aux = gelu_pre.data;
