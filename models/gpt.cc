@@ -259,25 +259,18 @@ void Gpt::head_chunk(const OpContext& cx, int64_t r0, int64_t n) {
   const int64_t c = p.channels, vp = p.padded_vocab;
   const DType xdt = p.head_storage();
   const nn::GemmSettings gs{options_.allow_tf32, options_.deterministic};
-  const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{wte_head_, xdt, c, false};
-  GemmInput wte_t = wte;
-  wte_t.transposed = true;
-  GemmProblem logits = gemm_problem(n, vp, c, x, wte_t, static_cast<float*>(nullptr));  // [n, Vp] = x wte^T
-  logits.c = b_->logits.data;
-  logits.c_dtype = b_->logits.dtype;
-  logits.c_bf16 = b_->logits.bf16;
-  nn::gemm(cx, gs, logits, "logits");
+  const Act logits = b_->logits, dlnf = b_->dlnf.at(r0 * c);
+  const GemmInput x{b_->lnf.at(r0 * c).data, xdt, c, false}, wte{wte_head_, xdt, c, false},
+      wte_t{wte_head_, xdt, c, true}, dlogits{logits.data, xdt, vp, false};
+  // [n, Vp] = x wte^T
+  nn::gemm(cx, gs, gemm_problem(n, vp, c, x, wte_t, logits.data, logits.dtype, logits.bf16), "logits");
   if (kept_row_ >= r0 && kept_row_ < r0 + n) {
-    nn::convert(cx, b_->logits.at((kept_row_ - r0) * vp), f32_act(b_->kept), vp, "kept logits row");
+    nn::convert(cx, logits.at((kept_row_ - r0) * vp), f32_act(b_->kept), vp, "kept logits row");
   }
-  if (p.keep_logits) nn::convert(cx, b_->logits, f32_act(b_->kept_all + r0 * vp), n * vp, "kept logits");
-  nn::classifier(cx, b_->logits, b_->tokens + p.rows + r0, n, p.vocab, vp, p.rows, b_->row_loss + r0);
-  GemmProblem dx = gemm_problem(n, c, vp, GemmInput{b_->logits.data, xdt, vp, false}, wte,
-                                static_cast<float*>(nullptr));  // [n, C] = d logits [n, Vp] wte [Vp, C]
-  dx.c = b_->dlnf.at(r0 * c).data;
-  dx.c_dtype = b_->dlnf.dtype;
-  dx.c_bf16 = b_->dlnf.bf16;
-  nn::gemm(cx, gs, dx, "head backward (d ln_f)");
+  if (p.keep_logits) nn::convert(cx, logits, f32_act(b_->kept_all + r0 * vp), n * vp, "kept logits");
+  nn::classifier(cx, logits, b_->tokens + p.rows + r0, n, p.vocab, vp, p.rows, b_->row_loss + r0);
+  // [n, C] = d logits [n, Vp] wte [Vp, C]
+  nn::gemm(cx, gs, gemm_problem(n, c, vp, dlogits, wte, dlnf.data, dlnf.dtype, dlnf.bf16), "head backward (d ln_f)");
   if (p.chunked()) head_dwte(cx, r0, n, b_->dwte_head);  // the chunk's d logits go next
 }
 
