@@ -28,44 +28,35 @@ void StreamModel::check_grads(const Tensor& grads, const UnitLayout& unit) const
              grads.defined() ? grads.describe() : std::string("none"));
 }
 
-Stream& StreamModel::direct_stream() const {
+void StreamModel::direct(const std::function<void(Stream&)>& call) const {
   MP_ENFORCE(device().is_cpu(), name_, "'s direct calls run on the CPU; this one computes on ", device());
   if (!direct_) {
     direct_ = std::make_unique<CpuStream>(std::string(name_) + " direct");
     direct_loss_ = PinnedBuffer(Device::cpu(), sizeof(double));
   }
-  return *direct_;
+  call(*direct_);
+  direct_->synchronize();
 }
 
 void StreamModel::begin_micro_batch(int64_t global_index) {
-  Stream& s = direct_stream();
-  begin_micro_batch_on(global_index, s);
-  s.synchronize();
+  direct([&](Stream& s) { begin_micro_batch_on(global_index, s); });
 }
 
 void StreamModel::forward(int unit, const Tensor& params) {
-  Stream& s = direct_stream();
-  forward_on(unit, params, s);
-  s.synchronize();
+  direct([&](Stream& s) { forward_on(unit, params, s); });
 }
 
 double StreamModel::loss() const {
-  Stream& s = direct_stream();
-  enqueue_loss(direct_loss_.as<double>(), s);
-  s.synchronize();
+  direct([&](Stream& s) { enqueue_loss(direct_loss_.as<double>(), s); });
   return *direct_loss_.as<double>();
 }
 
 void StreamModel::recompute(int unit, const Tensor& params) {
-  Stream& s = direct_stream();
-  recompute_on(unit, params, s);
-  s.synchronize();
+  direct([&](Stream& s) { recompute_on(unit, params, s); });
 }
 
 void StreamModel::backward(int unit, const Tensor& params, const Tensor& grads) {
-  Stream& s = direct_stream();
-  backward_on(unit, params, grads, s);
-  s.synchronize();
+  direct([&](Stream& s) { backward_on(unit, params, grads, s); });
 }
 
 }  // namespace mp

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/pinned.h"
@@ -47,7 +48,8 @@ class StreamModel : public Model {
   virtual void enqueue_loss(double* loss, Stream& s) const = 0;
 
  private:
-  Stream& direct_stream() const;
+  // Runs `call` on the model's CPU stream, made on first use, and waits for it.
+  void direct(const std::function<void(Stream&)>& call) const;
 
   const char* name_;
   const char* noun_;
