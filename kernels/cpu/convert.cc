@@ -59,10 +59,7 @@ struct Bf16Loops {
 MP_ISA_VARIANTS(MP_BF16_LOOPS)
 #undef MP_BF16_LOOPS
 
-const Bf16Loops& bf16_loops() {
-  static const Bf16Loops& picked = MP_ISA_TABLE(kBf16Loops);
-  return picked;
-}
+const Bf16Loops& bf16_loops() { return MP_ISA_TABLE(kBf16Loops); }
 
 template <class Src, class Dst, bool kStochastic>
 void convert_cpu(const Tensor& src, const Tensor& dst, const ConvertOptions& o) {

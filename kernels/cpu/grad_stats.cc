@@ -99,10 +99,7 @@ struct StatsBlocks {
 MP_ISA_VARIANTS(MP_STATS_BLOCKS)
 #undef MP_STATS_BLOCKS
 
-const StatsBlocks& stats_blocks() {
-  static const StatsBlocks& picked = MP_ISA_TABLE(kStatsBlocks);
-  return picked;
-}
+const StatsBlocks& stats_blocks() { return MP_ISA_TABLE(kStatsBlocks); }
 
 // block(begin, count) for every block, in parallel; the sums added in order.
 template <class Block>

@@ -97,10 +97,7 @@ inline void dequantize_blocks(const int8_t* codes, const char* scales, int64_t b
 MP_ISA_VARIANTS(MP_QUANT_LOOPS)
 #undef MP_QUANT_LOOPS
 
-const QuantLoops& quant_loops() {
-  static const QuantLoops& picked = MP_ISA_TABLE(kQuantLoops);
-  return picked;
-}
+const QuantLoops& quant_loops() { return MP_ISA_TABLE(kQuantLoops); }
 
 }  // namespace
 

@@ -92,10 +92,7 @@ struct SumLoops {
 MP_ISA_VARIANTS(MP_SUM_LOOPS)
 #undef MP_SUM_LOOPS
 
-const SumLoops& sum_loops() {
-  static const SumLoops& picked = MP_ISA_TABLE(kSumLoops);
-  return picked;
-}
+const SumLoops& sum_loops() { return MP_ISA_TABLE(kSumLoops); }
 
 }  // namespace
 
