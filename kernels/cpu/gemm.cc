@@ -17,6 +17,7 @@
 #include "core/parallel.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm_epilogue.h"
+#include "kernels/cpu/layer_loops.h"
 #include "kernels/op_profile.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
@@ -290,22 +291,6 @@ ProblemStaging staging_of(const GemmProblem& p, Bf16Gemm choice) {
                         staging_of(p.b, p.k, p.n, widen, true, no_copy)};
 }
 
-// The calling thread's staging scratch when the caller gives none: grown as
-// needed and kept, so repeated calls neither allocate nor fault in pages.
-float* thread_staging(int64_t elements) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
-  return buffer.data();
-}
-
-// The calling thread's fp32 tile of products for the epilogue, grown as
-// needed and kept.
-float* thread_tile(int64_t elements) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
-  return buffer.data();
-}
-
 void check_problem(const GemmProblem& p) {
   MP_ENFORCE(p.m == 0 || (p.c != nullptr && p.ldc >= p.n), "gemm output: ldc ", p.ldc, " for ", p.n, " columns");
   MP_ENFORCE(p.c_dtype == DType::kF32 || p.c_dtype == DType::kBF16, "gemm output in ", dtype_name(p.c_dtype),
@@ -326,7 +311,7 @@ void check_problem(const GemmProblem& p) {
 // epilogue (Note [GEMM epilogue]).
 void run_without_product(const GemmProblem& p) {
   const int64_t cols = p.n;
-  float* tile = thread_tile(cols);
+  float* tile = thread_floats(ThreadFloats::kGemmTile, cols);
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < cols; ++j) tile[j] = p.bias != nullptr ? p.bias[j] : 0.0f;
     if (gemm_needs_epilogue(p)) {
@@ -511,7 +496,7 @@ void run_tile(const GemmProblem& p, const Tile& t, dnnl::stream& stream) {
     MP_CHECK_DNNL(stream.wait(), "");
     return;
   }
-  float* tile = thread_tile(t.tm * t.tn);
+  float* tile = thread_floats(ThreadFloats::kGemmTile, t.tm * t.tn);
   product_tile(p, t, /*accumulate=*/false, tile, t.tn, stream);
   MP_CHECK_DNNL(stream.wait(), "");
   gemm_epilogue_tile(p, tile, t.tn, t.i0, t.tm, t.j0, t.tn);
@@ -538,8 +523,9 @@ void gemm_cpu(const GemmProblem& problem, const GemmOptions& options) {
   // a B with a 4K-aliased leading dimension is re-laid (Note [4K aliasing]).
   const ProblemStaging staging = staging_of(p, options.bf16);
   if (const int64_t need = staging.a.elements() + staging.b.elements(); need > 0) {
-    float* scratch = options.scratch != nullptr && options.scratch_elements >= need ? options.scratch
-                                                                                     : thread_staging(need);
+    float* scratch = options.scratch != nullptr && options.scratch_elements >= need
+                         ? options.scratch
+                         : thread_floats(ThreadFloats::kGemmStaging, need);
     if (staging.a.stage) {
       p.a = stage(p.a, staging.a, scratch, options.threads);
       scratch += staging.a.elements();

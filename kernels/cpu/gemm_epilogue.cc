@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/convert_loop.h"
@@ -34,10 +33,7 @@ void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int
                    int64_t cols) {
   const bool round = p.bf16_output();
   const LayerLoops& loops = layer_loops();
-  thread_local std::vector<float> aux_row;  // kDGelu: a row of aux, widened; grown once, kept
-  if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
-    if (static_cast<int64_t>(aux_row.size()) < cols) aux_row.resize(static_cast<size_t>(cols));
-  }
+  float* aux_row = kEpilogue == GemmEpilogue::kDGelu ? thread_floats(ThreadFloats::kGemmAux, cols) : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     float* v = product + r * product_ld;
@@ -52,8 +48,8 @@ void epilogue_tile(const GemmProblem& p, float* product, int64_t product_ld, int
       loops.gelu_forward(v, v, 0, cols);
     } else if constexpr (kEpilogue == GemmEpilogue::kDGelu) {
       const Out* aux = static_cast<const Out*>(p.aux) + i * p.aux_ld + j0;
-      for (int64_t j = 0; j < cols; ++j) aux_row[static_cast<size_t>(j)] = math::to_f32(aux[j]);
-      loops.gelu_backward(aux_row.data(), v, v, 0, cols);
+      for (int64_t j = 0; j < cols; ++j) aux_row[j] = math::to_f32(aux[j]);
+      loops.gelu_backward(aux_row, v, v, 0, cols);
     }
     store_row(loops, v, c, round, cols);
   }

@@ -6,8 +6,9 @@
 
 namespace mp {
 
-float* detail::layer_loops_thread_floats(int64_t n) {
-  thread_local std::vector<float> buffer;
+float* thread_floats(ThreadFloats use, int64_t n) {
+  thread_local std::vector<float> buffers[static_cast<size_t>(ThreadFloats::kCount)];
+  std::vector<float>& buffer = buffers[static_cast<size_t>(use)];
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
   return buffer.data();
 }

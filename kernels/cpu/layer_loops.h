@@ -135,15 +135,25 @@ using LayerLoops = LayerLoopsOf<float>;
 // CPU or build has no such variant.
 const LayerLoops& layer_loops(CpuIsa isa = CpuIsa::kAuto);
 
+// A thread's scratch of n floats, one for each use that may be live beside
+// another's, grown as needed and kept (the pool's workers are persistent),
+// so repeated calls neither allocate nor fault in pages. Defined once, at
+// baseline (layer_loops.cc): the vector's out-of-line members must not be
+// compiled with a per-ISA object's instructions.
+enum class ThreadFloats {
+  kLayerLoops,    // the loops' rows (kernels/cpu/layer_loops_impl.h, the classifier)
+  kGemmStaging,   // gemm_cpu's staged inputs when the caller gives no scratch
+  kGemmTile,      // gemm_cpu's fp32 tile of products for the epilogue
+  kGemmAux,       // the DGELU epilogue's row of aux, widened
+  kNewtonSchulz,  // newton_schulz_cpu's scratch when the caller gives none
+  kCount
+};
+float* thread_floats(ThreadFloats use, int64_t n);
+
 namespace detail {
 const LayerLoops& select_layer_loops_baseline();
 const LayerLoops& select_layer_loops_avx2();
 const LayerLoops& select_layer_loops_avx512();
-// A thread's scratch of n floats for the loops, grown as needed and kept
-// (the pool's workers are persistent). Defined once, at baseline
-// (layer_loops.cc): the vector's out-of-line members must not be compiled with
-// a per-ISA object's instructions.
-float* layer_loops_thread_floats(int64_t n);
 }  // namespace detail
 
 }  // namespace mp

@@ -40,8 +40,6 @@ inline void store_bf16_row(const float* src, bf16* out16, float* out_round, int6
   }
 }
 
-inline float* thread_floats(int64_t n) { return detail::layer_loops_thread_floats(n); }
-
 template <class T>
 [[gnu::flatten]] void gelu_forward_loop(const T* x, T* out, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; ++j) out[j] = math::gelu(x[j]);
@@ -206,7 +204,7 @@ void attention_forward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, int64_
   T* widened = nullptr;
   if constexpr (std::is_same_v<T, float>) {
     if (rounded || !std::is_same_v<T, Q>) {
-      T* s = thread_floats(hd + seq * 3 * hd);
+      T* s = thread_floats(ThreadFloats::kLayerLoops, hd + seq * 3 * hd);
       row = s;
       widened = s + hd;
     }
@@ -270,7 +268,7 @@ void attention_backward_pairs(const AttentionLoopArgs<T>& a, const Q* qkv, const
   T* dout_rows = nullptr;  // the pair's dout rows widened [seq, hd]
   if constexpr (std::is_same_v<T, float>) {
     if (rounded || !std::is_same_v<T, Q> || !std::is_same_v<T, G>) {
-      T* s = thread_floats(3 * seq * 3 * hd);
+      T* s = thread_floats(ThreadFloats::kLayerLoops, 3 * seq * 3 * hd);
       pair_scratch = s;
       widened = s + seq * 3 * hd;
       dout_rows = s + 2 * seq * 3 * hd;

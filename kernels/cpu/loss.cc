@@ -2,7 +2,6 @@
 #include "kernels/cpu/loss.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -42,9 +41,7 @@ void gpt_classifier(Act logits, const int32_t* targets, int64_t rows, int64_t vo
       logits.data, logits.dtype, logits.bf16, targets, vocab, padded_vocab, 1.0f / static_cast<float>(loss_rows),
       row_loss};
   parallel_for(rows, threads, std::max<int64_t>(1, kChunk / std::max<int64_t>(vocab, 1)), [&](int64_t n0, int64_t n1) {
-    thread_local std::vector<float> row;  // grown once, kept
-    if (static_cast<int64_t>(row.size()) < padded_vocab) row.resize(static_cast<size_t>(padded_vocab));
-    layer_loops().classifier(a, row.data(), n0, n1);
+    layer_loops().classifier(a, thread_floats(ThreadFloats::kLayerLoops, padded_vocab), n0, n1);
   });
 }
 

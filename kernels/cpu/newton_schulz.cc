@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/convert_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grad_stats.h"
+#include "kernels/cpu/layer_loops.h"
 #include "kernels/gemm_problem.h"
 #include "kernels/newton_schulz.h"
 #include "kernels/newton_schulz_math.h"
@@ -150,9 +150,7 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
   MP_ENFORCE(g != nullptr && out != nullptr, "newton_schulz: null matrix");
   const Layout l = layout_of(rows, cols, options.dtype);
   if (scratch == nullptr) {
-    thread_local std::vector<float> buffer;
-    if (static_cast<int64_t>(buffer.size()) < l.total) buffer.resize(static_cast<size_t>(l.total));
-    scratch = buffer.data();
+    scratch = thread_floats(ThreadFloats::kNewtonSchulz, l.total);
   } else {
     MP_ENFORCE(scratch_elements >= l.total, "newton_schulz: scratch of ", scratch_elements, " floats for a [", rows,
                ", ", cols, "] matrix in ", dtype_name(options.dtype), ", needs ", l.total);
