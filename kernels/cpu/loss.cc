@@ -11,9 +11,9 @@
 
 namespace mp {
 
-using layer::kChunk;
-
 using layer::check_act;
+using layer::check_token;
+using layer::kChunk;
 
 // ---- loss -----------------------------------------------------------------------
 
@@ -33,10 +33,7 @@ void gpt_classifier(Act logits, const int32_t* targets, int64_t rows, int64_t vo
   check_act(logits, "logits");
   MP_ENFORCE(vocab > 0 && vocab <= padded_vocab, "vocab ", vocab, " with padded vocab ", padded_vocab);
   MP_ENFORCE(rows <= loss_rows, "a chunk of ", rows, " rows of a loss over ", loss_rows);
-  for (int64_t n = 0; n < rows; ++n) {
-    MP_ENFORCE(targets[n] >= 0 && targets[n] < vocab, "target ", targets[n], " at row ", n, " outside [0, ", vocab,
-               ")");
-  }
+  for (int64_t n = 0; n < rows; ++n) check_token(targets[n], vocab, n, "target");
   const ClassifierLoopArgs a{
       logits.data, logits.dtype, logits.bf16, targets, vocab, padded_vocab, 1.0f / static_cast<float>(loss_rows),
       row_loss};
