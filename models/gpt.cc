@@ -112,12 +112,6 @@ void Gpt::set_source(std::shared_ptr<const TokenBatchSource> source) {
   source_ = std::move(source);
 }
 
-OpContext Gpt::context(Stream& s, int unit, CpuOpBatch* batch) {
-  check_stream(s);
-  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, &timer_,
-                   batch};
-}
-
 // ---- parameters -----------------------------------------------------------------
 
 // The element ranges of unit u's parameters read as fp32 (widened into
@@ -377,17 +371,16 @@ void Gpt::begin_micro_batch_on(int64_t global_index, Stream& s) {
 
 void Gpt::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.check_forward(unit);
-  CpuOpBatch batch;  // the call's CPU ops, one task
-  const OpContext cx = context(s, unit, &batch);
-  const UnitParams w = unit_params(cx, unit, params);
-  if (unit == 0) {
-    embed_forward(cx, w);
-  } else if (unit <= config_.layers) {
-    block_forward(cx, unit, w);
-  } else {
-    head_forward(cx, w);
-  }
-  batch.submit(s);
+  unit_ops(s, layout_[static_cast<size_t>(unit)], config_.threads, &timer_, [&](const OpContext& cx) {
+    const UnitParams w = unit_params(cx, unit, params);
+    if (unit == 0) {
+      embed_forward(cx, w);
+    } else if (unit <= config_.layers) {
+      block_forward(cx, unit, w);
+    } else {
+      head_forward(cx, w);
+    }
+  });
   order_.forwarded();
 }
 
@@ -401,10 +394,8 @@ void Gpt::recompute_on(int unit, const Tensor& params, Stream& s) {
   order_.check_recompute(unit);
   MP_ENFORCE(recomputes(unit), "Gpt::recompute of unit ", layout_[static_cast<size_t>(unit)].name,
              ", which keeps its activations (GptOptions::recompute_every = ", options_.recompute_every, ")");
-  CpuOpBatch batch;
-  const OpContext cx = context(s, unit, &batch);
-  block_forward(cx, unit, unit_params(cx, unit, params));
-  batch.submit(s);
+  unit_ops(s, layout_[static_cast<size_t>(unit)], config_.threads, &timer_,
+           [&](const OpContext& cx) { block_forward(cx, unit, unit_params(cx, unit, params)); });
   order_.recomputed(unit);
 }
 
@@ -417,20 +408,19 @@ void Gpt::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   order_.check_backward(unit);
   if (recomputes(unit)) order_.check_recomputed(unit);
   check_grads(grads, layout_[static_cast<size_t>(unit)]);
-  CpuOpBatch batch;
-  const OpContext cx = context(s, unit, &batch);
   float* g = grads.data_as<float>();
-  if (unit == 0) {
-    embed_backward(cx, g);  // reads no parameters (Note [Tied head])
-  } else {
-    const UnitParams w = unit_params(cx, unit, params);
-    if (unit <= config_.layers) {
-      block_backward(cx, unit, w, g);
+  unit_ops(s, layout_[static_cast<size_t>(unit)], config_.threads, &timer_, [&](const OpContext& cx) {
+    if (unit == 0) {
+      embed_backward(cx, g);  // reads no parameters (Note [Tied head])
     } else {
-      head_backward(cx, w, g);
+      const UnitParams w = unit_params(cx, unit, params);
+      if (unit <= config_.layers) {
+        block_backward(cx, unit, w, g);
+      } else {
+        head_backward(cx, w, g);
+      }
     }
-  }
-  batch.submit(s);
+  });
   order_.backwarded();
 }
 

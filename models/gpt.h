@@ -404,7 +404,6 @@ class Gpt final : public StreamModel {
   struct UnitParams;
   UnitParams unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Ranges fp32_ranges(int unit, DType params) const;
-  OpContext context(Stream& s, int unit, CpuOpBatch* batch);
   void enqueue_loss(double* loss, Stream& s) const override;
   // The units' math (Note [GPT on every device]).
   void embed_forward(const OpContext& cx, const UnitParams& w);

@@ -168,12 +168,6 @@ Mlp::~Mlp() {
   wait_for_device_idle(device_);
 }
 
-OpContext Mlp::context(Stream& s, int unit, CpuOpBatch* batch) const {
-  check_stream(s);
-  return OpContext{s, config_.threads, layout_[static_cast<size_t>(unit)].name.c_str(), /*profiled=*/true, nullptr,
-                   batch};
-}
-
 nn::Dense Mlp::layer(int unit) const {
   const auto u = static_cast<size_t>(unit);
   return nn::Dense{config_.micro_batch_size, config_.dims[u], config_.dims[u + 1],
@@ -201,18 +195,17 @@ void Mlp::begin_micro_batch_on(int64_t global_index, Stream& s) {
 
 void Mlp::forward_on(int unit, const Tensor& params, Stream& s) {
   order_.check_forward(unit);
-  CpuOpBatch batch;  // the call's CPU ops, one task
-  const OpContext cx = context(s, unit, &batch);
   const auto u = static_cast<size_t>(unit);
-  const float* p = unit_params(cx, unit, params);
   const UnitLayout& l = layout_[u];
-  nn::dense_forward(cx, layer(unit), b_->acts[u], p + l.params[0].offset, p + l.params[1].offset, b_->acts[u + 1]);
-  if (unit + 1 == static_cast<int>(layout_.size())) {
-    // d loss / d logits lands in grad_a, where the last unit's backward reads it.
-    nn::dense_loss(cx, b_->acts.back(), b_->labels, config_.micro_batch_size, config_.dims.back(), b_->grad_a,
-                   b_->row_loss, b_->mean_loss);
-  }
-  batch.submit(s);
+  unit_ops(s, l, config_.threads, nullptr, [&](const OpContext& cx) {
+    const float* p = unit_params(cx, unit, params);
+    nn::dense_forward(cx, layer(unit), b_->acts[u], p + l.params[0].offset, p + l.params[1].offset, b_->acts[u + 1]);
+    if (unit + 1 == static_cast<int>(layout_.size())) {
+      // d loss / d logits lands in grad_a, where the last unit's backward reads it.
+      nn::dense_loss(cx, b_->acts.back(), b_->labels, config_.micro_batch_size, config_.dims.back(), b_->grad_a,
+                     b_->row_loss, b_->mean_loss);
+    }
+  });
   order_.forwarded();
 }
 
@@ -227,18 +220,17 @@ void Mlp::backward_on(int unit, const Tensor& params, const Tensor& grads, Strea
   const int layers = static_cast<int>(layout_.size());
   const UnitLayout& l = layout_[u];
   check_grads(grads, l);
-  CpuOpBatch batch;
-  const OpContext cx = context(s, unit, &batch);
-  // Unit 0 needs no input gradient, so no weights either.
-  const float* p = unit > 0 ? unit_params(cx, unit, params) : nullptr;
   // The last unit reads grad_a (the loss wrote it); the buffers swap roles per unit.
   const bool dy_in_a = (layers - 1 - unit) % 2 == 0;
   float* dy = dy_in_a ? b_->grad_a : b_->grad_b;
   float* dx = unit > 0 ? (dy_in_a ? b_->grad_b : b_->grad_a) : nullptr;
   float* g = grads.data_as<float>();
-  nn::dense_backward(cx, layer(unit), b_->acts[u], p != nullptr ? p + l.params[0].offset : nullptr, b_->acts[u + 1],
-                     dy, g + l.params[0].offset, g + l.params[1].offset, dx, b_->dense_ws);
-  batch.submit(s);
+  unit_ops(s, l, config_.threads, nullptr, [&](const OpContext& cx) {
+    // Unit 0 needs no input gradient, so no weights either.
+    const float* p = unit > 0 ? unit_params(cx, unit, params) : nullptr;
+    nn::dense_backward(cx, layer(unit), b_->acts[u], p != nullptr ? p + l.params[0].offset : nullptr,
+                       b_->acts[u + 1], dy, g + l.params[0].offset, g + l.params[1].offset, dx, b_->dense_ws);
+  });
   order_.backwarded();
 }
 

@@ -111,7 +111,6 @@ class Mlp final : public StreamModel {
   const int32_t* labels() const;
 
  private:
-  OpContext context(Stream& s, int unit, CpuOpBatch* batch) const;
   const float* unit_params(const OpContext& cx, int unit, const Tensor& params);
   nn::Dense layer(int unit) const;
   void enqueue_loss(double* loss, Stream& s) const override;

@@ -11,6 +11,14 @@ void StreamModel::check_stream(const Stream& s) const {
   }
 }
 
+void StreamModel::unit_ops(Stream& s, const UnitLayout& unit, int threads, OpTimer* timer,
+                           const std::function<void(const OpContext&)>& body) const {
+  check_stream(s);
+  CpuOpBatch batch;  // the call's CPU ops, one task
+  body(OpContext{s, threads, unit.name.c_str(), /*profiled=*/true, timer, &batch});
+  batch.submit(s);
+}
+
 void StreamModel::check_params(const Tensor& params, const UnitLayout& unit) const {
   MP_ENFORCE(params.defined() && params.device() == device() && params.shape().size() == 1 &&
                  params.numel() >= unit.numel,

@@ -12,6 +12,7 @@
 #include "core/pinned.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 #include "models/flat_layout.h"
 #include "models/model.h"
 
@@ -38,6 +39,10 @@ class StreamModel : public Model {
   StreamModel(const char* name, const char* noun) : name_(name), noun_(noun) {}
   // ConfigError unless `s` runs on the model's device.
   void check_stream(const Stream& s) const;
+  // Enqueues on `s` (checked) the ops body(cx) adds for `unit`, its CPU ops
+  // gathered into one task (CpuOpBatch, Note [Op dispatch] in kernels/dispatch.h).
+  void unit_ops(Stream& s, const UnitLayout& unit, int threads, OpTimer* timer,
+                const std::function<void(const OpContext&)>& body) const;
   // EnforceError unless `params` can be the parameters of `unit` (1-D, on the
   // model's device, fp32, bf16 or fp16, at least its numel elements), or
   // `grads` its gradients (the same in fp32).
