@@ -15,31 +15,11 @@ void check_newton_schulz(int64_t rows, int64_t cols, const NewtonSchulzOptions& 
              "newton_schulz: coefficients (", o.a, ", ", o.b, ", ", o.c, ") and eps ", o.eps, " must be finite");
 }
 
-GemmProblem ns_gram_problem(int64_t m, int64_t n, DType s) {
-  return gemm_problem(m, m, n, GemmInput{nullptr, s, n, false}, GemmInput{nullptr, s, n, true}, nullptr, s,
-                      s == DType::kBF16);
-}
-
-GemmProblem ns_square_problem(int64_t m, DType s) {
-  return gemm_problem(m, m, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, m, false}, nullptr);
-}
-
-GemmProblem ns_apply_problem(int64_t m, int64_t n, DType s) {
-  return gemm_problem(m, n, m, GemmInput{nullptr, s, m, false}, GemmInput{nullptr, s, n, false}, nullptr);
-}
-
 NsProducts ns_products(int64_t m, int64_t n, DType s, void* x, void* a, void* b, float* p) {
-  NsProducts q{ns_gram_problem(m, n, s), ns_square_problem(m, s), ns_apply_problem(m, n, s)};
-  q.gram.a.data = x;
-  q.gram.b.data = x;
-  q.gram.c = a;
-  q.square.a.data = a;
-  q.square.b.data = a;
-  q.square.c = p;
-  q.apply.a.data = b;
-  q.apply.b.data = x;
-  q.apply.c = p;
-  return q;
+  return NsProducts{
+      gemm_problem(m, m, n, GemmInput{x, s, n, false}, GemmInput{x, s, n, true}, a, s, s == DType::kBF16),
+      gemm_problem(m, m, m, GemmInput{a, s, m, false}, GemmInput{a, s, m, false}, p),
+      gemm_problem(m, n, m, GemmInput{b, s, m, false}, GemmInput{x, s, n, false}, p)};
 }
 
 }  // namespace mp

@@ -25,18 +25,14 @@ struct NewtonSchulzOptions {
 // other than fp32 or bf16, negative steps or a coefficient that is not finite.
 void check_newton_schulz(int64_t rows, int64_t cols, const NewtonSchulzOptions& options);
 
-// For X [m, n] (m <= n) in the iteration dtype s:
-// A = X X^T [m, m], stored in s (rounded to it);
-GemmProblem ns_gram_problem(int64_t m, int64_t n, DType s);
-// P = A A [m, m], fp32;
-GemmProblem ns_square_problem(int64_t m, DType s);
-// P = B X [m, n], fp32.
-GemmProblem ns_apply_problem(int64_t m, int64_t n, DType s);
-
-// The three, on X, A and B (stored in s) and P (fp32).
+// For X [m, n] (m <= n) in the iteration dtype s, the three products on X,
+// A and B (stored in s) and P (fp32); without the pointers, their shapes.
 struct NsProducts {
-  GemmProblem gram, square, apply;
+  GemmProblem gram;    // A = X X^T [m, m], stored in s (rounded to it)
+  GemmProblem square;  // P = A A [m, m], fp32
+  GemmProblem apply;   // P = B X [m, n], fp32
 };
-NsProducts ns_products(int64_t m, int64_t n, DType s, void* x, void* a, void* b, float* p);
+NsProducts ns_products(int64_t m, int64_t n, DType s, void* x = nullptr, void* a = nullptr, void* b = nullptr,
+                       float* p = nullptr);
 
 }  // namespace mp

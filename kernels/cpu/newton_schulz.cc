@@ -40,9 +40,9 @@ Layout layout_of(int64_t rows, int64_t cols, DType s) {
   l.b = l.a + floats(l.m * l.m);
   l.p = l.b + floats(l.m * l.m);
   l.gemm = l.p + aligned_floats(l.m * l.n);
-  l.gemm_elements = std::max({gemm_scratch_elements(ns_gram_problem(l.m, l.n, s)),
-                              gemm_scratch_elements(ns_square_problem(l.m, s)),
-                              gemm_scratch_elements(ns_apply_problem(l.m, l.n, s))});
+  const NsProducts q = ns_products(l.m, l.n, s);
+  l.gemm_elements = std::max(
+      {gemm_scratch_elements(q.gram), gemm_scratch_elements(q.square), gemm_scratch_elements(q.apply)});
   l.total = l.gemm + l.gemm_elements;
   return l;
 }
