@@ -91,26 +91,14 @@ struct GemmProblem {
 // C[m, n] = op(a) op(b) (+ bias), C fp32 and dense (ldc = n), not accumulated.
 inline GemmProblem gemm_problem(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, float* c,
                                 const float* bias = nullptr) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = a;
-  p.b = b;
-  p.bias = bias;
-  p.c = c;
-  p.ldc = n;
-  return p;
+  return GemmProblem{.m = m, .n = n, .k = k, .a = a, .b = b, .bias = bias, .c = c, .ldc = n};
 }
 
 // The same with C stored as `c_dtype`, holding bf16 values when c_bf16.
 inline GemmProblem gemm_problem(int64_t m, int64_t n, int64_t k, GemmInput a, GemmInput b, void* c, DType c_dtype,
                                 bool c_bf16, const float* bias = nullptr) {
-  GemmProblem p = gemm_problem(m, n, k, a, b, static_cast<float*>(nullptr), bias);
-  p.c = c;
-  p.c_dtype = c_dtype;
-  p.c_bf16 = c_bf16 || c_dtype == DType::kBF16;
-  return p;
+  return GemmProblem{.m = m, .n = n, .k = k, .a = a, .b = b, .bias = bias, .c = c, .c_dtype = c_dtype,
+                     .c_bf16 = c_bf16 || c_dtype == DType::kBF16, .ldc = n};
 }
 
 }  // namespace mp
