@@ -48,12 +48,14 @@ Layout layout_of(int64_t rows, int64_t cols, DType s) {
 }
 
 
-// Rows [r0, r1) of a parallel_for over `rows` rows, with a grain of whole
-// rows: every element is written by one thread, by the same formula, so the
-// split does not change any bit.
-template <class Body>
-void for_rows(int64_t rows, int threads, const Body& body) {
-  parallel_for(rows, threads, 1, [&](int64_t r0, int64_t r1) { body(r0, r1); });
+// f(i) for every element i of a [rows, cols] matrix, split over whole rows:
+// every element is written by one thread, by the same formula, so the split
+// does not change any bit.
+template <class F>
+void for_elements(int64_t rows, int64_t cols, int threads, const F& f) {
+  parallel_for(rows, threads, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) f(i);
+  });
 }
 
 // dst [rows, cols] = convert(src^T), src stored [cols, rows]: blocks of 32
@@ -61,7 +63,7 @@ void for_rows(int64_t rows, int threads, const Body& body) {
 template <class Src, class Dst, class Convert>
 void transpose_into(const Src* src, Dst* dst, int64_t rows, int64_t cols, int threads, const Convert& convert) {
   constexpr int64_t kTile = 32;
-  for_rows((rows + kTile - 1) / kTile, threads, [&](int64_t t0, int64_t t1) {
+  parallel_for((rows + kTile - 1) / kTile, threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t i0 = t0 * kTile; i0 < std::min(rows, t1 * kTile); i0 += kTile) {
       const int64_t i1 = std::min(rows, i0 + kTile);
       for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
@@ -74,26 +76,13 @@ void transpose_into(const Src* src, Dst* dst, int64_t rows, int64_t cols, int th
   });
 }
 
-// X [m, n] = round_s(G) (G [m, n]), or round_s(G^T) (G [n, m]) when transposed.
-template <class T>
-void load(const float* g, T* x, const Layout& l, bool transposed, int threads) {
-  const int64_t m = l.m, n = l.n;
-  const auto round = [](float v) { return math::from_f32<T>(v); };
-  if (transposed) return transpose_into(g, x, m, n, threads, round);
-  for_rows(m, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = round(g[i]);
-  });
-}
-
-// out = X (out [m, n]) or X^T (out [n, m]).
-template <class T>
-void store(const T* x, float* out, const Layout& l, bool transposed, int threads) {
-  const int64_t m = l.m, n = l.n;
-  const auto to_f32 = [](T v) { return math::to_f32(v); };
-  if (transposed) return transpose_into(x, out, n, m, threads, to_f32);
-  for_rows(m, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * n; i < r1 * n; ++i) out[i] = to_f32(x[i]);
-  });
+// dst [rows, cols] = convert(src), or convert(src^T) (src stored [cols,
+// rows]) when transposed.
+template <class Src, class Dst, class Convert>
+void convert_into(const Src* src, Dst* dst, int64_t rows, int64_t cols, bool transposed, int threads,
+                  const Convert& convert) {
+  if (transposed) return transpose_into(src, dst, rows, cols, threads, convert);
+  for_elements(rows, cols, threads, [&](int64_t i) { dst[i] = convert(src[i]); });
 }
 
 template <class T>
@@ -111,30 +100,27 @@ void iterate(const float* g, float* out, int64_t rows, int64_t cols, const Newto
   gopt.scratch = l.gemm_elements > 0 ? scratch + l.gemm : nullptr;
   gopt.scratch_elements = l.gemm_elements;
 
-  load(g, x, l, transposed, o.threads);
+  // X [m, n] = round_s(G) (G [m, n]), or round_s(G^T) (G [n, m]).
+  convert_into(g, x, m, n, transposed, o.threads, [](float v) { return math::from_f32<T>(v); });
 
   // X /= max(||X||_F, eps), the norm and eps rounded to s as torch's are.
   const GradStats stats = grad_stats_cpu(x, s, m * n, 1.0f);
   const float d = ns_divisor<T>(stats.sum_sq, stats.non_finite, o.eps);
-  for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = ns_scaled(x[i], d);
-  });
+  for_elements(m, n, o.threads, [&](int64_t i) { x[i] = ns_scaled(x[i], d); });
 
   const float ca = static_cast<float>(o.a), cb = static_cast<float>(o.b), cc = static_cast<float>(o.c);
   const NsProducts q = ns_products(m, n, s, x, a, b, p);
   for (int step = 0; step < o.steps; ++step) {
     gemm_cpu(q.gram, gopt);    // A = round_s(X X^T)
     gemm_cpu(q.square, gopt);  // P = A A (fp32)
-    for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * m; i < r1 * m; ++i) b[i] = ns_combine_b(a[i], p[i], cb, cc);
-    });
+    for_elements(m, m, o.threads, [&](int64_t i) { b[i] = ns_combine_b(a[i], p[i], cb, cc); });
     gemm_cpu(q.apply, gopt);   // P = B X (fp32)
-    for_rows(m, o.threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * n; i < r1 * n; ++i) x[i] = ns_combine_x(x[i], p[i], ca);
-    });
+    for_elements(m, n, o.threads, [&](int64_t i) { x[i] = ns_combine_x(x[i], p[i], ca); });
   }
 
-  store(x, out, l, transposed, o.threads);
+  // out = X (out [m, n]) or X^T (out [n, m]).
+  convert_into(x, out, transposed ? n : m, transposed ? m : n, transposed, o.threads,
+               [](T v) { return math::to_f32(v); });
 }
 
 }  // namespace
