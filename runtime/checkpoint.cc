@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/tensor.h"
 #include "mp/config.h"
 #include "runtime/fault.h"
 #include "runtime/shard_state.h"
@@ -128,14 +129,6 @@ proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int wor
   return file;
 }
 
-// "[768, 2304]": a Shape or a manifest's repeated shape.
-template <class Dims>
-std::string shape_text(const Dims& dims) {
-  std::string t = "[";
-  for (const int64_t d : dims) t += (t.size() > 1 ? ", " : "") + std::to_string(d);
-  return t + "]";
-}
-
 // The checkpoint must describe this model and keep the fields this
 // policy needs.
 void check_compatible(const ShardStateView& state, const proto::CheckpointManifest& m, const std::string& dir) {
@@ -154,11 +147,10 @@ void check_compatible(const ShardStateView& state, const proto::CheckpointManife
     for (size_t k = 0; k < ul.params.size(); ++k) {
       const ParamPlacement& pp = ul.params[k];
       const proto::CheckpointParam& cp = cu.params(static_cast<int>(k));
-      const bool same_shape = cp.shape_size() == static_cast<int>(pp.shape.size()) &&
-                              std::equal(pp.shape.begin(), pp.shape.end(), cp.shape().begin());
-      if (cp.name() != pp.name || !same_shape || cp.offset() != pp.offset || cp.numel() != pp.numel) {
+      const Shape shape(cp.shape().begin(), cp.shape().end());
+      if (cp.name() != pp.name || shape != pp.shape || cp.offset() != pp.offset || cp.numel() != pp.numel) {
         MP_THROW(ConfigError, "checkpoint '", dir, "': parameter ", k, " of unit ", ul.name, " is ", cp.name(), " ",
-                 shape_text(cp.shape()), " at ", cp.offset(), "; the model has ", pp.name, " ", shape_text(pp.shape),
+                 shape_string(shape), " at ", cp.offset(), "; the model has ", pp.name, " ", shape_string(pp.shape),
                  " at ", pp.offset);
       }
     }
