@@ -105,24 +105,24 @@ void inject_write_fail(const std::string& dir, const std::string& name, int64_t 
   }
 }
 
-// Writes and fsyncs DIR/shard_RANK.bin: the header, then each chunk's bytes
-// from source(i, staging) (a host pointer to chunk i's bytes, valid until
-// the next call).
-template <class Source>
-proto::CheckpointFile write_shard_file(const std::string& dir, int rank, int world_size, int64_t step,
-                                       const std::vector<ChunkPlan>& chunks, const Source& source) {
+// Writes and fsyncs DIR/shard_RANK.bin, this rank's chunks of the engine's
+// state: the header, then each chunk's bytes as state.read stages them.
+proto::CheckpointFile write_shard_file(const ShardStateView& state, const std::string& dir, int64_t step) {
+  const int rank = state.world().rank();
+  const std::vector<ChunkPlan> chunks = plan_chunks(state);
   proto::CheckpointFile file;
   describe_shard_file(chunks, rank, file);
   CheckpointBlockWriter w(dir + "/" + file.name(), kCheckpointBlockBytes);
-  const std::string header = encode_checkpoint_shard_header(rank, world_size, step);
+  const std::string header = encode_checkpoint_shard_header(rank, state.world().size(), step);
   w.write(header.data(), static_cast<int64_t>(header.size()));
   inject_write_fail(dir, file.name(), step, rank);
   std::vector<char> staging;
   for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkPlan& k = chunks[i];
     if (i == 1) inject_save_kill(step, rank);  // MP_FAULT save_kill (tests): the file is half written
     w.pad_to(kCheckpointChunkAlign);
     MP_ENFORCE_EQ(w.offset(), file.chunks(static_cast<int>(i)).file_offset());
-    w.write(source(i, staging), chunks[i].bytes);
+    w.write(state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin, staging), k.bytes);
   }
   file.set_size_bytes(w.offset());
   for (const uint32_t crc : w.finish()) file.add_block_crc32c(crc);
@@ -343,15 +343,7 @@ CheckpointInfo save_checkpoint(Engine& engine, const std::string& root, const Ch
     return info;
   }
   proto::CheckpointFile mine;
-  world.agree("checkpoint save", [&] {
-    const std::vector<ChunkPlan> chunks = plan_chunks(state);
-    mine = write_shard_file(tmp_dir, world.rank(), world.size(), step, chunks,
-                            [&](size_t i, std::vector<char>& staging) {
-                              const ChunkPlan& k = chunks[i];
-                              return state.read(k.unit, k.field, k.begin - state.shard_begin(k.unit), k.end - k.begin,
-                                                staging);
-                            });
-  });
+  world.agree("checkpoint save", [&] { mine = write_shard_file(state, tmp_dir, step); });
   info.bytes = finish_save(world, mine, [&] { return make_manifest(state, step, options.config_text); }, root, name,
                            tmp_dir, options.keep_last);
   info.seconds = since(t0);
