@@ -81,10 +81,7 @@ class _Guard(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        for a in args:
-            if isinstance(a, torch.nn.Parameter):
-                self.sharded._check_gathered(a, func)
-        for a in kwargs.values():
+        for a in (*args, *kwargs.values()):
             if isinstance(a, torch.nn.Parameter):
                 self.sharded._check_gathered(a, func)
         return func(*args, **kwargs)
