@@ -301,15 +301,8 @@ class ShardedModel:
 
     def _pre_forward(self, u):
         u.depth += 1
-        if not self._gathered(u):
-            # In the backward: the forward again (torch.utils.checkpoint's recomputation).
-            self._unshard(u, _Phase.PRE_BACKWARD if _in_backward() else _Phase.FORWARD)
-
-    def _gathered_for_recompute(self, u):
-        """The unit's parameters for its forward run again in the backward
-        (mp's activation recomputation: not through the module's hooks)."""
-        if not self._gathered(u):
-            self._unshard(u, _Phase.PRE_BACKWARD)
+        # In the backward: the forward again (torch.utils.checkpoint's recomputation).
+        self._unshard(u, _Phase.PRE_BACKWARD if _in_backward() else _Phase.FORWARD)
 
     def _post_forward(self, u):
         u.depth -= 1
@@ -321,6 +314,9 @@ class ShardedModel:
         return self.engine.unsharded(u.index)
 
     def _unshard(self, u, phase):
+        """Gathers unit u for `phase`, unless the engine has it unsharded already."""
+        if self._gathered(u):
+            return
         backward = phase is _Phase.PRE_BACKWARD
         u.flat = torch.from_dlpack(self.engine.unshard(u.index, backward=backward))
         u.phase = phase
@@ -375,8 +371,7 @@ class ShardedModel:
             return saved
         _, u, shape, stride, offset = saved
         self._begin_backward()
-        if not self._gathered(u):
-            self._unshard(u, _Phase.PRE_BACKWARD)
+        self._unshard(u, _Phase.PRE_BACKWARD)
         return u.flat.as_strided(shape, stride, offset)
 
     # ---- the backward ------------------------------------------------------------------
@@ -554,8 +549,8 @@ def _recomputing_forward(me, u, forward):
     import torch.utils.checkpoint
 
     def run(*args, **kwargs):
-        if _in_backward():
-            me._gathered_for_recompute(u)
+        if _in_backward():  # the forward run again: its parameters, not through the module's hooks
+            me._unshard(u, _Phase.PRE_BACKWARD)
         return forward(*args, **kwargs)
 
     def checkpointed(*args, **kwargs):
