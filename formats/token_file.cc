@@ -2,11 +2,11 @@
 
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace mp {
 
@@ -66,20 +66,10 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   header[0] = kTokenFileMagic;
   header[1] = kTokenFileVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) MP_THROW(IoError, "token file '", tmp, "': cannot create: ", std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(header), kTokenFileHeaderBytes);
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * tokens.size()));
-    out.flush();
-    if (!out) MP_THROW(IoError, "token file '", tmp, "': write failed: ", std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    MP_THROW(IoError, "token file '", path, "': cannot rename from '", tmp, "': ", why);
-  }
+  AtomicFile out(path, "token file");
+  out.write(header, kTokenFileHeaderBytes);
+  out.write(tokens.data(), 2 * tokens.size());
+  out.commit();
 }
 
 }  // namespace mp

@@ -34,8 +34,9 @@ class TokenFile {
   std::vector<uint16_t> tokens_;
 };
 
-// Writes `tokens` to `path` in the format above, atomically (a temporary
-// file in the same directory, then rename). Throws IoError naming the path.
+// Writes `tokens` to `path` in the format above, atomically (AtomicFile: a
+// temporary file in the same directory, fsynced, then renamed). Throws
+// IoError naming the path.
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
 
 }  // namespace mp
