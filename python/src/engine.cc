@@ -161,9 +161,7 @@ class PyEngine {
   // Per unit: whether engine.activation_checkpointing recomputes it.
   const std::vector<bool>& recomputed() { return engine().recomputed(); }
   bool recomputes(int unit) {
-    if (unit < 0 || unit >= static_cast<int>(spec_.units.size())) {
-      MP_THROW(ConfigError, "Engine.recomputes: no unit ", unit, " (the model has ", spec_.units.size(), ")");
-    }
+    check_unit(unit);
     return recomputed()[static_cast<size_t>(unit)];
   }
 
